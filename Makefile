@@ -1,0 +1,42 @@
+# One command runs the product (`make demo` / `make dev`), one runs the tests (`make test`).
+# Each target creates .venv and installs the project into it when needed.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: install dev demo test test-external lint bench chaos clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+dev: install
+	$(BIN)/invoice-pipeline dev
+
+demo: install
+	$(BIN)/invoice-pipeline demo
+
+test: install
+	$(BIN)/python -m invoice_pipeline_tests.browser_setup
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+# The core suite against an external server (this machine also runs PostgreSQL on 5432).
+test-external: install
+	INVOICE_PIPELINE_DATABASE_URL=$${INVOICE_PIPELINE_DATABASE_URL:-postgresql://postgres@127.0.0.1:5432/postgres} \
+		$(BIN)/pytest invoice_pipeline_tests/db invoice_pipeline_tests/test_locks.py invoice_pipeline_tests/test_dedupe.py $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check invoice_pipeline invoice_pipeline_tests benchmarks
+	$(BIN)/ruff format --check invoice_pipeline invoice_pipeline_tests benchmarks
+	$(BIN)/mypy
+
+bench: install
+	$(BIN)/python -m benchmarks $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) .invoice_pipeline .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,117 @@
+"""Settings read from the environment, validated before anything touches the database."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from urllib.parse import urlsplit
+
+
+class ConfigError(ValueError):
+    """A setting is malformed; the message names the variable and what is expected."""
+
+
+ENV_HOME = "INVOICE_PIPELINE_HOME"
+ENV_DATABASE_URL = "INVOICE_PIPELINE_DATABASE_URL"
+ENV_PG_PORT = "INVOICE_PIPELINE_PG_PORT"
+ENV_PG_LISTEN = "INVOICE_PIPELINE_PG_LISTEN"
+ENV_DATABASE_NAME = "INVOICE_PIPELINE_DATABASE_NAME"
+ENV_LOCK_TTL = "INVOICE_PIPELINE_LOCK_TTL_SECONDS"
+ENV_HEARTBEAT = "INVOICE_PIPELINE_HEARTBEAT_SECONDS"
+ENV_MAX_ATTEMPTS = "INVOICE_PIPELINE_MAX_ATTEMPTS"
+ENV_RETRY_BASE = "INVOICE_PIPELINE_RETRY_BASE_SECONDS"
+ENV_MAX_DOCUMENT_BYTES = "INVOICE_PIPELINE_MAX_DOCUMENT_BYTES"
+ENV_BATCH_THRESHOLD = "INVOICE_PIPELINE_BATCH_THRESHOLD"
+ENV_INBOX = "INVOICE_PIPELINE_INBOX"
+
+DEFAULT_PG_PORT = 54329
+
+
+def validate_database_url(url: str) -> str:
+    """Reject a URL that psycopg would misread, with a message naming what is wrong."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("postgresql", "postgres"):
+        raise ConfigError(
+            f"{ENV_DATABASE_URL} must start with postgresql:// (got scheme {parts.scheme or 'none'!r})"
+        )
+    try:
+        _ = parts.port
+    except ValueError as exc:
+        raise ConfigError(f"{ENV_DATABASE_URL} has an invalid port: {exc}") from None
+    if not parts.path.strip("/") and "dbname=" not in parts.query:
+        raise ConfigError(
+            f"{ENV_DATABASE_URL} must name a database, e.g. postgresql://user@host:5432/invoices"
+        )
+    return url
+
+
+def _int(env: dict[str, str], name: str, default: int, minimum: int = 0) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise ConfigError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class Settings:
+    home: Path
+    database_url: str | None
+    pg_port: int
+    pg_listen: str
+    database_name: str
+    lock_ttl: timedelta
+    heartbeat_interval: timedelta
+    max_attempts: int
+    retry_base: timedelta
+    max_document_bytes: int
+    batch_threshold: int
+    inbox: Path
+
+    @property
+    def uses_embedded_postgres(self) -> bool:
+        return self.database_url is None
+
+    @property
+    def pgdata(self) -> Path:
+        return self.home / "pgdata"
+
+    @property
+    def dagster_home(self) -> Path:
+        return Path(os.environ.get("DAGSTER_HOME") or self.home / "dagster_home")
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> Settings:
+        env = dict(os.environ if env is None else env)
+        home = Path(env.get(ENV_HOME) or Path.cwd() / ".invoice_pipeline").absolute()
+        url = env.get(ENV_DATABASE_URL) or None
+        if url is not None:
+            validate_database_url(url)
+        ttl = _int(env, ENV_LOCK_TTL, 120, minimum=1)
+        heartbeat = _int(env, ENV_HEARTBEAT, 15, minimum=1)
+        if heartbeat * 2 > ttl:
+            raise ConfigError(
+                f"{ENV_HEARTBEAT} ({heartbeat}s) must be at most half of {ENV_LOCK_TTL} ({ttl}s), "
+                "or one late heartbeat gets a live worker swept"
+            )
+        return cls(
+            home=home,
+            database_url=url,
+            pg_port=_int(env, ENV_PG_PORT, DEFAULT_PG_PORT, minimum=1),
+            pg_listen=env.get(ENV_PG_LISTEN) or "127.0.0.1",
+            database_name=env.get(ENV_DATABASE_NAME) or "invoice_pipeline",
+            lock_ttl=timedelta(seconds=ttl),
+            heartbeat_interval=timedelta(seconds=heartbeat),
+            max_attempts=_int(env, ENV_MAX_ATTEMPTS, 5, minimum=1),
+            retry_base=timedelta(seconds=_int(env, ENV_RETRY_BASE, 30, minimum=0)),
+            max_document_bytes=_int(env, ENV_MAX_DOCUMENT_BYTES, 20 * 1024 * 1024, minimum=1),
+            batch_threshold=_int(env, ENV_BATCH_THRESHOLD, 20, minimum=1),
+            inbox=Path(env.get(ENV_INBOX) or home / "inbox").absolute(),
+        )

@@ -1,0 +1,28 @@
+"""Resolve the database the project uses: the external URL when configured, else the embedded server."""
+
+from __future__ import annotations
+
+from invoice_pipeline.config import Settings
+from invoice_pipeline.db.embedded import EmbeddedPostgres
+from invoice_pipeline.db.migrate import migrate
+
+
+def embedded_server(settings: Settings) -> EmbeddedPostgres:
+    return EmbeddedPostgres(settings.pgdata, settings.pg_port, settings.pg_listen)
+
+
+def database_url(settings: Settings, *, start: bool = True) -> str:
+    """The URL of the project's database; starts (or attaches to) the embedded server if needed."""
+    if settings.database_url is not None:
+        return settings.database_url
+    server = embedded_server(settings)
+    if start:
+        server.start()
+    return server.ensure_database(settings.database_name)
+
+
+def prepare_database(settings: Settings) -> str:
+    """Start or attach, create the database and apply pending migrations; return its URL."""
+    url = database_url(settings)
+    migrate(url)
+    return url

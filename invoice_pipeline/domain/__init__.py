@@ -1,0 +1,1 @@
+"""Pure domain code: no database, no Dagster. Parsing lives in `invoice_pipeline.documents`."""

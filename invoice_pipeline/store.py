@@ -1,0 +1,573 @@
+"""InvoiceStore: the one component that owns the connection pool and every database call.
+
+Every query comes from `sql/queries/*.sql` by name. Writes a pipeline step makes take a
+`Lease` and run fenced: in one transaction, first the `fence` statement (the job must still be
+the running one), then the write. A swept holder gets `LeaseLost` and has written nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import socket
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from decimal import Decimal
+from typing import Any, Literal, TypeVar
+from uuid import UUID
+
+import psycopg
+from psycopg.rows import class_row
+from psycopg.types.json import Jsonb
+from psycopg_pool import ConnectionPool
+
+from invoice_pipeline.config import validate_database_url
+from invoice_pipeline.db.sqlfiles import query
+from invoice_pipeline.domain.fields import InvoiceFields
+from invoice_pipeline.domain.keys import BusinessKey
+from invoice_pipeline.leases import Lease, LeaseLost, LockHolder
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+JobStatus = Literal["succeeded", "failed"]
+FINISH_STATUSES = ("succeeded", "failed")
+
+
+def default_owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def as_uuid(value: UUID | str, what: str = "invoice_id") -> UUID:
+    if isinstance(value, UUID):
+        return value
+    try:
+        return UUID(str(value))
+    except ValueError:
+        raise ValueError(f"{what} must be a UUID, got {value!r}") from None
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    job_id: UUID
+    invoice_id: UUID
+    attempt: int
+    status: str
+    owner: str | None
+    started_at: datetime
+    heartbeat_at: datetime
+    finished_at: datetime | None
+    error: str | None
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    invoice_id: UUID
+    sha256: str
+    created: bool
+
+
+@dataclass(frozen=True)
+class StoredDocument:
+    invoice_id: UUID
+    org_id: str
+    filename: str | None
+    sha256: str
+    content: bytes
+
+
+@dataclass(frozen=True)
+class InvoiceState:
+    invoice_id: UUID
+    org_id: str
+    status: str
+    processing_stage: str | None
+    attempts: int
+    next_attempt_at: datetime
+    last_error: str | None
+    quarantine_code: str | None
+    quarantine_reason: str | None
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in ("processed", "quarantined", "needs_attention")
+
+
+@dataclass(frozen=True)
+class StoredText:
+    format: str
+    method: str
+    page_count: int | None
+    text: str
+    structured: str | None
+
+
+@dataclass(frozen=True)
+class DuplicateDecision:
+    """The outcome of duplicate detection for one invoice, with why."""
+
+    invoice_id: UUID
+    status: Literal["original", "duplicate"]
+    group_id: UUID | None
+    original_id: UUID | None
+    business_key: str
+    how: str | None
+    score: Decimal | None
+    reasons: list[str]
+
+    @property
+    def is_duplicate(self) -> bool:
+        return self.status == "duplicate"
+
+
+@dataclass(frozen=True)
+class Approval:
+    decision: Literal["approved", "rejected"]
+    rule: str
+    decided_at: datetime
+
+
+@dataclass(frozen=True)
+class LedgerPosting:
+    posting_id: UUID
+    invoice_id: UUID
+    amount: Decimal
+    currency: str
+    posted_at: datetime
+
+
+@dataclass(frozen=True)
+class DueInvoice:
+    invoice_id: UUID
+    org_id: str
+    attempt: int
+    seq: int
+
+
+@dataclass(frozen=True)
+class Rescheduled:
+    invoice_id: UUID
+    status: str
+    attempts: int
+    next_attempt_at: datetime
+    last_error: str | None
+
+
+@dataclass(frozen=True)
+class DuplicateCandidateRow:
+    id: UUID
+    org_id: str
+    business_key: str
+    vendor_key: str | None
+    fields: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class MatchOutcome:
+    original_id: UUID
+    how: str
+    score: float
+    reasons: tuple[str, ...]
+
+
+# Given the org's candidate originals as (invoice id, org id, fields), which one this invoice
+# copies, if any. Pure domain code (invoice_pipeline.domain.matching) behind it.
+MatchFunction = Callable[[list[tuple[UUID, str, InvoiceFields]]], MatchOutcome | None]
+
+
+class InvoiceStore:
+    def __init__(self, database_url: str, *, min_size: int = 1, max_size: int = 10) -> None:
+        self.database_url = validate_database_url(database_url)
+        self.pool = ConnectionPool(
+            database_url,
+            min_size=min_size,
+            max_size=max_size,
+            kwargs={"autocommit": True},
+            # A connection that died with the server is replaced instead of handed out.
+            check=ConnectionPool.check_connection,
+            open=True,
+            name="invoice-pipeline",
+        )
+
+    def close(self) -> None:
+        self.pool.close()
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    @contextmanager
+    def _transaction(self) -> Iterator[psycopg.Connection[Any]]:
+        with self.pool.connection() as conn, conn.transaction():
+            yield conn
+
+    @contextmanager
+    def _fenced(self, lease: Lease) -> Iterator[psycopg.Connection[Any]]:
+        """A transaction that holds lease's job row locked, or raises LeaseLost."""
+        with self._transaction() as conn:
+            row = conn.execute(
+                query("fence"), {"job_id": lease.job_id, "invoice_id": lease.invoice_id}
+            ).fetchone()
+            if row is None:
+                lease.mark_lost()
+                raise LeaseLost(lease.job_id, lease.invoice_id, self._why_not_running(conn, lease.job_id))
+            yield conn
+
+    def _why_not_running(self, conn: psycopg.Connection[Any], job_id: UUID) -> str:
+        row = conn.execute("SELECT status, error FROM processing_jobs WHERE id = %s", (job_id,)).fetchone()
+        if row is None:
+            return "no such job"
+        return f"job is {row[0]}" + (f": {row[1]}" if row[1] else "")
+
+    def _one(
+        self, conn: psycopg.Connection[Any], cls: type[T], name: str, params: dict[str, Any]
+    ) -> T | None:
+        with conn.cursor(row_factory=class_row(cls)) as cur:
+            return cur.execute(query(name), params).fetchone()
+
+    def _all(self, conn: psycopg.Connection[Any], cls: type[T], name: str, params: dict[str, Any]) -> list[T]:
+        with conn.cursor(row_factory=class_row(cls)) as cur:
+            return cur.execute(query(name), params).fetchall()
+
+    def _scalar(self, name: str, params: dict[str, Any]) -> Any:
+        with self.pool.connection() as conn:
+            row = conn.execute(query(name), params).fetchone()
+            return None if row is None else row[0]
+
+    # -- ingest --------------------------------------------------------------------------------
+
+    def store_document(self, content: bytes, org_id: str, filename: str | None = None) -> IngestResult:
+        """Keep the original bytes and create its invoice; the same bytes again are the same invoice."""
+        if not org_id or not org_id.strip():
+            raise ValueError("org_id must be a non-empty string")
+        sha256 = hashlib.sha256(content).hexdigest()
+        params = {
+            "sha256": sha256,
+            "content": content,
+            "size_bytes": len(content),
+            "org_id": org_id,
+            "filename": filename,
+        }
+        with self._transaction() as conn:
+            conn.execute(query("insert_document"), params)
+            row = conn.execute(query("insert_invoice_for_document"), params).fetchone()
+            if row is not None:
+                return IngestResult(row[0], sha256, created=True)
+            existing = conn.execute(query("invoice_for_document"), params).fetchone()
+            assert existing is not None, "invoice vanished: rows are never deleted"
+            return IngestResult(existing[0], sha256, created=False)
+
+    def load_document(self, invoice_id: UUID | str) -> StoredDocument | None:
+        with self.pool.connection() as conn:
+            return self._one(conn, StoredDocument, "load_document", {"invoice_id": as_uuid(invoice_id)})
+
+    def invoice_state(self, invoice_id: UUID | str) -> InvoiceState | None:
+        with self.pool.connection() as conn:
+            return self._one(conn, InvoiceState, "invoice_state", {"invoice_id": as_uuid(invoice_id)})
+
+    # -- the lock ------------------------------------------------------------------------------
+
+    def acquire(self, invoice_id: UUID | str, attempt: int, owner: str | None = None) -> Lease | None:
+        """Take the invoice's lock, or None when another job is running it. Never raises on contention."""
+        invoice_id = as_uuid(invoice_id)
+        if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1:
+            raise ValueError(f"attempt must be a positive integer, got {attempt!r}")
+        owner = owner or default_owner()
+        params = {"invoice_id": invoice_id, "attempt": attempt, "owner": owner}
+        with self._transaction() as conn:
+            row = conn.execute(query("acquire_lock"), params).fetchone()
+            job_id = row[0] if row else None
+            if job_id is None:
+                return None
+            conn.execute(query("mark_invoice_processing"), params)
+        return Lease(self, job_id, invoice_id, attempt, owner)
+
+    def current_holder(self, invoice_id: UUID | str) -> LockHolder | None:
+        with self.pool.connection() as conn:
+            return self._one(conn, LockHolder, "current_holder", {"invoice_id": as_uuid(invoice_id)})
+
+    def heartbeat(self, job_id: UUID | str) -> bool:
+        return bool(self._scalar("heartbeat_lock", {"job_id": as_uuid(job_id, "job_id")}))
+
+    def finish(self, job_id: UUID | str, status: str, error: str | None = None) -> bool:
+        """Finish a job; False, changing nothing, when it is no longer running."""
+        if status not in FINISH_STATUSES:
+            raise ValueError(f"status must be one of {FINISH_STATUSES}, got {status!r}")
+        return bool(
+            self._scalar(
+                "finish_lock", {"job_id": as_uuid(job_id, "job_id"), "status": status, "error": error}
+            )
+        )
+
+    def release_stale_locks(
+        self, invoice_id: UUID | str | None = None, stale_after: timedelta = timedelta(minutes=15)
+    ) -> int:
+        if not isinstance(stale_after, timedelta) or stale_after < timedelta(0):
+            raise ValueError(f"stale_after must be a non-negative timedelta, got {stale_after!r}")
+        params = {
+            "invoice_id": None if invoice_id is None else as_uuid(invoice_id),
+            "stale_after": stale_after,
+        }
+        return int(self._scalar("release_stale_locks", params))
+
+    def job_history(self, invoice_id: UUID | str) -> list[JobRecord]:
+        with self.pool.connection() as conn:
+            return self._all(conn, JobRecord, "job_history", {"invoice_id": as_uuid(invoice_id)})
+
+    def jobs_of_owner(self, owner: str) -> list[JobRecord]:
+        with self.pool.connection() as conn:
+            return self._all(conn, JobRecord, "jobs_of_owner", {"owner": owner})
+
+    # -- fenced step writes --------------------------------------------------------------------
+
+    def record_step(self, lease: Lease, step: str, *, skipped: bool) -> None:
+        """Breadcrumb: the step started (and moves processing_stage), or was fast-forwarded."""
+        params = {"invoice_id": lease.invoice_id, "job_id": lease.job_id, "step": step}
+        with self._fenced(lease) as conn:
+            conn.execute(query("record_step_skipped" if skipped else "record_step_executed"), params)
+
+    def count_step_executions(self, invoice_id: UUID | str, step: str) -> int:
+        return int(self._scalar("count_step_executions", {"invoice_id": as_uuid(invoice_id), "step": step}))
+
+    def save_extracted_text(
+        self,
+        lease: Lease,
+        *,
+        format: str,
+        method: str,
+        text: str,
+        structured: str | None,
+        page_count: int | None,
+    ) -> None:
+        params = {
+            "invoice_id": lease.invoice_id,
+            "job_id": lease.job_id,
+            "format": format,
+            "method": method,
+            "text": text,
+            "structured": structured,
+            "page_count": page_count,
+        }
+        with self._fenced(lease) as conn:
+            conn.execute(query("save_extracted_text"), params)
+
+    def load_extracted_text(self, invoice_id: UUID | str) -> StoredText | None:
+        with self.pool.connection() as conn:
+            return self._one(conn, StoredText, "load_extracted_text", {"invoice_id": as_uuid(invoice_id)})
+
+    def save_fields(self, lease: Lease, fields: InvoiceFields) -> None:
+        params = {
+            "invoice_id": lease.invoice_id,
+            "fields": Jsonb(fields.to_json()),
+            "invoice_number": fields.invoice_number,
+            "document_type": fields.document_type,
+            "currency": fields.currency,
+            "payable_total": fields.payable_total,
+            "issue_date": fields.issue_date,
+            "seller_name": fields.seller_name,
+            "seller_vat_id": fields.seller_vat_id,
+        }
+        with self._fenced(lease) as conn:
+            conn.execute(query("save_fields"), params)
+
+    def load_fields(self, invoice_id: UUID | str) -> InvoiceFields | None:
+        data = self._scalar("load_fields", {"invoice_id": as_uuid(invoice_id)})
+        return None if data is None else InvoiceFields.from_json(data)
+
+    def decide_duplicate(
+        self,
+        lease: Lease,
+        org_id: str,
+        key: BusinessKey,
+        vendor_key: str,
+        fields: InvoiceFields,
+        match: MatchFunction,
+    ) -> DuplicateDecision:
+        """Original or duplicate, decided under the business key's advisory lock.
+
+        The lock is transaction-scoped: commit, rollback or a dead connection release it, so it
+        also holds behind a transaction-pooling proxy. Lookup and decision share the transaction,
+        so two workers with the same key cannot both see "no match" and both become originals.
+        """
+        if key.org_id != org_id:
+            raise ValueError("business key belongs to another org")
+        with self._fenced(lease) as conn:
+            conn.execute(query("take_business_key_lock"), {"lock_id": key.lock_id})
+            existing = self._one(
+                conn, DuplicateDecision, "load_duplicate_decision", {"invoice_id": lease.invoice_id}
+            )
+            if existing is not None:
+                return existing
+            rows = self._all(
+                conn,
+                DuplicateCandidateRow,
+                "duplicate_candidates",
+                {
+                    "org_id": org_id,
+                    "invoice_id": lease.invoice_id,
+                    "business_key": key.text,
+                    "vendor_key": vendor_key,
+                    "payable_total": fields.payable_total,
+                    "currency": fields.currency,
+                },
+            )
+            outcome = match(
+                [(r.id, r.org_id, InvoiceFields.from_json(r.fields)) for r in rows if r.org_id == org_id]
+            )
+            params: dict[str, Any] = {
+                "invoice_id": lease.invoice_id,
+                "business_key": key.text,
+                "lock_id": key.lock_id,
+                "vendor_key": vendor_key,
+                "org_id": org_id,
+            }
+            if outcome is None:
+                conn.execute(query("mark_original"), params)
+            else:
+                group = conn.execute(
+                    query("create_group"),
+                    {"org_id": org_id, "business_key": key.text, "original_id": outcome.original_id},
+                ).fetchone()
+                assert group is not None
+                conn.execute(query("join_group"), {"group_id": group[0], "original_id": outcome.original_id})
+                conn.execute(
+                    query("mark_duplicate"),
+                    params
+                    | {
+                        "original_id": outcome.original_id,
+                        "group_id": group[0],
+                        "how": outcome.how,
+                        "score": outcome.score,
+                        "reasons": list(outcome.reasons),
+                    },
+                )
+            decided = self._one(
+                conn, DuplicateDecision, "load_duplicate_decision", {"invoice_id": lease.invoice_id}
+            )
+            assert decided is not None
+            return decided
+
+    def load_duplicate_decision(self, invoice_id: UUID | str) -> DuplicateDecision | None:
+        with self.pool.connection() as conn:
+            return self._one(
+                conn, DuplicateDecision, "load_duplicate_decision", {"invoice_id": as_uuid(invoice_id)}
+            )
+
+    def record_approval(self, lease: Lease, decision: Literal["approved", "rejected"], rule: str) -> Approval:
+        with self._fenced(lease) as conn:
+            params = {
+                "invoice_id": lease.invoice_id,
+                "job_id": lease.job_id,
+                "decision": decision,
+                "rule": rule,
+            }
+            conn.execute(query("save_approval"), params)
+            approval = self._one(conn, Approval, "load_approval", params)
+            assert approval is not None
+            return approval
+
+    def load_approval(self, invoice_id: UUID | str) -> Approval | None:
+        with self.pool.connection() as conn:
+            return self._one(conn, Approval, "load_approval", {"invoice_id": as_uuid(invoice_id)})
+
+    def post_to_ledger(self, lease: Lease, org_id: str, amount: Decimal, currency: str) -> LedgerPosting:
+        """Post once: a second call returns the posting that exists (UNIQUE invoice_id)."""
+        params = {
+            "invoice_id": lease.invoice_id,
+            "job_id": lease.job_id,
+            "org_id": org_id,
+            "amount": amount,
+            "currency": currency,
+        }
+        with self._fenced(lease) as conn:
+            conn.execute(query("post_to_ledger"), params)
+            posting = self._one(conn, LedgerPosting, "load_ledger_posting", params)
+            assert posting is not None
+            return posting
+
+    def load_ledger_posting(self, invoice_id: UUID | str) -> LedgerPosting | None:
+        with self.pool.connection() as conn:
+            return self._one(conn, LedgerPosting, "load_ledger_posting", {"invoice_id": as_uuid(invoice_id)})
+
+    # -- ending a job --------------------------------------------------------------------------
+
+    def complete(self, lease: Lease) -> None:
+        """Release the lock as succeeded and mark the invoice processed, atomically."""
+        with self._fenced(lease) as conn:
+            conn.execute(query("mark_processed"), {"invoice_id": lease.invoice_id})
+            conn.execute(query("finish_lock"), {"job_id": lease.job_id, "status": "succeeded", "error": None})
+
+    def quarantine(self, lease: Lease, code: str, reason: str) -> None:
+        """A bad document: keep it, say why, never retry it."""
+        with self._fenced(lease) as conn:
+            conn.execute(
+                query("mark_quarantined"), {"invoice_id": lease.invoice_id, "code": code, "reason": reason}
+            )
+            conn.execute(
+                query("finish_lock"),
+                {"job_id": lease.job_id, "status": "failed", "error": f"quarantined: {code}: {reason}"},
+            )
+
+    def fail(
+        self, job_id: UUID | str, error: str, *, max_attempts: int, retry_base: timedelta
+    ) -> Rescheduled | None:
+        """Release a failed job at once (no waiting for the sweep) and schedule the invoice's retry.
+
+        Unfenced on purpose: a failing holder may already have been swept, and then the
+        finish changes nothing while the reschedule still applies.
+        """
+        job_id = as_uuid(job_id, "job_id")
+        with self._transaction() as conn:
+            conn.execute(query("finish_lock"), {"job_id": job_id, "status": "failed", "error": error})
+            row = conn.execute("SELECT invoice_id FROM processing_jobs WHERE id = %s", (job_id,)).fetchone()
+            if row is None:
+                return None
+            rescheduled = self._all(
+                conn,
+                Rescheduled,
+                "reschedule_failed",
+                {
+                    "invoice_id": row[0],
+                    "max_attempts": max_attempts,
+                    "retry_base": retry_base,
+                    "error": error,
+                },
+            )
+        return rescheduled[0] if rescheduled else None
+
+    def reschedule_orphans(self, *, max_attempts: int, retry_base: timedelta) -> list[Rescheduled]:
+        """Invoices left 'processing' with no running job (their holder was swept) get a retry or give up."""
+        with self._transaction() as conn:
+            return self._all(
+                conn,
+                Rescheduled,
+                "reschedule_failed",
+                {"invoice_id": None, "max_attempts": max_attempts, "retry_base": retry_base, "error": None},
+            )
+
+    # -- the sensor ----------------------------------------------------------------------------
+
+    def claim_due_invoices(
+        self, limit: int, request_timeout: timedelta = timedelta(minutes=10)
+    ) -> list[DueInvoice]:
+        if limit < 1:
+            raise ValueError(f"limit must be positive, got {limit}")
+        with self._transaction() as conn:
+            due = self._all(
+                conn, DueInvoice, "claim_due_invoices", {"limit": limit, "request_timeout": request_timeout}
+            )
+        return sorted(due, key=lambda d: d.seq)
+
+
+def json_default(value: Any) -> Any:
+    if isinstance(value, UUID | Decimal):
+        return str(value)
+    if isinstance(value, date | datetime):
+        return value.isoformat()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, default=json_default, indent=2)

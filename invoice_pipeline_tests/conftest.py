@@ -1,0 +1,71 @@
+"""Fixtures: one real PostgreSQL per test session, a fresh migrated database per test.
+
+By default the session starts its own embedded PostgreSQL in a temporary home on a free
+port; with INVOICE_PIPELINE_DATABASE_URL set, the tests create their databases on that
+server instead (its database in the URL is only used to connect).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from invoice_pipeline.config import ENV_DATABASE_URL
+from invoice_pipeline.db.embedded import EmbeddedPostgres
+from invoice_pipeline.db.migrate import migrate
+from invoice_pipeline.store import InvoiceStore
+from invoice_pipeline_tests.support import create_database, drop_database, free_port, with_database
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT.parent / "shared" / "corpus"
+
+
+@pytest.fixture(scope="session")
+def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A URL to a database on the server under test, used to create and drop test databases."""
+    external = os.environ.get(ENV_DATABASE_URL)
+    if external:
+        yield external
+        return
+    home = tmp_path_factory.mktemp("pg")
+    server = EmbeddedPostgres(home / "pgdata", free_port())
+    server.start()
+    try:
+        yield server.url("postgres")
+    finally:
+        server.stop(mode="immediate")
+
+
+@pytest.fixture(scope="session")
+def template_database(server_url: str) -> Iterator[str]:
+    url = create_database(server_url, prefix="ip_template")
+    migrate(url)
+    yield url.rsplit("/", 1)[1]
+    drop_database(server_url, url)
+
+
+@pytest.fixture
+def database_url(server_url: str, template_database: str) -> Iterator[str]:
+    url = create_database(server_url, template=template_database)
+    yield url
+    drop_database(server_url, url)
+
+
+@pytest.fixture
+def empty_database_url(server_url: str) -> Iterator[str]:
+    url = create_database(server_url)
+    yield url
+    drop_database(server_url, url)
+
+
+@pytest.fixture
+def store(database_url: str) -> Iterator[InvoiceStore]:
+    s = InvoiceStore(database_url, max_size=8)
+    yield s
+    s.close()
+
+
+__all__ = ["CORPUS", "ROOT", "with_database"]

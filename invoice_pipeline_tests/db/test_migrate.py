@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+import multiprocessing
+import shutil
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from invoice_pipeline.db.migrate import MigrationError, migrate
+from invoice_pipeline.db.sqlfiles import migration_files, sql_dir
+
+
+def _tables(url: str) -> set[str]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'").fetchall()
+    return {r[0] for r in rows}
+
+
+def test_fresh_database_gets_every_file_then_rerun_is_a_no_op(empty_database_url: str) -> None:
+    names = [p.name for p in migration_files()]
+    first = migrate(empty_database_url)
+    assert first.applied == names
+    assert {"invoices", "processing_jobs", "schema_migrations", "documents"} <= _tables(empty_database_url)
+    second = migrate(empty_database_url)
+    assert second.applied == []
+    assert second.already_applied == names
+
+
+def test_the_contract_insert_works(empty_database_url: str) -> None:
+    migrate(empty_database_url)
+    with psycopg.connect(empty_database_url) as conn:
+        row = conn.execute("INSERT INTO invoices (org_id) VALUES ('acme') RETURNING id").fetchone()
+        assert row is not None
+        job = conn.execute("SELECT acquire_processing_lock(%s, 1)", (row[0],)).fetchone()
+        assert job is not None and job[0] is not None
+
+
+def _migrate_in_child(url: str, queue: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    try:
+        queue.put(("ok", migrate(url).applied))
+    except Exception as exc:
+        queue.put(("error", repr(exc)))
+
+
+def test_concurrent_migrators_apply_each_file_once(empty_database_url: str) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_migrate_in_child, args=(empty_database_url, queue)) for _ in range(6)]
+    for p in procs:
+        p.start()
+    results = [queue.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+    assert all(kind == "ok" for kind, _ in results), results
+    applied = [names for _, names in results if names]
+    assert len(applied) == 1, f"exactly one migrator should have applied the files: {results}"
+    with psycopg.connect(empty_database_url) as conn:
+        count = conn.execute("SELECT count(*) FROM schema_migrations").fetchone()
+    assert count is not None and count[0] == len(migration_files())
+
+
+def test_edited_applied_file_is_refused_with_a_clear_message(empty_database_url: str, tmp_path: Path) -> None:
+    copy = tmp_path / "sql"
+    shutil.copytree(sql_dir(), copy)
+    migrate(empty_database_url, copy)
+    first = sorted(copy.glob("*.sql"))[0]
+    first.write_text(first.read_text() + "\n-- an innocent-looking edit\n")
+    with pytest.raises(MigrationError, match=rf"{first.name} was edited after it was applied"):
+        migrate(empty_database_url, copy)
+
+
+def test_new_file_is_applied_and_a_failing_one_changes_nothing(
+    empty_database_url: str, tmp_path: Path
+) -> None:
+    copy = tmp_path / "sql"
+    shutil.copytree(sql_dir(), copy)
+    migrate(empty_database_url, copy)
+    (copy / "9001_extra.sql").write_text("CREATE TABLE extra_ok (id int);")
+    (copy / "9002_broken.sql").write_text("CREATE TABLE extra_broken (id int); SELECT * FROM no_such_table;")
+    with pytest.raises(psycopg.errors.UndefinedTable):
+        migrate(empty_database_url, copy)
+    assert "extra_ok" not in _tables(empty_database_url)
+    (copy / "9002_broken.sql").unlink()
+    assert migrate(empty_database_url, copy).applied == ["9001_extra.sql"]

@@ -1,0 +1,46 @@
+-- Queries for the durable job lock. Loaded by name by invoice_pipeline.db.sqlfiles.
+
+-- name: acquire_lock
+SELECT acquire_processing_lock(%(invoice_id)s, %(attempt)s, %(owner)s) AS job_id
+
+-- name: mark_invoice_processing
+UPDATE invoices
+SET status = 'processing', attempts = GREATEST(attempts, %(attempt)s), requested_at = NULL,
+    updated_at = now()
+WHERE id = %(invoice_id)s
+
+-- name: heartbeat_lock
+SELECT heartbeat_processing_lock(%(job_id)s) AS alive
+
+-- name: finish_lock
+SELECT finish_processing_lock(%(job_id)s, %(status)s, %(error)s) AS finished
+
+-- name: release_stale_locks
+SELECT release_stale_locks(%(invoice_id)s, %(stale_after)s) AS released
+
+-- name: current_holder
+SELECT id AS job_id, invoice_id, attempt, owner, started_at, heartbeat_at,
+       clock_timestamp() - heartbeat_at AS heartbeat_age
+FROM processing_jobs
+WHERE invoice_id = %(invoice_id)s AND status = 'running'
+
+-- name: job_history
+SELECT id AS job_id, invoice_id, attempt, status, owner, started_at, heartbeat_at, finished_at, error
+FROM processing_jobs
+WHERE invoice_id = %(invoice_id)s
+ORDER BY started_at, attempt
+
+-- name: jobs_of_owner
+SELECT id AS job_id, invoice_id, attempt, status, owner, started_at, heartbeat_at, finished_at, error
+FROM processing_jobs
+WHERE owner = %(owner)s
+ORDER BY started_at
+
+-- Fencing: every write a step makes runs in a transaction that first passes this statement.
+-- The row lock it takes makes a concurrent sweep wait for the write to commit, and a write
+-- that comes after a sweep finds no running row and is refused: no zombie write can land.
+-- It also counts as a heartbeat: a holder that is writing is alive.
+-- name: fence
+UPDATE processing_jobs SET heartbeat_at = clock_timestamp()
+WHERE id = %(job_id)s AND invoice_id = %(invoice_id)s AND status = 'running'
+RETURNING id

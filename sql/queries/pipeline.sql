@@ -1,0 +1,172 @@
+-- Queries the pipeline's steps run. Every write here is executed after `fence` in the same
+-- transaction (see locks.sql), so it lands only while its job holds the lock.
+
+-- name: insert_document
+INSERT INTO documents (sha256, content, size_bytes)
+VALUES (%(sha256)s, %(content)s, %(size_bytes)s)
+ON CONFLICT (sha256) DO NOTHING
+
+-- name: insert_invoice_for_document
+INSERT INTO invoices (org_id, document_sha256, source_filename)
+VALUES (%(org_id)s, %(sha256)s, %(filename)s)
+ON CONFLICT (org_id, document_sha256) WHERE document_sha256 IS NOT NULL DO NOTHING
+RETURNING id
+
+-- name: invoice_for_document
+SELECT id FROM invoices WHERE org_id = %(org_id)s AND document_sha256 = %(sha256)s
+
+-- name: load_document
+SELECT i.id AS invoice_id, i.org_id, i.source_filename AS filename, d.sha256, d.content
+FROM invoices i JOIN documents d ON d.sha256 = i.document_sha256
+WHERE i.id = %(invoice_id)s
+
+-- name: invoice_state
+SELECT id AS invoice_id, org_id, status, processing_stage, attempts, next_attempt_at,
+       last_error, quarantine_code, quarantine_reason
+FROM invoices WHERE id = %(invoice_id)s
+
+-- name: record_step_executed
+WITH crumb AS (
+    UPDATE invoices SET processing_stage = %(step)s, updated_at = now() WHERE id = %(invoice_id)s
+)
+INSERT INTO step_events (invoice_id, job_id, step, event) VALUES (%(invoice_id)s, %(job_id)s, %(step)s, 'executed')
+
+-- name: record_step_skipped
+INSERT INTO step_events (invoice_id, job_id, step, event) VALUES (%(invoice_id)s, %(job_id)s, %(step)s, 'skipped')
+
+-- name: count_step_executions
+SELECT count(*) AS n FROM step_events
+WHERE invoice_id = %(invoice_id)s AND step = %(step)s AND event = 'executed'
+
+-- name: save_extracted_text
+INSERT INTO extracted_texts (invoice_id, job_id, format, method, page_count, text, structured)
+VALUES (%(invoice_id)s, %(job_id)s, %(format)s, %(method)s, %(page_count)s, %(text)s, %(structured)s)
+ON CONFLICT (invoice_id) DO UPDATE
+SET job_id = EXCLUDED.job_id, format = EXCLUDED.format, method = EXCLUDED.method,
+    page_count = EXCLUDED.page_count, text = EXCLUDED.text, structured = EXCLUDED.structured,
+    created_at = clock_timestamp()
+
+-- name: load_extracted_text
+SELECT format, method, page_count, text, structured FROM extracted_texts WHERE invoice_id = %(invoice_id)s
+
+-- name: save_fields
+UPDATE invoices
+SET fields = %(fields)s, invoice_number = %(invoice_number)s, document_type = %(document_type)s,
+    currency = %(currency)s, payable_total = %(payable_total)s, issue_date = %(issue_date)s,
+    seller_name = %(seller_name)s, seller_vat_id = %(seller_vat_id)s, updated_at = now()
+WHERE id = %(invoice_id)s
+
+-- name: load_fields
+SELECT fields FROM invoices WHERE id = %(invoice_id)s AND fields IS NOT NULL
+
+-- name: take_business_key_lock
+SELECT pg_advisory_xact_lock(%(lock_id)s)
+
+-- name: load_duplicate_decision
+SELECT id AS invoice_id, duplicate_status AS status, duplicate_group_id AS group_id,
+       duplicate_of AS original_id, business_key, match_how AS how, match_score AS score,
+       coalesce(match_reasons, '{}') AS reasons
+FROM invoices WHERE id = %(invoice_id)s AND duplicate_status IS NOT NULL
+
+-- Candidates for matching: originals of the same org that share the exact key, the vendor,
+-- or the amount. Never another org's rows: org_id is in every branch.
+-- name: duplicate_candidates
+SELECT id, org_id, business_key, vendor_key, fields
+FROM invoices
+WHERE org_id = %(org_id)s AND duplicate_status = 'original' AND id <> %(invoice_id)s
+  AND (business_key = %(business_key)s OR vendor_key = %(vendor_key)s
+       OR (payable_total = %(payable_total)s AND currency = %(currency)s))
+ORDER BY (business_key = %(business_key)s) DESC, seq
+LIMIT 200
+
+-- name: mark_original
+UPDATE invoices
+SET duplicate_status = 'original', duplicate_of = NULL, business_key = %(business_key)s,
+    business_key_hash = %(lock_id)s, vendor_key = %(vendor_key)s,
+    match_how = NULL, match_score = NULL, match_reasons = NULL, updated_at = now()
+WHERE id = %(invoice_id)s
+
+-- name: group_of_original
+SELECT id FROM duplicate_groups WHERE original_invoice_id = %(original_id)s
+
+-- name: create_group
+INSERT INTO duplicate_groups (org_id, business_key, original_invoice_id)
+VALUES (%(org_id)s, %(business_key)s, %(original_id)s)
+ON CONFLICT (original_invoice_id) DO UPDATE SET org_id = EXCLUDED.org_id
+RETURNING id
+
+-- name: join_group
+UPDATE invoices SET duplicate_group_id = %(group_id)s, updated_at = now()
+WHERE id = %(original_id)s
+
+-- name: mark_duplicate
+UPDATE invoices
+SET duplicate_status = 'duplicate', duplicate_of = %(original_id)s, duplicate_group_id = %(group_id)s,
+    business_key = %(business_key)s, business_key_hash = %(lock_id)s, vendor_key = %(vendor_key)s,
+    match_how = %(how)s, match_score = %(score)s, match_reasons = %(reasons)s, updated_at = now()
+WHERE id = %(invoice_id)s
+
+-- name: save_approval
+INSERT INTO approvals (invoice_id, job_id, decision, rule)
+VALUES (%(invoice_id)s, %(job_id)s, %(decision)s, %(rule)s)
+ON CONFLICT (invoice_id) DO NOTHING
+
+-- name: load_approval
+SELECT decision, rule, decided_at FROM approvals WHERE invoice_id = %(invoice_id)s
+
+-- name: post_to_ledger
+INSERT INTO ledger_postings (invoice_id, job_id, org_id, amount, currency)
+VALUES (%(invoice_id)s, %(job_id)s, %(org_id)s, %(amount)s, %(currency)s)
+ON CONFLICT (invoice_id) DO NOTHING
+
+-- name: load_ledger_posting
+SELECT id AS posting_id, invoice_id, amount, currency, posted_at FROM ledger_postings
+WHERE invoice_id = %(invoice_id)s
+
+-- name: mark_processed
+UPDATE invoices SET status = 'processed', last_error = NULL, updated_at = now() WHERE id = %(invoice_id)s
+
+-- name: mark_quarantined
+UPDATE invoices
+SET status = 'quarantined', quarantine_code = %(code)s, quarantine_reason = %(reason)s,
+    last_error = %(reason)s, updated_at = now()
+WHERE id = %(invoice_id)s
+
+-- After a failed attempt: retry later with exponential backoff, or give up. Applies to the
+-- given invoice, or (NULL) to every invoice left 'processing' with no running job — the ones
+-- whose holder died and was swept.
+-- name: reschedule_failed
+WITH orphans AS (
+    SELECT i.id, i.attempts,
+           (SELECT j.error FROM processing_jobs j WHERE j.invoice_id = i.id
+            ORDER BY j.started_at DESC LIMIT 1) AS last_job_error
+    FROM invoices i
+    WHERE i.status = 'processing'
+      AND (%(invoice_id)s::uuid IS NULL OR i.id = %(invoice_id)s::uuid)
+      AND NOT EXISTS (SELECT 1 FROM processing_jobs j WHERE j.invoice_id = i.id AND j.status = 'running')
+    FOR UPDATE OF i SKIP LOCKED
+)
+UPDATE invoices i
+SET status = CASE WHEN o.attempts >= %(max_attempts)s THEN 'needs_attention' ELSE 'failed' END,
+    next_attempt_at = now() + %(retry_base)s * power(2, GREATEST(o.attempts - 1, 0)),
+    last_error = coalesce(%(error)s, o.last_job_error, i.last_error),
+    updated_at = now()
+FROM orphans o
+WHERE i.id = o.id
+RETURNING i.id AS invoice_id, i.status, i.attempts, i.next_attempt_at, i.last_error
+
+-- The sensor's query. Marks what it returns as requested, so the next tick moves on to newer
+-- work; a request older than the timeout (its launch was lost) is made again. The run key
+-- carries the attempt, so Dagster itself skips a second request for a run it already has.
+-- name: claim_due_invoices
+WITH due AS (
+    SELECT id FROM invoices
+    WHERE status IN ('pending', 'failed') AND next_attempt_at <= now()
+      AND (requested_at IS NULL OR requested_at < now() - %(request_timeout)s)
+    ORDER BY next_attempt_at, seq
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE invoices i SET requested_at = now()
+FROM due WHERE i.id = due.id
+RETURNING i.id AS invoice_id, i.org_id, i.attempts + 1 AS attempt, i.seq
