@@ -284,6 +284,10 @@ class InvoiceStore:
             conn.execute(query("mark_invoice_processing"), params)
         return Lease(self, job_id, invoice_id, attempt, owner)
 
+    def lease(self, job_id: UUID | str, invoice_id: UUID | str, attempt: int, owner: str | None) -> Lease:
+        """A handle on a job taken earlier (e.g. by a previous step of the same run); fenced like any other."""
+        return Lease(self, as_uuid(job_id, "job_id"), as_uuid(invoice_id), attempt, owner)
+
     def current_holder(self, invoice_id: UUID | str) -> LockHolder | None:
         with self.pool.connection() as conn:
             return self._one(conn, LockHolder, "current_holder", {"invoice_id": as_uuid(invoice_id)})

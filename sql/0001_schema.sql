@@ -89,6 +89,8 @@ CREATE UNIQUE INDEX processing_jobs_one_running_per_invoice
 CREATE INDEX processing_jobs_running_by_heartbeat
     ON processing_jobs (heartbeat_at) WHERE status = 'running';
 CREATE INDEX processing_jobs_by_invoice ON processing_jobs (invoice_id, started_at);
+-- The sweep schedule asks which jobs a (possibly dead) Dagster run held.
+CREATE INDEX processing_jobs_by_owner ON processing_jobs (owner);
 
 -- Step outputs, each written by a fenced statement and read back when a retry fast-forwards.
 CREATE TABLE extracted_texts (

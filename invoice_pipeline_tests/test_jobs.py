@@ -1,0 +1,244 @@
+"""Both jobs, executed in process with the real resource on a real PostgreSQL."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from dagster import DagsterEventType, DagsterInstance, ExecuteInProcessResult
+
+from invoice_pipeline.documents import ExtractedText
+from invoice_pipeline.jobs import make_jobs
+from invoice_pipeline.resources import DocumentReader
+from invoice_pipeline.store import InvoiceStore
+from invoice_pipeline_tests.factories import json_invoice, pipeline_resources
+
+
+def run_single(
+    database_url: str, invoice_id: object, reader: DocumentReader | None = None, **db: Any
+) -> ExecuteInProcessResult:
+    job, _ = make_jobs(pipeline_resources(database_url, reader, **db))
+    return job.execute_in_process(
+        run_config={"ops": {"start": {"config": {"invoice_id": str(invoice_id)}}}},
+        raise_on_error=False,
+        instance=INSTANCE,
+    )
+
+
+def run_batch(
+    database_url: str, invoice_ids: list[object], reader: DocumentReader | None = None
+) -> ExecuteInProcessResult:
+    _, job = make_jobs(pipeline_resources(database_url, reader))
+    return job.execute_in_process(
+        run_config={"ops": {"fan_out": {"config": {"invoice_ids": [str(i) for i in invoice_ids]}}}},
+        raise_on_error=False,
+        instance=INSTANCE,
+    )
+
+
+def executed_steps(database_url: str, invoice_id: object) -> list[str]:
+    with psycopg.connect(database_url) as conn:
+        rows = conn.execute(
+            "SELECT step FROM step_events WHERE invoice_id = %s AND event = 'executed' ORDER BY id",
+            (invoice_id,),
+        ).fetchall()
+    return [r[0] for r in rows]
+
+
+INSTANCE = DagsterInstance.ephemeral()
+
+
+def log_messages(result: ExecuteInProcessResult) -> str:
+    """Everything the run logged, user messages included, as a person reads it in the UI."""
+    return "\n".join(e.message for e in INSTANCE.all_logs(result.run_id))
+
+
+STAGES = ["extract_text", "extract_fields", "validate", "detect_duplicates", "approve", "post_to_ledger"]
+
+
+def test_happy_path_processes_posts_once_and_releases(database_url: str, store: InvoiceStore) -> None:
+    inv = store.store_document(json_invoice(), "acme", "a.json").invoice_id
+    result = run_single(database_url, inv)
+    assert result.success
+    state = store.invoice_state(inv)
+    assert state is not None and state.status == "processed" and state.attempts == 1
+    assert executed_steps(database_url, inv) == STAGES
+    posting = store.load_ledger_posting(inv)
+    assert posting is not None and str(posting.amount) == "119.00" and posting.currency == "EUR"
+    assert [j.status for j in store.job_history(inv)] == ["succeeded"]
+    assert store.current_holder(inv) is None
+    materialized = {
+        e.asset_key.to_user_string()  # type: ignore[union-attr]
+        for e in result.all_events
+        if e.event_type == DagsterEventType.ASSET_MATERIALIZATION
+    }
+    assert materialized == {
+        "invoice_documents",
+        "extracted_text",
+        "invoice_fields",
+        "duplicate_decisions",
+        "approvals",
+        "ledger_postings",
+    }
+    # Launching it again is harmless: the invoice is done.
+    again = run_single(database_url, inv)
+    assert again.success and "already processed" in log_messages(again)
+    assert executed_steps(database_url, inv) == STAGES
+
+
+def test_duplicate_is_rejected_and_never_posted(database_url: str, store: InvoiceStore) -> None:
+    first = store.store_document(json_invoice("INV-00123"), "acme", "a.json").invoice_id
+    copy = store.store_document(json_invoice("inv 123", seller="ACME Supplies"), "acme", "b.json").invoice_id
+    other_org = store.store_document(json_invoice("INV-00123"), "globex", "a.json").invoice_id
+    for inv in (first, copy, other_org):
+        assert run_single(database_url, inv).success
+    decision = store.load_duplicate_decision(copy)
+    assert decision is not None and decision.is_duplicate and decision.original_id == first
+    assert decision.reasons, "a duplicate says why it matched"
+    assert store.load_ledger_posting(copy) is None
+    approval = store.load_approval(copy)
+    assert approval is not None and approval.decision == "rejected"
+    other = store.load_duplicate_decision(other_org)
+    assert other is not None and other.status == "original", "another org's copy is its own original"
+
+
+def test_lock_held_elsewhere_ends_cleanly_without_later_stages(
+    database_url: str, store: InvoiceStore
+) -> None:
+    inv = store.store_document(json_invoice(), "acme", "a.json").invoice_id
+    holder = store.acquire(inv, 1, owner="someone-else")
+    assert holder is not None
+    result = run_single(database_url, inv)
+    assert result.success
+    assert executed_steps(database_url, inv) == []
+    messages = log_messages(result)
+    assert "held elsewhere" in messages and str(holder.job_id) in messages and "someone-else" in messages
+    skipped = {e.step_key for e in result.all_events if e.event_type == DagsterEventType.STEP_SKIPPED}
+    assert "process_one.extract_text" in skipped and "process_one.release" in skipped
+
+
+def test_bad_document_is_quarantined_with_a_reason_and_not_retried(
+    database_url: str, store: InvoiceStore
+) -> None:
+    inv = store.store_document(b'{"invoice_number": 12}', "acme", "bad.json").invoice_id
+    result = run_single(database_url, inv)
+    assert not result.success
+    state = store.invoice_state(inv)
+    assert state is not None and state.status == "quarantined"
+    assert state.quarantine_code and state.quarantine_reason
+    assert store.load_document(inv) is not None, "the original is kept"
+    (job,) = store.job_history(inv)
+    assert job.status == "failed" and job.error is not None and "quarantined" in job.error
+    retries = [e for e in result.all_events if e.event_type == DagsterEventType.STEP_UP_FOR_RETRY]
+    assert retries == []
+
+
+class SweptWhileReading(DocumentReader):
+    """Plays the world in which this holder stalled and the sweep took its lock mid-step."""
+
+    database_url: str
+
+    def read_text(self, content: bytes, filename: str | None, max_bytes: int) -> ExtractedText:
+        sweeper = InvoiceStore(self.database_url, max_size=1)
+        try:
+            assert sweeper.release_stale_locks(stale_after=timedelta(0)) == 1
+        finally:
+            sweeper.close()
+        return super().read_text(content, filename, max_bytes)
+
+
+def test_lost_lease_stops_the_run_without_retries_or_writes(database_url: str, store: InvoiceStore) -> None:
+    inv = store.store_document(json_invoice(), "acme", "a.json").invoice_id
+    result = run_single(database_url, inv, SweptWhileReading(database_url=database_url), heartbeat_seconds=30)
+    assert not result.success
+    failures = [e for e in result.all_events if e.event_type == DagsterEventType.STEP_FAILURE]
+    assert len(failures) == 1 and "lease lost" in (failures[0].message or "") + str(
+        failures[0].event_specific_data
+    )
+    assert [e for e in result.all_events if e.event_type == DagsterEventType.STEP_UP_FOR_RETRY] == []
+    assert store.load_extracted_text(inv) is None, "the zombie's text never landed"
+    state = store.invoice_state(inv)
+    assert state is not None and state.status == "failed", "nobody else holds it: a retry is scheduled"
+
+
+class FlakyReader(DocumentReader):
+    """Fails the first `failures` calls with a connection error, as a flaky OCR service would."""
+
+    failures: int
+    marker: str
+
+    def read_text(self, content: bytes, filename: str | None, max_bytes: int) -> ExtractedText:
+        with psycopg.connect(self.marker) as conn:
+            calls = conn.execute("SELECT nextval('flaky_calls')").fetchone()[0]  # type: ignore[index]
+        if calls <= self.failures:
+            raise psycopg.OperationalError(f"simulated connection drop #{calls}")
+        return super().read_text(content, filename, max_bytes)
+
+
+def test_transient_error_is_retried_with_backoff(database_url: str, store: InvoiceStore) -> None:
+    with psycopg.connect(database_url) as conn:
+        conn.execute("CREATE SEQUENCE flaky_calls")
+    inv = store.store_document(json_invoice(), "acme", "a.json").invoice_id
+    result = run_single(database_url, inv, FlakyReader(failures=2, marker=database_url))
+    assert result.success
+    retries = [e for e in result.all_events if e.event_type == DagsterEventType.STEP_UP_FOR_RETRY]
+    assert len(retries) == 2
+    assert store.invoice_state(inv).status == "processed"  # type: ignore[union-attr]
+
+
+def test_failure_hook_releases_at_once_and_schedules_retry_then_dead_letters(
+    database_url: str, store: InvoiceStore
+) -> None:
+    with psycopg.connect(database_url) as conn:
+        conn.execute("CREATE SEQUENCE flaky_calls")
+    inv = store.store_document(json_invoice(), "acme", "a.json").invoice_id
+    broken = FlakyReader(failures=1000, marker=database_url)
+    result = run_single(database_url, inv, broken, max_attempts=2)
+    assert not result.success
+    (job,) = store.job_history(inv)
+    assert job.status == "failed" and "simulated connection drop" in (job.error or "")
+    state = store.invoice_state(inv)
+    assert state is not None and state.status == "failed" and state.attempts == 1
+    with psycopg.connect(database_url) as conn:
+        delay = conn.execute(
+            "SELECT extract(epoch FROM next_attempt_at - now()) FROM invoices WHERE id = %s", (inv,)
+        ).fetchone()
+    assert delay is not None and 50 < float(delay[0]) <= 60, "first retry waits retry_base"
+    assert not run_single(database_url, inv, broken, max_attempts=2).success
+    state = store.invoice_state(inv)
+    assert state is not None and state.status == "needs_attention" and state.attempts == 2
+    assert "simulated connection drop" in (state.last_error or "")
+    assert run_single(database_url, inv, broken, max_attempts=2).success, (
+        "a dead-lettered invoice is left alone"
+    )
+    assert len(store.job_history(inv)) == 2
+
+
+def test_batch_one_bad_invoice_fails_only_its_branch(database_url: str, store: InvoiceStore) -> None:
+    good = [
+        store.store_document(json_invoice(f"B-{i}", total=f"{10 + i}.00"), "acme", f"{i}.json").invoice_id
+        for i in range(4)
+    ]
+    bad = store.store_document(b"", "acme", "empty.json").invoice_id
+    result = run_batch(database_url, [*good, bad])
+    assert not result.success
+    for inv in good:
+        assert store.invoice_state(inv).status == "processed"  # type: ignore[union-attr]
+        assert store.load_ledger_posting(inv) is not None
+    bad_state = store.invoice_state(bad)
+    assert (
+        bad_state is not None
+        and bad_state.status == "quarantined"
+        and bad_state.quarantine_code == "empty_file"
+    )
+
+
+@pytest.mark.parametrize("bad_id", ["not-a-uuid", "123"])
+def test_bad_invoice_id_is_a_clear_config_failure(database_url: str, bad_id: str) -> None:
+    result = run_single(database_url, bad_id)
+    assert not result.success
+    assert "must be a UUID" in log_messages(result) + str(
+        [e.event_specific_data for e in result.all_events if e.event_type == DagsterEventType.STEP_FAILURE]
+    )
