@@ -16,6 +16,7 @@ import pytest
 from invoice_pipeline.config import ENV_DATABASE_URL
 from invoice_pipeline.db.embedded import EmbeddedPostgres
 from invoice_pipeline.db.migrate import migrate
+from invoice_pipeline.resources.invoice_database import close_shared_stores
 from invoice_pipeline.store import InvoiceStore
 from invoice_pipeline_tests.support import create_database, drop_database, free_port, with_database
 
@@ -59,6 +60,13 @@ def empty_database_url(server_url: str) -> Iterator[str]:
     url = create_database(server_url)
     yield url
     drop_database(server_url, url)
+
+
+@pytest.fixture(autouse=True)
+def _close_pools_after_each_test() -> Iterator[None]:
+    """Resources cache one pool per database; a dropped test database must not leave one reconnecting."""
+    yield
+    close_shared_stores()
 
 
 @pytest.fixture

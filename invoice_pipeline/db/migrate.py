@@ -47,7 +47,9 @@ def migrate(database_url: str, directory: Path | None = None) -> MigrationResult
             )
             """
         )
-        recorded: dict[str, str] = dict(conn.execute("SELECT filename, checksum FROM schema_migrations").fetchall())
+        recorded: dict[str, str] = dict(
+            conn.execute("SELECT filename, checksum FROM schema_migrations").fetchall()
+        )
         on_disk = {path.name for path in files}
         missing = sorted(set(recorded) - on_disk)
         if missing:

@@ -29,6 +29,13 @@ def shared_store(database_url: str | None) -> InvoiceStore:
         return store
 
 
+def close_shared_stores() -> None:
+    with _stores_lock:
+        for store in _stores.values():
+            store.close()
+        _stores.clear()
+
+
 class InvoiceDatabase(ConfigurableResource):
     """Durable locks, leases, fencing and advisory-locked dedupe on PostgreSQL.
 

@@ -1,0 +1,103 @@
+"""Pure document handling: bytes -> text -> fields. No database, no Dagster.
+
+    extracted = extract_text(content, filename)   # raises BadDocument
+    fields = extract_fields(extracted)             # raises BadDocument only when nothing is usable
+
+The two steps are separate so the (cheap to store) ExtractedText can be re-read by improved
+field extraction without fetching the original file again.
+"""
+
+from __future__ import annotations
+
+from ..domain.fields import InvoiceFields
+from .cii import fields_from_cii
+from .detect import classify_xml, sniff
+from .errors import BadDocument
+from .extracted import ExtractedText
+from .json_format import JSON_SCHEMA_PATH, decode_json_text, fields_from_json, load_invoice_json
+from .pdf import embedded_invoice_xml, open_pdf, text_layer
+from .text_fields import fields_from_text, looks_like_invoice
+from .ubl import fields_from_ubl
+from .xmlsafe import decoded_text, parse_xml, reparse, serialize
+
+__all__ = [
+    "JSON_SCHEMA_PATH",
+    "BadDocument",
+    "ExtractedText",
+    "extract_fields",
+    "extract_text",
+]
+
+DEFAULT_MAX_BYTES = 20 * 1024 * 1024
+
+NOT_AN_INVOICE_REASON = (
+    "PDF has text but no invoice number and no payable total could be found; "
+    "check that this is an invoice (not a delivery note, quote or letter)"
+)
+
+
+def extract_text(
+    content: bytes, filename: str | None = None, *, max_bytes: int = DEFAULT_MAX_BYTES
+) -> ExtractedText:
+    """Detect the format by content and recover the document text (and invoice XML/JSON, if any).
+
+    `filename` is only used in messages: extensions are not trusted.
+    """
+    if not content:
+        raise BadDocument(
+            "empty_file", "file is empty (0 bytes); the upload or mail attachment was lost, re-send it"
+        )
+    if len(content) > max_bytes:
+        raise BadDocument(
+            "too_large",
+            f"file is {len(content)} bytes, above the {max_bytes}-byte limit; send the invoice without attachments",
+        )
+    if not content.strip():
+        raise BadDocument("empty_file", "file contains only whitespace; re-send the actual invoice")
+    kind = sniff(content)
+    if kind == "xml":
+        root = parse_xml(content)
+        fmt = classify_xml(root)
+        return ExtractedText(fmt, decoded_text(content, root), serialize(root), "xml")
+    if kind == "json":
+        text = decode_json_text(content)
+        load_invoice_json(text)
+        return ExtractedText("json", text, text, "json")
+    reader = open_pdf(content)
+    embedded = embedded_invoice_xml(reader)
+    page_count = len(reader.pages)
+    if embedded is not None:
+        try:
+            layer = text_layer(content)
+            text = layer.text
+        except BadDocument:
+            # The XML is the legal invoice; an unreadable visual layer does not make it unusable.
+            text = ""
+        return ExtractedText(
+            "facturx-pdf", text, serialize(embedded.root), f"pdf-embedded-xml:{embedded.name}", page_count
+        )
+    layer = text_layer(content)
+    if not looks_like_invoice(layer.text):
+        raise BadDocument("not_an_invoice", NOT_AN_INVOICE_REASON)
+    return ExtractedText("pdf", layer.text, None, layer.method, layer.page_count)
+
+
+def extract_fields(extracted: ExtractedText) -> InvoiceFields:
+    """Fields with provenance; missing ones are None with FieldSource.reason set."""
+    fmt = extracted.format
+    if fmt in ("ubl", "cii", "facturx-pdf"):
+        if not extracted.structured:
+            raise BadDocument(
+                "unsupported_format", f"{fmt} document has no structured XML to read fields from"
+            )
+        root = reparse(extracted.structured)
+        kind = classify_xml(root)
+        return fields_from_ubl(root) if kind == "ubl" else fields_from_cii(root)
+    if fmt == "json":
+        return fields_from_json(extracted.structured or extracted.text)
+    if fmt == "pdf":
+        fields = fields_from_text(extracted.text, ocr=extracted.method.startswith("ocr"))
+        if fields.invoice_number is None and fields.payable_total is None:
+            raise BadDocument("not_an_invoice", NOT_AN_INVOICE_REASON)
+        return fields
+    raise BadDocument("unsupported_format", f"unknown extracted format {fmt!r}")

@@ -1,0 +1,127 @@
+"""Fields of a UN/CEFACT Cross Industry Invoice (D16B, as used by Factur-X / ZUGFeRD 2 / XRechnung).
+
+ZUGFeRD 1.0 documents use older element names for the same business terms; each field lists
+the D16B path first and the ZUGFeRD 1 path as a fallback.
+"""
+
+from __future__ import annotations
+
+from lxml import etree
+
+from ..domain.fields import FieldSource, InvoiceFields
+from .collect import FieldCollector
+from .values import CREDIT_NOTE_TYPE_CODES, cii_date, collapse, strict_decimal, unparseable
+from .xpath import find, find_all, local_name, text_of
+
+_DOC = ("rsm:ExchangedDocument", "rsm:HeaderExchangedDocument")
+_AGREEMENT = (
+    "rsm:SupplyChainTradeTransaction/ram:ApplicableHeaderTradeAgreement",
+    "rsm:SpecifiedSupplyChainTradeTransaction/ram:ApplicableSupplyChainTradeAgreement",
+)
+_SETTLEMENT = (
+    "rsm:SupplyChainTradeTransaction/ram:ApplicableHeaderTradeSettlement",
+    "rsm:SpecifiedSupplyChainTradeTransaction/ram:ApplicableSupplyChainTradeSettlement",
+)
+_SUMMATION = (
+    "ram:SpecifiedTradeSettlementHeaderMonetarySummation",
+    "ram:SpecifiedTradeSettlementMonetarySummation",
+)
+
+
+def _first(
+    root: etree._Element, bases: tuple[str, ...], rels: tuple[str, ...]
+) -> tuple[etree._Element | None, str]:
+    for base in bases:
+        for rel in rels:
+            path = f"{base}/{rel}"
+            node = find(root, path)
+            if node is not None and text_of(node) is not None:
+                return node, path
+    return None, f"{bases[0]}/{rels[0]}"
+
+
+def fields_from_cii(root: etree._Element) -> InvoiceFields:
+    c = FieldCollector()
+    top = f"/{root.prefix + ':' if root.prefix else ''}{local_name(root)}"
+
+    def p(rel: str) -> str:
+        return f"{top}/{rel}"
+
+    node, path = _first(root, _DOC, ("ram:ID",))
+    c.set("invoice_number", collapse(text_of(node)), p(path))
+
+    node, path = _first(root, _DOC, ("ram:TypeCode",))
+    type_code = text_of(node)
+    doc_type = "credit_note" if type_code in CREDIT_NOTE_TYPE_CODES else "invoice"
+    c.set("document_type", doc_type, p(path) if type_code else top)
+
+    for name, bases, rels in (
+        ("issue_date", _DOC, ("ram:IssueDateTime/udt:DateTimeString",)),
+        ("due_date", _SETTLEMENT, ("ram:SpecifiedTradePaymentTerms/ram:DueDateDateTime/udt:DateTimeString",)),
+    ):
+        node, path = _first(root, bases, rels)
+        if node is not None:
+            raw = text_of(node) or ""
+            parsed = cii_date(raw, node.get("format"))
+            if parsed is None:
+                c.miss(name, unparseable(p(path), raw, "date"))
+            c.set(name, parsed, p(path))
+
+    node, path = _first(root, _SETTLEMENT, ("ram:InvoiceCurrencyCode",))
+    currency = collapse(text_of(node))
+    c.set("currency", currency, p(path))
+
+    amount_rels: dict[str, tuple[str, ...]] = {
+        "payable_total": ("ram:DuePayableAmount", "ram:GrandTotalAmount"),
+        "net_total": ("ram:TaxBasisTotalAmount",),
+    }
+    for name, amount_paths in amount_rels.items():
+        for rel in amount_paths:
+            node, path = _first(root, tuple(f"{s}/{m}" for s in _SETTLEMENT for m in _SUMMATION), (rel,))
+            if node is None:
+                continue
+            raw = text_of(node) or ""
+            amount = strict_decimal(raw)
+            if amount is None:
+                c.miss(name, unparseable(p(path), raw, "amount"))
+            c.set(name, amount, p(path))
+            break
+
+    # Like UBL, a second TaxTotalAmount may be given in the VAT accounting currency (BT-111).
+    for settlement in _SETTLEMENT:
+        for summation in _SUMMATION:
+            path = f"{settlement}/{summation}/ram:TaxTotalAmount"
+            nodes = find_all(root, path)
+            if not nodes:
+                continue
+            chosen = next((n for n in nodes if currency and n.get("currencyID") == currency), nodes[0])
+            raw = text_of(chosen) or ""
+            amount = strict_decimal(raw)
+            if amount is None:
+                c.miss("tax_total", unparseable(p(path), raw, "amount"))
+            c.set("tax_total", amount, p(path))
+            break
+
+    for role, name_field in (("ram:SellerTradeParty", "seller_name"), ("ram:BuyerTradeParty", "buyer_name")):
+        node, path = _first(root, _AGREEMENT, (f"{role}/ram:Name",))
+        c.set(name_field, collapse(text_of(node)), p(path))
+
+    vat_path = "ram:SellerTradeParty/ram:SpecifiedTaxRegistration/ram:ID"
+    for base in _AGREEMENT:
+        for reg in find_all(root, f"{base}/{vat_path}"):
+            value = collapse(text_of(reg))
+            if value and (reg.get("schemeID") or "").upper() == "VA":
+                c.set("seller_vat_id", value, p(f"{base}/{vat_path}[@schemeID='VA']"))
+                break
+        if c.has("seller_vat_id"):
+            break
+    c.miss(
+        "seller_vat_id",
+        FieldSource(
+            p(f"{_AGREEMENT[0]}/{vat_path}[@schemeID='VA']"), 0.0, "seller has no VAT registration (VA)"
+        ),
+    )
+
+    node, path = _first(root, _AGREEMENT, ("ram:BuyerOrderReferencedDocument/ram:IssuerAssignedID",))
+    c.set("po_number", collapse(text_of(node)), p(path))
+    return c.build()

@@ -1,0 +1,611 @@
+"""Invoice fields from a PDF text layer (or OCR output) by label heuristics.
+
+The text comes from `pdf.layout_text`: one line per visual line, with columns separated by at
+least three spaces, so "label   value" and "label / value below" layouts can both be read.
+Labels cover English, German and French (plus common Spanish/Italian/Dutch terms); values are
+parsed with locale-tolerant rules. Every value gets a confidence below 1.0 because layout
+heuristics can be fooled; a missing field says why.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import date
+from decimal import Decimal, InvalidOperation
+from typing import Any, Generic, TypeVar
+
+from ..domain.fields import FieldSource, InvoiceFields
+from ..domain.validation import KNOWN_CURRENCIES
+from .collect import FieldCollector
+
+T = TypeVar("T")
+_I = re.IGNORECASE
+
+
+@dataclass(frozen=True)
+class Seg:
+    line: int
+    col: int
+    text: str
+
+    @property
+    def end(self) -> int:
+        return self.col + len(self.text)
+
+
+@dataclass(frozen=True)
+class Hit(Generic[T]):
+    value: T
+    line: int
+    label: str
+    confidence: float
+
+    @property
+    def source(self) -> str:
+        return f"pdf-text:line {self.line + 1}:{self.label!r}"
+
+
+class TextDoc:
+    def __init__(self, text: str) -> None:
+        self.lines: list[list[Seg]] = []
+        for i, line in enumerate(text.replace("\r", "").split("\n")):
+            self.lines.append([Seg(i, m.start(), m.group()) for m in re.finditer(r"\S+(?: {1,2}\S+)*", line)])
+
+    def segs(self) -> Iterator[Seg]:
+        for line in self.lines:
+            yield from line
+
+    def right_of(self, seg: Seg) -> list[Seg]:
+        return [s for s in self.lines[seg.line] if s.col > seg.col]
+
+    def below(self, seg: Seg, start: int, end: int, depth: int = 4) -> Iterator[Seg]:
+        """Segments in the next lines that overlap the column span [start, end), nearest first."""
+        centre = (start + end) / 2
+        for i in range(seg.line + 1, min(seg.line + 1 + depth, len(self.lines))):
+            near = [s for s in self.lines[i] if s.col < end + 6 and s.end > start - 6]
+            yield from sorted(near, key=lambda s: abs((s.col + s.end) / 2 - centre))
+
+
+# ---------------------------------------------------------------- value parsers
+
+_AMOUNT = re.compile(
+    r"(?<![\w.,/-])(?P<sign>[-−–])?\s?(?P<num>\d{1,3}(?:[.,'\u00a0\u202f ]\d{3})+(?:[.,]\d{1,4})?|\d+(?:[.,]\d{1,4})?)(?![\w%/]|[.,]\d)"
+)
+_SYMBOLS = {
+    "€": "EUR",
+    "£": "GBP",
+    "¥": "JPY",
+    "₹": "INR",
+    "₽": "RUB",
+    "₺": "TRY",
+    "₩": "KRW",
+    "zł": "PLN",
+    "Kč": "CZK",
+}
+_DOLLAR_PREFIXES = {
+    "US$": "USD",
+    "A$": "AUD",
+    "AU$": "AUD",
+    "C$": "CAD",
+    "CA$": "CAD",
+    "NZ$": "NZD",
+    "HK$": "HKD",
+    "S$": "SGD",
+}
+
+
+def parse_amount(raw: str) -> Decimal | None:
+    s = re.sub(r"[\s\u00a0\u202f']", "", raw)
+    if "," in s and "." in s:
+        dec = "," if s.rfind(",") > s.rfind(".") else "."
+        s = s.replace("." if dec == "," else ",", "").replace(",", ".")
+    elif "," in s or "." in s:
+        sep = "," if "," in s else "."
+        head, _, tail = s.rpartition(sep)
+        # One separator followed by exactly three digits is a thousands separator ("1.234"),
+        # except after a lone zero ("0.025" is a unit price).
+        if s.count(sep) > 1 or (len(tail) == 3 and head.lstrip("-") not in ("", "0")):
+            s = s.replace(sep, "")
+        else:
+            s = s.replace(sep, ".")
+    try:
+        return Decimal(s)
+    except InvalidOperation:
+        return None
+
+
+@dataclass(frozen=True)
+class Money:
+    amount: Decimal
+    currency: str | None
+
+
+def _currency_near(text: str, start: int, end: int) -> str | None:
+    before, after = text[max(0, start - 5) : start], text[end : end + 5]
+    for window in (after, before):
+        m = re.search(r"\b([A-Z]{3})\b", window)
+        if m and m.group(1) in KNOWN_CURRENCIES:
+            return m.group(1)
+        for prefix, code in _DOLLAR_PREFIXES.items():
+            if prefix in window:
+                return code
+        for sym, code in _SYMBOLS.items():
+            if sym in window:
+                return code
+    return None
+
+
+def first_money(text: str) -> Money | None:
+    for m in _AMOUNT.finditer(text):
+        tail = text[m.end() : m.end() + 2]
+        if tail.strip().startswith("%"):
+            continue
+        amount = parse_amount(m.group("num"))
+        if amount is None:
+            continue
+        if m.group("sign"):
+            amount = -amount
+        return Money(amount, _currency_near(text, m.start(), m.end()))
+    return None
+
+
+_MONTHS: dict[str, int] = {}
+for _num, _names in enumerate(
+    (
+        "jan janv january januar jänner janvier enero gennaio januari",
+        "feb febr february februar février fevrier febrero febbraio februari",
+        "mar march märz maerz mars marzo maart",
+        "apr april avril abril aprile",
+        "may mai mayo maggio mag mei",
+        "jun june juni juin junio giugno giu",
+        "jul july juli juillet juil julio luglio lug",
+        "aug august août aout agosto ago augustus",
+        "sep sept september septembre septiembre settembre set",
+        "oct october oktober octobre octubre ottobre ott okt",
+        "nov november novembre noviembre",
+        "dec december dezember décembre decembre diciembre dicembre dic dez",
+    ),
+    start=1,
+):
+    for _n in _names.split():
+        _MONTHS[_n] = _num
+
+_MONTH_WORD = r"([A-Za-zÀ-ÿ]{3,10})\.?"
+_DATE_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"(?<!\d)(\d{4})-(\d{1,2})-(\d{1,2})(?!\d)"), "ymd"),
+    (re.compile(r"(?<!\d)(\d{4})/(\d{1,2})/(\d{1,2})(?!\d)"), "ymd"),
+    (re.compile(r"(?<![\d.])(\d{1,2})\.\s?(\d{1,2})\.\s?(\d{4}|\d{2})(?![\d])"), "dmy"),
+    (re.compile(r"(?<![\d/])(\d{1,2})/(\d{1,2})/(\d{4}|\d{2})(?![\d/])"), "dmy?"),
+    (re.compile(r"(?<![\d-])(\d{1,2})-(\d{1,2})-(\d{4})(?![\d-])"), "dmy"),
+    (re.compile(r"(?<!\d)(\d{1,2})\.?\s+" + _MONTH_WORD + r",?\s+(\d{4})(?!\d)"), "d_month_y"),
+    (re.compile(_MONTH_WORD + r"\s+(\d{1,2})(?:st|nd|rd|th)?,?\s+(\d{4})(?!\d)"), "month_d_y"),
+)
+
+
+def _year(y: str) -> int:
+    n = int(y)
+    return n + 2000 if len(y) == 2 else n
+
+
+def _month(word: str) -> int | None:
+    return _MONTHS.get(word.lower())
+
+
+def _mk(y: int, m: int, d: int) -> date | None:
+    try:
+        return date(y, m, d)
+    except ValueError:
+        return None
+
+
+def find_dates(text: str) -> list[tuple[int, date]]:
+    """(position, date) for every date-looking token, in text order."""
+    found: list[tuple[int, date]] = []
+    taken: list[range] = []
+    for pattern, kind in _DATE_PATTERNS:
+        for m in pattern.finditer(text):
+            if any(m.start() in r for r in taken):
+                continue
+            g = m.groups()
+            parsed: date | None = None
+            if kind == "ymd":
+                parsed = _mk(int(g[0]), int(g[1]), int(g[2]))
+            elif kind in ("dmy", "dmy?"):
+                a, b = int(g[0]), int(g[1])
+                # Slash dates are day-first unless that is impossible (US "12/31/2024").
+                if kind == "dmy?" and b > 12 >= a:
+                    a, b = b, a
+                parsed = _mk(_year(g[2]), b, a)
+            elif kind == "d_month_y":
+                month = _month(g[1])
+                parsed = _mk(int(g[2]), month, int(g[0])) if month else None
+            else:
+                month = _month(g[0])
+                parsed = _mk(int(g[2]), month, int(g[1])) if month else None
+            if parsed is not None:
+                found.append((m.start(), parsed))
+                taken.append(range(m.start(), m.end()))
+    return sorted(found, key=lambda x: x[0])
+
+
+def first_date(text: str) -> date | None:
+    dates = find_dates(text)
+    return dates[0][1] if dates else None
+
+
+_ID_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9\-/._]*")
+
+
+def first_identifier(text: str) -> str | None:
+    m = re.match(r"\s*(?:\(\d{1,3}\)\s*)?[:#.\-–]?\s*(?:n[°º]\.?\s*|no\.?\s*|nr\.?\s*)?[:#]?\s*", text, _I)
+    rest = text[m.end() :] if m else text
+    t = _ID_TOKEN.match(rest)
+    if not t:
+        return None
+    value = t.group().rstrip("._-/")
+    if not re.search(r"\d", value) or first_date(value) == value:
+        return None
+    return value
+
+
+_VAT_VALUE = re.compile(r"\b([A-Z]{2,3})[ \-]?([0-9A-Z.\-]*\d[0-9A-Z.\-]*(?: [0-9A-Z.\-]*\d[0-9A-Z.\-]*)*)")
+
+
+def vat_value(text: str) -> str | None:
+    for m in _VAT_VALUE.finditer(text):
+        value = (m.group(1) + m.group(2).replace(" ", "")).rstrip(".-")
+        alnum = re.sub(r"[^0-9A-Z]", "", value)
+        if 8 <= len(alnum) <= 16 and sum(ch.isdigit() for ch in alnum) >= 6:
+            return value
+    return None
+
+
+# ---------------------------------------------------------------- labels
+
+_NOT_THIS_DOC = re.compile(
+    r"(original|related|referenced|corrected|preceding|ursprüngliche|bezug|vorherige)\W*$", _I
+)
+
+NUMBER_LABELS = (
+    r"(?:invoice|bill|credit\s*note|debit\s*note)\s*(?:no\b\.?|nr\b\.?|number|num\b\.?|n[°º]|#|id\b)",
+    r"(?:rechnungs|gutschrifts|beleg)-?\s*(?:nummer|nr\b\.?|no\b\.?)",
+    r"(?:handels|gutschrifts?|korrektur|schluss|storno)?rechnung\s*(?:\(\d+\)\s*)?(?:nr\b\.?|no\b\.?|nummer|#)",
+    r"(?:n[°º]|num[ée]ro|no\b\.?)\s*(?:de\s*)?(?:la\s*)?(?:facture|avoir)(?!\s*(?:associ|d['’]origine|initiale))",
+    r"(?:facture|avoir)\s*(?:n[°º]|num[ée]ro|no\b\.?)",
+    r"(?:factura|fattura|factuur|faktura)\s*(?:n[°º]|n\b\.?|no\b\.?|nr\b\.?|n[úu]mero|numero|nummer)",
+)
+NUMBER_HEADING = r"^(?:invoice|rechnung|facture|factura|fattura|factuur|credit\s*note|gutschrift|avoir)\b"
+
+ISSUE_DATE_LABELS = (
+    r"(?:invoice|billing|issue|document)\s*date|date\s*of\s*(?:invoice|issue)|rechnungsdatum|belegdatum"
+    r"|ausstellungsdatum|date\s*(?:de\s*(?:la\s*)?facture|d['’][ée]mission)(?!\s*associ)|fecha\s*(?:de\s*)?(?:factura|emisi[oó]n)"
+    r"|data\s*(?:fattura|emissione)|factuurdatum|issued\s*(?:at|on)|dated",
+    r"(?<![\w-])(?:date|datum|data|fecha)\b(?!\s*(?:de\s*)?(?:livraison|prestation|d[ée]but|fin|commande|[ée]ch[ée]ance|paiement|facture\s*associ))",
+)
+_ISSUE_EXCLUDE = re.compile(
+    r"(due|delivery|deliver|order|liefer|leistungs|f[äa]llig|[ée]ch[ée]ance|livraison|service|payment|zahlungs|bestell"
+    r"|d[ée]but|fin|period|zeitraum|birth|geburt)\W*\w*\W*$",
+    _I,
+)
+DUE_DATE_LABELS = (
+    r"due\s*date|date\s*due|payment\s*due|due\s*(?:on|by)|payable\s*(?:by|until|on\s*or\s*before)|pay\s*by"
+    r"|remit\s*(?:until|by)|f[äa]llig(?:keit(?:sdatum)?|\s*am)|zahlbar\s*bis|zahlungsziel|date\s*d['’][ée]ch[ée]ance"
+    r"|[ée]ch[ée]ance|vencimiento|scadenza|vervaldatum",
+    r"zahlbar[^\n]{0,40}?\bbis|payable[^\n]{0,30}?\b(?:by|until)",
+)
+PAYABLE_LABELS = (
+    r"amount\s*due|total\s*due|balance\s*due|amount\s*payable|total\s*payable|due\s*payable|payable\s*amount"
+    r"|zahlbetrag|zu\s*zahlen(?:der\s*betrag)?|offener\s*betrag|net\s*[àa]\s*payer|montant\s*[àa]\s*payer|reste\s*[àa]\s*payer"
+    r"|total\s*[àa]\s*payer|importe\s*a\s*pagar|totale\s*da\s*pagare|te\s*betalen",
+    r"total\s*ttc|gesamtbetrag|rechnungsbetrag|bruttosumme|bruttobetrag|gesamtsumme|endbetrag|invoice\s*total"
+    r"|grand\s*total|total\s*amount|total\s*incl\.?(?:uding)?\s*(?:vat|tax)|total\s*\(incl|total\s*brutto|summe\s*brutto",
+)
+PAYABLE_WEAK = r"(?<![\w-])total\b(?!\s*(?:net|excl|ht\b|vat|tax|tva|mwst|ust|hors|before|sans|\())"
+NET_LABELS = (
+    r"net\s*total|total\s*net|sub-?\s*total|net\s*amount|total\s*excl\.?(?:uding)?\s*(?:vat|tax)|total\s*before\s*tax"
+    r"|total\s*\(?excl|summe\s*netto|netto\s*summe|nettosumme|gesamt\s*netto|rechnungssumme\s*ohne\s*ust\.?"
+    r"|total\s*ht|montant\s*ht|total\s*hors\s*taxes?|base\s*imponible|imponibile",
+    r"nettobetrag|netto|warenwert",
+)
+TAX_LABELS = (
+    r"vat\s*total|total\s*vat|tax\s*total|total\s*tax|sales\s*tax|steuerbetrag|mwst\.?\s*-?\s*betrag|ust\.?\s*-?\s*betrag"
+    r"|summe\s*(?:ust|mwst)|umsatzsteuer\s*gesamt|total\s*tva|montant\s*tva|iva\s*total|total\s*iva",
+    r"vat\s*amount|tax\s*amount|umsatzsteuer|mwst\.?|tva",
+)
+VAT_LABELS = (
+    r"(?:vat|tax)\s*-?\s*(?:id|no\b\.?|number|reg(?:istration)?\.?\s*(?:no\b\.?|number)?)|ust\.?\s*-?\s*id\.?\s*(?:-?\s*nr\.?)?"
+    r"|ust-?idnr\.?|umsatzsteuer-?\s*id(?:entifikations)?(?:nummer|-nr\.?)?|uid(?:-nr\.?)?|n[°º]\s*(?:de\s*)?tva(?:\s*intracom\w*)?"
+    r"|num[ée]ro\s*de\s*tva|tva\s*intracom\w*|p\.?\s*iva|partita\s*iva|nif|cif|btw(?:-?\s*(?:nr|nummer)\.?)?"
+    r"|mwst\.?-?\s*nr\.?|vat",
+)
+_BUYER_CONTEXT = re.compile(
+    r"(your|ihre|customer|client|kunden|buyer|k[äa]ufer|acheteur|vos|bill\s*to)\W*\S*\W*$", _I
+)
+PO_LABELS = (
+    r"(?:purchase\s*order|p\.?\s*o\.?(?!\s*box))\s*(?:no\b\.?|number|#|ref\b\.?)?|order\s*(?:no\b\.?|number|ref(?:erence)?|#)"
+    r"|your\s*order|customer\s*order|ihre\s*bestellung|bestell(?:nummer|-?nr\.?|ung\s*nr\.?)|auftragsnummer"
+    r"|n[°º]\s*(?:de\s*)?bon\s*de\s*commande|bon\s*de\s*commande|commande\s*n[°º]|n[úu]mero\s*de\s*pedido|ordine\s*n\.?",
+)
+CURRENCY_LABELS = r"(?:currency|w[äa]hrung|devise|moneda|valuta)\s*:?"
+CREDIT_NOTE_HEADING = re.compile(
+    r"^(?:credit\s*note|credit\s*memo|gutschrift|rechnungskorrektur|stornorechnung|avoir|nota\s*de\s*cr[ée]dito"
+    r"|nota\s*di\s*credito|creditnota)\b",
+    _I,
+)
+SELLER_ROLE = re.compile(
+    r"^(?:seller|vendor|supplier|from|bill\s*from|verk[äa]ufer|lieferant|leistungserbringer|rechnungssteller|absender"
+    r"|vendeur|fournisseur|[ée]metteur|proveedor|emisor|fornitore|cedente)\s*(?::\s*(.*)|$)",
+    _I,
+)
+BUYER_ROLE = re.compile(
+    r"^(?:bill(?:ed)?\s*to|invoice\s*to|sold\s*to|customer|client|buyer|recipient"
+    r"|k[äa]ufer(?:\s*/\s*leistungsempf[äa]nger)?|rechnungsempf[äa]nger|leistungsempf[äa]nger|kunde|empf[äa]nger"
+    r"|adresse\s*du\s*client|destinataire|factur[ée]\s*[àa]|acheteur|cliente|comprador|destinatario|committente)\s*(?::\s*(.*)|$)",
+    _I,
+)
+NAME_SUBLABEL = re.compile(
+    r"^(?:name|nom|firma|company|raison\s*sociale|nombre|ragione\s*sociale)\s*:\s*(.*)$", _I
+)
+_ANY_SUBLABEL = re.compile(r"^[\w .\-/]{2,30}:(?:\s|$)", _I)
+LEGAL_FORM = re.compile(
+    r"(?<!\w)(GmbH|AG|KG|OHG|UG|e\.\s?K\.|Ltd\.?|Limited|LLC|L\.L\.C\.|Inc\.?|Corp\.?|Corporation|PLC|plc|LLP"
+    r"|SAS|SARL|S\.à\s?r\.l\.|S\.A\.S?\.?|SA|S\.p\.A\.|SpA|S\.r\.l\.|Srl|B\.V\.|BV|N\.V\.|NV|Oy|Oyj|AB|A/S|ApS|AS|ASA"
+    r"|S\.L\.|Sp\.\s?z\s?o\.o\.|Pty)(?!\w)"
+)
+_SENDER_SEPARATORS = re.compile(r"\s+[●•·|∙▪]\s+|\s+[-–]\s+")
+
+
+# ---------------------------------------------------------------- search
+
+
+def labelled(
+    doc: TextDoc,
+    labels: tuple[str, ...] | str,
+    value_of: Callable[[str], T | None],
+    *,
+    below: bool = False,
+    pick: str = "first",
+    confidences: tuple[float, ...] = (0.85, 0.7, 0.6),
+    exclude_before: re.Pattern[str] | None = None,
+) -> Hit[T] | None:
+    """The value after (or right of, or under) the strongest label tier that yields one."""
+    tiers = (labels,) if isinstance(labels, str) else labels
+    for tier, pattern in enumerate(tiers):
+        rx = re.compile(pattern, _I)
+        hits: list[Hit[T]] = []
+        for seg in doc.segs():
+            for m in rx.finditer(seg.text):
+                if m.start() > 0 and seg.text[m.start() - 1].isalnum():
+                    continue
+                if m.end() < len(seg.text) and seg.text[m.end()].isalnum() and m.group()[-1].isalnum():
+                    continue  # "Po" inside "Positionssumme"
+                prefix = seg.text[: m.start()]
+                if exclude_before is not None and exclude_before.search(prefix):
+                    continue
+                conf = confidences[min(tier, len(confidences) - 1)]
+                value = value_of(seg.text[m.end() :])
+                if value is None:
+                    for right in doc.right_of(seg)[:2]:
+                        value = value_of(right.text)
+                        if value is not None:
+                            break
+                if value is None and below:
+                    for under in doc.below(seg, seg.col + m.start(), seg.col + m.end()):
+                        value = value_of(_under_slice(under, seg.col + m.start(), seg.col + m.end()))
+                        if value is not None:
+                            conf -= 0.1
+                            break
+                if value is not None:
+                    hits.append(Hit(value, seg.line, m.group().strip(), conf))
+                    if pick == "first":
+                        return hits[0]
+        if hits:
+            return hits[-1]
+    return None
+
+
+def _under_slice(under: Seg, start: int, end: int) -> str:
+    """The words of a segment below that sit under the label's columns (tables of totals)."""
+    words = [(under.col + w.start(), under.col + w.end(), w.group()) for w in re.finditer(r"\S+", under.text)]
+    picked = [w for w in words if w[0] < end + 2 and w[1] > start - 2]
+    if not picked:
+        return under.text
+    # Keep a trailing currency code or symbol attached to the amount.
+    last = words.index(picked[-1])
+    if last + 1 < len(words) and not re.search(r"\d", words[last + 1][2]):
+        picked.append(words[last + 1])
+    return " ".join(w[2] for w in picked)
+
+
+def _has_letters(text: str) -> bool:
+    return sum(ch.isalpha() for ch in text) >= 2
+
+
+def _clean_name(text: str) -> str | None:
+    text = re.sub(r"\s+", " ", text).strip(" ,;:")
+    return text if _has_letters(text) else None
+
+
+def _looks_like_label(text: str) -> bool:
+    return bool(_ANY_SUBLABEL.match(text)) or bool(re.match(r"^(?:nummer|number|no\.?|nr\.?)\b", text, _I))
+
+
+def _sender_line(doc: TextDoc, limit: int) -> Seg | None:
+    """The one-line return address above a window envelope address ("Acme GmbH · Street 1 · 12345 City")."""
+    for seg in doc.segs():
+        if seg.line >= limit:
+            break
+        parts = [p for p in _SENDER_SEPARATORS.split(seg.text) if p.strip()]
+        if len(parts) >= 3 and _has_letters(parts[0]) and any(re.search(r"\d", p) for p in parts[1:]):
+            return seg
+    return None
+
+
+def _role_block_name(doc: TextDoc, role: re.Pattern[str], limit: int) -> Hit[str] | None:
+    for seg in doc.segs():
+        if seg.line >= limit:
+            break
+        m = role.match(seg.text)
+        if not m:
+            continue
+        rest = (m.group(1) or "").strip()
+        if rest:
+            sub = NAME_SUBLABEL.match(rest)
+            name = _clean_name(sub.group(1) if sub else rest)
+            if name and not re.search(r"\d{3,}", name) and not _looks_like_label(rest):
+                return Hit(name, seg.line, m.group().strip(), 0.7)
+            continue  # "Customer: 4711" is a customer number, not a block heading
+        candidates = list(doc.below(seg, seg.col, seg.col + max(len(seg.text), 12), depth=6))
+        for cand in candidates:
+            sub = NAME_SUBLABEL.match(cand.text)
+            if not sub:
+                continue
+            value = sub.group(1) or " ".join(s.text for s in doc.right_of(cand)[:1])
+            if name := _clean_name(value):
+                return Hit(name, cand.line, seg.text, 0.75)
+        for cand in candidates:
+            if (
+                abs(cand.col - seg.col) <= 6
+                and not _looks_like_label(cand.text)
+                and (name := _clean_name(cand.text))
+            ):
+                return Hit(name, cand.line, seg.text, 0.6)
+    return None
+
+
+def _name_below_sender(doc: TextDoc, sender: Seg) -> Hit[str] | None:
+    for seg in doc.below(sender, sender.col, sender.col + 10, depth=3):
+        if (
+            abs(seg.col - sender.col) <= 8
+            and not _looks_like_label(seg.text)
+            and (name := _clean_name(seg.text))
+        ):
+            return Hit(name, seg.line, "address window", 0.7)
+    return None
+
+
+def _currency_hits(doc: TextDoc) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    for seg in doc.segs():
+        for m in _AMOUNT.finditer(seg.text):
+            code = _currency_near(seg.text, m.start(), m.end())
+            if code:
+                counts[code] += 1
+    return counts
+
+
+def fields_from_text(text: str, *, ocr: bool = False) -> InvoiceFields:
+    doc = TextDoc(text)
+    c = FieldCollector(default_reason="no labelled value found in the PDF text")
+    scale = 0.8 if ocr else 1.0
+    n_lines = len(doc.lines)
+    top_limit = max(25, n_lines // 2)
+
+    def put(name: str, hit: Hit[Any] | None, reason: str) -> None:
+        if hit is None:
+            c.miss(name, FieldSource("pdf-text", 0.0, reason))
+        else:
+            c.set(name, hit.value, hit.source, round(hit.confidence * scale, 2))
+
+    number = labelled(doc, NUMBER_LABELS, first_identifier, below=True, exclude_before=_NOT_THIS_DOC)
+    if number is None:
+        number = labelled(doc, (NUMBER_HEADING,), first_identifier, confidences=(0.5,))
+    put("invoice_number", number, "no 'Invoice No' / 'Rechnungsnummer' / 'Facture n°' label with a value")
+
+    credit = next((s for s in doc.segs() if s.line < top_limit and CREDIT_NOTE_HEADING.match(s.text)), None)
+    if credit is not None:
+        c.set(
+            "document_type",
+            "credit_note",
+            f"pdf-text:line {credit.line + 1}:{credit.text[:30]!r}",
+            0.7 * scale,
+        )
+    else:
+        c.set("document_type", "invoice", "pdf-text:no credit-note heading", 0.6 * scale)
+
+    issue = labelled(doc, ISSUE_DATE_LABELS, first_date, below=True, exclude_before=_ISSUE_EXCLUDE)
+    if issue is None and number is not None:
+        line_text = " ".join(s.text for s in doc.lines[number.line])
+        if d := first_date(line_text):
+            issue = Hit(d, number.line, "date on the invoice-number line", 0.6)
+    if issue is None:
+        for seg in doc.segs():
+            if _ISSUE_EXCLUDE.search(seg.text.split(":")[0] + " ") or re.search(
+                r"f[äa]llig|due|bis\b|until", seg.text, _I
+            ):
+                continue
+            if d := first_date(seg.text):
+                issue = Hit(d, seg.line, "first date in the document", 0.4)
+                break
+    put("issue_date", issue, "no invoice date found")
+
+    due = labelled(doc, DUE_DATE_LABELS, first_date, below=True)
+    put("due_date", due, "no due date / payment term date found")
+
+    payable = labelled(doc, PAYABLE_LABELS, first_money, below=True, pick="last")
+    if payable is None:
+        payable = labelled(doc, (PAYABLE_WEAK,), first_money, pick="last", confidences=(0.5,))
+    net = labelled(doc, NET_LABELS, first_money, below=True, pick="last")
+    tax = labelled(doc, TAX_LABELS, first_money, below=True, pick="last")
+    for name, hit, what in (
+        ("payable_total", payable, "no 'Amount due' / 'Zahlbetrag' / 'Total TTC' label with an amount"),
+        ("net_total", net, "no net total label with an amount"),
+        ("tax_total", tax, "no VAT/tax total label with an amount"),
+    ):
+        put(name, None if hit is None else Hit(hit.value.amount, hit.line, hit.label, hit.confidence), what)
+
+    currency_hit: Hit[str] | None = labelled(
+        doc,
+        (CURRENCY_LABELS,),
+        lambda t: next((m for m in re.findall(r"\b[A-Z]{3}\b", t) if m in KNOWN_CURRENCIES), None),
+    )
+    if currency_hit is None and payable is not None and payable.value.currency:
+        currency_hit = Hit(payable.value.currency, payable.line, payable.label, 0.85)
+    if currency_hit is None:
+        counts = _currency_hits(doc)
+        if counts:
+            code, _ = counts.most_common(1)[0]
+            currency_hit = Hit(code, 0, "most frequent currency next to amounts", 0.6)
+    put("currency", currency_hit, "no currency code or symbol next to the amounts")
+
+    sender = _sender_line(doc, top_limit)
+    seller: Hit[str] | None = None
+    if sender is not None:
+        first = _clean_name(_SENDER_SEPARATORS.split(sender.text)[0])
+        if first:
+            seller = Hit(first, sender.line, "sender line", 0.8)
+    seller = seller or _role_block_name(doc, SELLER_ROLE, n_lines)
+    buyer = _name_below_sender(doc, sender) if sender is not None else None
+    buyer = buyer or _role_block_name(doc, BUYER_ROLE, n_lines)
+    if seller is None:
+        for seg in doc.segs():
+            if seg.line >= top_limit:
+                break
+            if (
+                LEGAL_FORM.search(seg.text)
+                and (buyer is None or seg.text != buyer.value)
+                and not _looks_like_label(seg.text)
+            ):
+                if company := _clean_name(seg.text):
+                    seller = Hit(company, seg.line, "company name with legal form", 0.5)
+                    break
+    put("seller_name", seller, "no sender line, seller block or company name with a legal form found")
+    put("buyer_name", buyer, "no address window or 'Bill to' / 'Käufer' / 'Client' block found")
+
+    vat = labelled(doc, VAT_LABELS, vat_value, exclude_before=_BUYER_CONTEXT)
+    put("seller_vat_id", vat, "no VAT id (e.g. 'VAT-ID: DE123456789') found")
+
+    po = labelled(doc, PO_LABELS, first_identifier)
+    put("po_number", po, "no purchase order reference found")
+    return c.build()
+
+
+def looks_like_invoice(text: str) -> bool:
+    doc = TextDoc(text)
+    return (
+        labelled(doc, NUMBER_LABELS, first_identifier, below=True, exclude_before=_NOT_THIS_DOC) is not None
+        or labelled(doc, PAYABLE_LABELS, first_money, below=True) is not None
+    )

@@ -1,0 +1,109 @@
+"""Fields of a UBL 2.1 Invoice or CreditNote (the EN 16931 / Peppol BIS mapping)."""
+
+from __future__ import annotations
+
+from lxml import etree
+
+from ..domain.fields import FieldSource, InvoiceFields
+from .collect import FieldCollector
+from .values import CREDIT_NOTE_TYPE_CODES, collapse, iso_date, strict_decimal, unparseable
+from .xpath import find, find_all, local_name, text_of
+
+_SUPPLIER = "cac:AccountingSupplierParty/cac:Party"
+_CUSTOMER = "cac:AccountingCustomerParty/cac:Party"
+
+
+def _party_name(root: etree._Element, party: str) -> tuple[str | None, str]:
+    for rel in ("cac:PartyLegalEntity/cbc:RegistrationName", "cac:PartyName/cbc:Name"):
+        value = collapse(text_of(find(root, f"{party}/{rel}")))
+        if value:
+            return value, f"{party}/{rel}"
+    return None, f"{party}/cac:PartyLegalEntity/cbc:RegistrationName"
+
+
+def _vat_id(root: etree._Element, party: str) -> tuple[str | None, str]:
+    path = f"{party}/cac:PartyTaxScheme"
+    for scheme in find_all(root, path):
+        scheme_id = (text_of(find(scheme, "cac:TaxScheme/cbc:ID")) or "").upper()
+        company_id = collapse(text_of(find(scheme, "cbc:CompanyID")))
+        if scheme_id == "VAT" and company_id:
+            return company_id, f"{path}[cac:TaxScheme/cbc:ID='VAT']/cbc:CompanyID"
+    return None, f"{path}[cac:TaxScheme/cbc:ID='VAT']/cbc:CompanyID"
+
+
+def fields_from_ubl(root: etree._Element) -> InvoiceFields:
+    c = FieldCollector()
+    top = f"/{local_name(root)}"
+    is_credit_note = local_name(root) == "CreditNote"
+
+    def p(rel: str) -> str:
+        return f"{top}/{rel}"
+
+    c.set("invoice_number", collapse(text_of(find(root, "cbc:ID"))), p("cbc:ID"))
+
+    type_path = "cbc:CreditNoteTypeCode" if is_credit_note else "cbc:InvoiceTypeCode"
+    type_code = text_of(find(root, type_path))
+    if is_credit_note:
+        c.set("document_type", "credit_note", p(local_name(root)))
+    elif type_code in CREDIT_NOTE_TYPE_CODES:
+        c.set("document_type", "credit_note", p(type_path))
+    else:
+        c.set("document_type", "invoice", p(type_path) if type_code else top)
+
+    for name, rels in (
+        ("issue_date", ("cbc:IssueDate",)),
+        ("due_date", ("cbc:DueDate", "cac:PaymentMeans/cbc:PaymentDueDate")),
+    ):
+        for rel in rels:
+            raw = text_of(find(root, rel))
+            if raw is None:
+                continue
+            parsed = iso_date(raw)
+            if parsed is None:
+                c.miss(name, unparseable(p(rel), raw, "date"))
+            else:
+                c.set(name, parsed, p(rel))
+                break
+
+    currency = collapse(text_of(find(root, "cbc:DocumentCurrencyCode")))
+    c.set("currency", currency, p("cbc:DocumentCurrencyCode"))
+
+    for name, rel in (
+        ("payable_total", "cac:LegalMonetaryTotal/cbc:PayableAmount"),
+        ("net_total", "cac:LegalMonetaryTotal/cbc:TaxExclusiveAmount"),
+    ):
+        raw = text_of(find(root, rel))
+        if raw is not None:
+            amount = strict_decimal(raw)
+            if amount is None:
+                c.miss(name, unparseable(p(rel), raw, "amount"))
+            c.set(name, amount, p(rel))
+
+    # An invoice may carry a second TaxTotal in the VAT accounting currency (BT-111); the
+    # document-currency one is BT-110.
+    tax_rel = "cac:TaxTotal/cbc:TaxAmount"
+    tax_nodes = find_all(root, tax_rel)
+    chosen = next((n for n in tax_nodes if currency and n.get("currencyID") == currency), None)
+    if chosen is None and tax_nodes:
+        chosen = tax_nodes[0]
+    if chosen is not None:
+        raw = text_of(chosen) or ""
+        amount = strict_decimal(raw)
+        if amount is None:
+            c.miss("tax_total", unparseable(p(tax_rel), raw, "amount"))
+        c.set("tax_total", amount, p(tax_rel))
+
+    seller, seller_path = _party_name(root, _SUPPLIER)
+    c.set("seller_name", seller, p(seller_path))
+    vat, vat_path = _vat_id(root, _SUPPLIER)
+    if vat is None:
+        c.miss("seller_vat_id", FieldSource(p(vat_path), 0.0, "seller has no PartyTaxScheme with scheme VAT"))
+    c.set("seller_vat_id", vat, p(vat_path))
+    buyer, buyer_path = _party_name(root, _CUSTOMER)
+    c.set("buyer_name", buyer, p(buyer_path))
+    c.set(
+        "po_number",
+        collapse(text_of(find(root, "cac:OrderReference/cbc:ID"))),
+        p("cac:OrderReference/cbc:ID"),
+    )
+    return c.build()

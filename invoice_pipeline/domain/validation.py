@@ -1,0 +1,194 @@
+"""Business checks on extracted fields, separate from parsing so they apply to every format.
+
+Decisions (documented here because callers rely on them):
+
+* Errors (quarantine): missing invoice number, missing seller (no business key is possible),
+  missing payable total, non-finite amounts, a negative payable total on an *invoice*, a total
+  above `max_total`, an unknown currency code, unparseable or impossible dates.
+* Credit notes may carry a negative *or* positive total: EN 16931 expects positive amounts with
+  the type code carrying the sign, but many ERPs export negative ones; both mean the same.
+* Warnings (only returned with `include_warnings=True`): net + tax differing from the payable
+  total (legitimate with prepayments and rounding lines, e.g. CII example 2 of EN 16931),
+  missing currency or issue date. They never block an invoice on their own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date, timedelta
+from decimal import Decimal
+from typing import Literal
+
+from .fields import FieldSource, InvoiceFields
+
+# Active ISO 4217 codes (list maintained by SIX on behalf of ISO), including fund and
+# precious-metal codes because they are formally valid. XTS (testing) and XXX (no currency)
+# are left out on purpose: neither can be owed on an invoice.
+ACTIVE_CURRENCIES: frozenset[str] = frozenset(
+    """
+    AED AFN ALL AMD AOA ARS AUD AWG AZN BAM BBD BDT BGN BHD BIF BMD BND BOB BOV BRL BSD BTN BWP
+    BYN BZD CAD CDF CHE CHF CHW CLF CLP CNY COP COU CRC CUP CVE CZK DJF DKK DOP DZD EGP ERN ETB
+    EUR FJD FKP GBP GEL GHS GIP GMD GNF GTQ GYD HKD HNL HTG HUF IDR ILS INR IQD IRR ISK JMD JOD
+    JPY KES KGS KHR KMF KPW KRW KWD KYD KZT LAK LBP LKR LRD LSL LYD MAD MDL MGA MKD MMK MNT MOP
+    MRU MUR MVR MWK MXN MXV MYR MZN NAD NGN NIO NOK NPR NZD OMR PAB PEN PGK PHP PKR PLN PYG QAR
+    RON RSD RUB RWF SAR SBD SCR SDG SEK SGD SHP SLE SOS SRD SSP STN SVC SYP SZL THB TJS TMT TND
+    TOP TRY TTD TWD TZS UAH UGX USD USN UYI UYU UYW UZS VED VES VND VUV WST XAF XAG XAU XBA XBB
+    XBC XBD XCD XCG XDR XOF XPD XPF XPT XSU XUA YER ZAR ZMW ZWG
+    """.split()
+)
+
+# Withdrawn recently enough that archived invoices still carry them (HRK until the 2023 euro
+# changeover, ANG until XCG in 2025, ...). Re-processing an old invoice must not quarantine it.
+RECENTLY_WITHDRAWN: frozenset[str] = frozenset(
+    {"HRK", "ANG", "CUC", "SLL", "ZWL", "VEF", "MRO", "STD", "LTL"}
+)
+
+KNOWN_CURRENCIES: frozenset[str] = ACTIVE_CURRENCIES | RECENTLY_WITHDRAWN
+
+
+def is_known_currency(code: str | None) -> bool:
+    return code is not None and code in KNOWN_CURRENCIES
+
+
+# FieldSource.reason prefix the extractors use for a value that was present but unreadable,
+# so validation can report "bad date" rather than "missing date".
+UNPARSEABLE_PREFIX = "unparseable"
+
+EARLIEST_ISSUE_DATE = date(1990, 1, 1)
+MAX_FUTURE = timedelta(days=365)
+TOTALS_TOLERANCE = Decimal("0.05")
+
+Severity = Literal["error", "warning"]
+
+
+@dataclass(frozen=True)
+class ValidationProblem:
+    code: str
+    field: str | None
+    reason: str
+    severity: Severity = "error"
+
+
+def _unparseable(fields: InvoiceFields, name: str) -> FieldSource | None:
+    src = fields.sources.get(name)
+    if src is not None and src.reason and src.reason.startswith(UNPARSEABLE_PREFIX):
+        return src
+    return None
+
+
+def validate_fields(
+    fields: InvoiceFields,
+    *,
+    max_total: Decimal = Decimal("100000000"),
+    today: date | None = None,
+    include_warnings: bool = False,
+) -> list[ValidationProblem]:
+    """Problems that stop the invoice, in field order; warnings only when asked for."""
+    today = today or date.today()
+    out: list[ValidationProblem] = []
+
+    def add(code: str, name: str | None, reason: str, severity: Severity = "error") -> None:
+        out.append(ValidationProblem(code, name, reason, severity))
+
+    if not (fields.invoice_number or "").strip():
+        add(
+            "missing_invoice_number",
+            "invoice_number",
+            "no invoice number found; it is needed to detect duplicates",
+        )
+
+    if not (fields.seller_name or "").strip() and not (fields.seller_vat_id or "").strip():
+        add(
+            "missing_seller",
+            "seller_name",
+            "neither seller name nor seller VAT id found; cannot identify the vendor",
+        )
+
+    amounts = {
+        "net_total": fields.net_total,
+        "tax_total": fields.tax_total,
+        "payable_total": fields.payable_total,
+    }
+    for name, value in amounts.items():
+        bad = _unparseable(fields, name)
+        if bad is not None:
+            add(
+                "bad_amount", name, f"{name} is not a number ({bad.reason}); correct the amount at the source"
+            )
+        elif value is not None and not value.is_finite():
+            add(
+                "bad_amount",
+                name,
+                f"{name} is {value}, not a finite amount; correct the amount at the source",
+            )
+
+    payable = fields.payable_total
+    if payable is None and _unparseable(fields, "payable_total") is None:
+        src = fields.sources.get("payable_total")
+        hint = f" ({src.reason})" if src and src.reason else ""
+        add("missing_total", "payable_total", f"no payable total found{hint}; the amount due is required")
+    elif payable is not None and payable.is_finite():
+        if payable < 0 and fields.document_type == "invoice":
+            add(
+                "negative_total",
+                "payable_total",
+                f"invoice total is negative ({payable}); if this is a refund it must be sent as a credit note",
+            )
+        if abs(payable) > max_total:
+            add(
+                "amount_too_large",
+                "payable_total",
+                f"total {payable} exceeds the plausibility limit {max_total}; check for a misplaced decimal separator",
+            )
+
+    if fields.currency is None:
+        add("missing_currency", "currency", "no currency code found", "warning")
+    elif not is_known_currency(fields.currency):
+        add(
+            "unknown_currency",
+            "currency",
+            f"currency {fields.currency!r} is not an ISO 4217 code; expected e.g. EUR, USD, GBP",
+        )
+
+    for name in ("issue_date", "due_date"):
+        bad = _unparseable(fields, name)
+        if bad is not None:
+            add("bad_date", name, f"{name} is not a real calendar date ({bad.reason})")
+    issue, due = fields.issue_date, fields.due_date
+    if issue is None and _unparseable(fields, "issue_date") is None:
+        add("missing_issue_date", "issue_date", "no issue date found", "warning")
+    if issue is not None:
+        if issue < EARLIEST_ISSUE_DATE:
+            add(
+                "bad_date",
+                "issue_date",
+                f"issue date {issue} is before {EARLIEST_ISSUE_DATE}; probably mistyped",
+            )
+        elif issue > today + MAX_FUTURE:
+            add(
+                "bad_date",
+                "issue_date",
+                f"issue date {issue} is more than a year in the future; probably mistyped",
+            )
+    if issue is not None and due is not None and due < issue:
+        add("bad_date", "due_date", f"due date {due} is before issue date {issue}")
+
+    net, tax = fields.net_total, fields.tax_total
+    if (
+        net is not None
+        and tax is not None
+        and payable is not None
+        and all(v.is_finite() for v in (net, tax, payable))
+        and abs(net + tax - payable) > TOTALS_TOLERANCE
+    ):
+        add(
+            "totals_mismatch",
+            "payable_total",
+            f"net {net} + tax {tax} = {net + tax} differs from payable {payable} "
+            "(fine when prepayments or rounding apply)",
+            "warning",
+        )
+
+    if include_warnings:
+        return sorted(out, key=lambda p: p.severity != "error")
+    return [p for p in out if p.severity == "error"]

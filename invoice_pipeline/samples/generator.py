@@ -1,0 +1,399 @@
+"""A deterministic set of invented invoices with known outcomes, for tests and `make demo`."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+import random
+from dataclasses import dataclass, replace
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pypdf
+
+from ..domain.fields import InvoiceFields
+from .render import (
+    Line,
+    Party,
+    SampleInvoice,
+    cii_xml,
+    facturx_pdf,
+    invoice_json,
+    invoice_pdf,
+    letter_pdf,
+    ubl_xml,
+)
+
+MANIFEST_NAME = "manifest.json"
+
+# Invented companies; any resemblance to real ones is accidental.
+SELLERS = (
+    ("Nordwind Logistik GmbH", "DE", "Hafenstraße 12", "20457", "Hamburg"),
+    ("Blue Heron Consulting Ltd", "GB", "14 Kestrel Row", "BS1 4DJ", "Bristol"),
+    ("Atelier Lumière SARL", "FR", "8 rue des Tanneurs", "69002", "Lyon"),
+    ("Kettle & Pine LLC", None, "220 Alder Ave", "97201", "Portland"),
+    ("Van Dijk Installatie B.V.", "NL", "Kanaalweg 3", "3526", "Utrecht"),
+    ("Fjordlys AS", "NO", "Bryggen 5", "5003", "Bergen"),
+    ("Quillstone Analytics Inc.", None, "900 Market St", "94103", "San Francisco"),
+    ("Rautatie Koneistus Oy", "FI", "Ratakatu 9", "00120", "Helsinki"),
+    ("Sol y Mar Distribución S.L.", "ES", "Calle Mayor 44", "28013", "Madrid"),
+    ("Brightmoor Office Supplies Ltd", "GB", "3 Canal Wharf", "LS11 5PS", "Leeds"),
+    ("Bergquell Getränke AG", "DE", "Quellweg 1", "83646", "Bad Tölz"),
+    ("Osterhout Print & Design BV", "NL", "Grachtstraat 71", "2011", "Haarlem"),
+)
+BUYERS = (
+    ("Harbor Street Bakery", "Harbor Street 2", "10115", "Berlin", "DE"),
+    ("Lindqvist Architects", "Storgatan 19", "11455", "Stockholm", "SE"),
+    ("Copperfield Veterinary Clinic", "Mill Lane 7", "EH1 2AB", "Edinburgh", "GB"),
+    ("Maison Verte Paysage", "12 avenue Foch", "75016", "Paris", "FR"),
+    ("Tallgrass Community School", "Prairie Rd 400", "66044", "Lawrence", "US"),
+)
+ITEMS = (
+    "Consulting hours",
+    "Freight Hamburg-Rotterdam",
+    "Printer toner, black",
+    "Software licence (annual)",
+    "Installation work",
+    "Spring water 0.5l (crate)",
+    "Workshop facilitation",
+    "Maintenance contract",
+)
+CURRENCY_BY_COUNTRY = {
+    "DE": "EUR",
+    "FR": "EUR",
+    "NL": "EUR",
+    "FI": "EUR",
+    "ES": "EUR",
+    "GB": "GBP",
+    "NO": "NOK",
+    None: "USD",
+}
+LANG_BY_COUNTRY = {"DE": "de", "FR": "fr"}
+BASE_FORMATS = ("ubl", "cii", "json", "pdf", "facturx-pdf")
+
+
+@dataclass(frozen=True)
+class SampleFile:
+    """One generated file and what the pipeline must do with it."""
+
+    name: str
+    path: Path
+    format: str
+    expected: InvoiceFields | None
+    duplicate_of: str | None
+    quarantine_code: str | None
+    fails_at: str | None  # "extract" (BadDocument) | "validate" (ValidationProblem) | None
+    note: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "format": self.format,
+            "expected": None if self.expected is None else _fields_json(self.expected),
+            "duplicate_of": self.duplicate_of,
+            "quarantine_code": self.quarantine_code,
+            "fails_at": self.fails_at,
+            "note": self.note,
+        }
+
+
+@dataclass(frozen=True)
+class SampleSet:
+    out_dir: Path
+    seed: int
+    files: tuple[SampleFile, ...]
+
+    def by_name(self, name: str) -> SampleFile:
+        return next(f for f in self.files if f.name == name)
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.out_dir / MANIFEST_NAME
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seed": self.seed, "files": [f.to_json() for f in self.files]}
+
+
+def _fields_json(fields: InvoiceFields) -> dict[str, Any]:
+    data = fields.to_json()
+    data.pop("sources", None)
+    return data
+
+
+def _vat(rng: random.Random, country: str | None) -> str | None:
+    digits = "".join(rng.choice("0123456789") for _ in range(12))
+    match country:
+        case "DE":
+            return "DE" + digits[:9]
+        case "GB":
+            return "GB" + digits[:9]
+        case "FR":
+            return "FR" + digits[:2] + digits[2:11]
+        case "NL":
+            return "NL" + digits[:9] + "B01"
+        case "NO":
+            return "NO" + digits[:9] + "MVA"
+        case "FI":
+            return "FI" + digits[:8]
+        case "ES":
+            return "ES" + "B" + digits[:8]
+    return None
+
+
+class _Builder:
+    def __init__(self, out_dir: Path, seed: int) -> None:
+        self.out = out_dir
+        self.rng = random.Random(seed)
+        self.files: list[SampleFile] = []
+        self.sellers = [
+            Party(name, _vat(self.rng, cc), street, pc, city, cc or "US")
+            for name, cc, street, pc, city in SELLERS
+        ]
+        self.buyers = [Party(name, None, street, pc, city, cc) for name, street, pc, city, cc in BUYERS]
+        self.numbers: set[str] = set()
+
+    def lang(self, inv: SampleInvoice) -> str:
+        return LANG_BY_COUNTRY.get(inv.seller.country, "en")
+
+    def invoice(self, seller: Party | None = None, **over: Any) -> SampleInvoice:
+        rng = self.rng
+        seller = seller or rng.choice(self.sellers)
+        while True:
+            prefix = rng.choice(("INV", "RE", "F", "2024"))
+            number = f"{prefix}-{rng.randint(1, 99999):05d}"
+            if number not in self.numbers:
+                self.numbers.add(number)
+                break
+        issue = dt.date(2024, 1, 1) + dt.timedelta(days=rng.randint(0, 500))
+        lines = tuple(
+            Line(
+                rng.choice(ITEMS),
+                Decimal(rng.randint(1, 20)),
+                Decimal(rng.randint(500, 250000)) / 100,
+                Decimal(rng.choice((0, 7, 10, 19, 20, 21, 25))),
+            )
+            for _ in range(rng.randint(1, 3))
+        )
+        inv = SampleInvoice(
+            invoice_number=number,
+            document_type="invoice",
+            issue_date=issue,
+            due_date=issue + dt.timedelta(days=rng.choice((14, 30, 45))),
+            currency=CURRENCY_BY_COUNTRY.get(seller.vat_id[:2] if seller.vat_id else None, "USD"),
+            seller=seller,
+            buyer=rng.choice(self.buyers),
+            lines=lines,
+            po_number=rng.choice((None, f"PO-{rng.randint(1000, 9999)}")),
+        )
+        return replace(inv, **over)
+
+    def render(self, inv: SampleInvoice, fmt: str) -> bytes:
+        if fmt == "ubl":
+            return ubl_xml(inv)
+        if fmt == "cii":
+            return cii_xml(inv)
+        if fmt == "json":
+            return invoice_json(inv)
+        if fmt == "pdf":
+            return invoice_pdf(inv, self.lang(inv), style=self.rng.randint(0, 1))
+        if fmt == "facturx-pdf":
+            return facturx_pdf(inv, self.lang(inv))
+        raise ValueError(fmt)
+
+    def add(
+        self,
+        stem: str,
+        ext: str,
+        content: bytes,
+        fmt: str,
+        *,
+        expected: InvoiceFields | None = None,
+        duplicate_of: str | None = None,
+        code: str | None = None,
+        fails_at: str | None = None,
+        note: str = "",
+    ) -> str:
+        # Numbered names make directory order the intended arrival order.
+        name = f"{len(self.files) + 1:03d}_{stem}.{ext}"
+        path = self.out / name
+        path.write_bytes(content)
+        self.files.append(SampleFile(name, path, fmt, expected, duplicate_of, code, fails_at, note))
+        return name
+
+    def add_invoice(self, stem: str, inv: SampleInvoice, fmt: str, **kw: Any) -> str:
+        ext = {"ubl": "xml", "cii": "xml", "json": "json", "pdf": "pdf", "facturx-pdf": "pdf"}[fmt]
+        return self.add(stem, ext, self.render(inv, fmt), fmt, expected=inv.to_fields(), **kw)
+
+
+def _reformat_number(number: str) -> str:
+    """'INV-00042' -> 'INV 42': what a vendor's new billing system does to the same invoice."""
+    prefix, _, digits = number.partition("-")
+    return f"{prefix} {int(digits)}"
+
+
+def generate_samples(out_dir: Path, *, count: int = 40, seed: int = 0, bad: bool = True) -> SampleSet:
+    """Write `count` distinct valid invoices plus duplicate, look-alike and (if `bad`) broken files.
+
+    Everything is a function of `seed`, except timestamps the factur-x library and PDF
+    encryption put into their output (content and expectations are identical).
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    b = _Builder(out_dir, seed)
+    base: list[tuple[str, SampleInvoice, str]] = []
+    for i in range(count):
+        fmt = BASE_FORMATS[i % len(BASE_FORMATS)]
+        inv = b.invoice()
+        base.append(
+            (b.add_invoice(f"invoice_{fmt.replace('-pdf', '')}", inv, fmt, note="original"), inv, fmt)
+        )
+
+    if count >= 4:
+        name0, inv0, fmt0 = base[0]
+        b.add(
+            "resent_identical",
+            name0.rsplit(".", 1)[1],
+            (out_dir / name0).read_bytes(),
+            fmt0,
+            expected=inv0.to_fields(),
+            duplicate_of=name0,
+            note="byte-identical re-send",
+        )
+        name1, inv1, fmt1 = base[1]
+        b.add_invoice(
+            "resent_renumbered",
+            replace(inv1, invoice_number=_reformat_number(inv1.invoice_number)),
+            fmt1,
+            duplicate_of=name1,
+            note=f"same invoice, number reformatted {inv1.invoice_number} -> {_reformat_number(inv1.invoice_number)}",
+        )
+        name2, inv2, fmt2 = base[2]
+        for other in ("ubl", "cii", "pdf"):
+            if other != fmt2:
+                b.add_invoice(
+                    f"copy_as_{other}",
+                    inv2,
+                    other,
+                    duplicate_of=name2,
+                    note=f"{fmt2} invoice re-sent as {other}",
+                )
+
+        _, inv3, _ = base[3]
+        other_seller = next(s for s in b.sellers if s.name != inv3.seller.name and s.vat_id)
+        b.add_invoice(
+            "same_number_other_vendor",
+            replace(b.invoice(seller=other_seller), invoice_number=inv3.invoice_number),
+            "ubl",
+            note="look-alike: same invoice number, different vendor",
+        )
+        b.add_invoice(
+            "same_number_other_amount",
+            replace(
+                inv3, lines=inv3.lines + (Line("Additional item", Decimal(1), Decimal("99.90"), Decimal(19)),)
+            ),
+            "cii",
+            note="look-alike: same vendor and number, different total (a different invoice)",
+        )
+        b.add_invoice(
+            "credit_note_same_number",
+            replace(inv3, document_type="credit_note"),
+            "ubl",
+            note="credit note reusing the invoice number; not a duplicate",
+        )
+        b.add_invoice(
+            "credit_note_pdf",
+            replace(b.invoice(), document_type="credit_note", due_date=None),
+            "pdf",
+            note="credit note as PDF",
+        )
+
+    sql_vendor = replace(
+        b.sellers[0], name="Robert'); DROP TABLE invoices; --\x07\x1b Supplies", vat_id=None, country="US"
+    )
+    b.add_invoice(
+        "hostile_vendor_name",
+        b.invoice(seller=sql_vendor, currency="USD"),
+        "json",
+        note="vendor name with SQL and control characters: must be stored verbatim and processed",
+    )
+
+    if bad:
+        _add_bad_inputs(b)
+
+    sample_set = SampleSet(out_dir, seed, tuple(b.files))
+    sample_set.manifest_path.write_text(
+        json.dumps(sample_set.to_json(), indent=2, ensure_ascii=False) + "\n", "utf-8"
+    )
+    return sample_set
+
+
+def _add_bad_inputs(b: _Builder) -> None:
+    def bad(stem: str, ext: str, content: bytes, fmt: str, code: str, note: str) -> None:
+        b.add(stem, ext, content, fmt, code=code, fails_at="extract", note=note)
+
+    def invalid(stem: str, inv: SampleInvoice, fmt: str, code: str, note: str) -> None:
+        b.add_invoice(stem, inv, fmt, code=code, fails_at="validate", note=note)
+
+    bad("empty", "pdf", b"", "pdf", "empty_file", "zero-byte upload")
+    whole = invoice_pdf(b.invoice())
+    bad("truncated", "pdf", whole[: len(whole) // 2], "pdf", "corrupt_pdf", "PDF cut off mid-transfer")
+
+    writer = pypdf.PdfWriter(clone_from=pypdf.PdfReader(io.BytesIO(invoice_pdf(b.invoice()))))
+    writer.encrypt(user_password="s3cret", owner_password="owner", algorithm="AES-128")
+    buf = io.BytesIO()
+    writer.write(buf)
+    bad("encrypted", "pdf", buf.getvalue(), "pdf", "encrypted_pdf", "password-protected PDF")
+
+    letter = letter_pdf(
+        [
+            "Dear customer,",
+            "thank you for visiting our stand at the trade fair.",
+            "We look forward to hearing from you.",
+            "Kind regards",
+        ]
+    )
+    bad("cover_letter", "pdf", letter, "pdf", "not_an_invoice", "PDF with text but no invoice content")
+
+    xxe = (
+        b'<?xml version="1.0"?>\n<!DOCTYPE Invoice [<!ENTITY xxe SYSTEM "file:///etc/passwd">]>\n'
+        b'<Invoice xmlns="urn:oasis:names:specification:ubl:schema:xsd:Invoice-2" '
+        b'xmlns:cbc="urn:oasis:names:specification:ubl:schema:xsd:CommonBasicComponents-2"><cbc:ID>&xxe;</cbc:ID></Invoice>\n'
+    )
+    bad("xxe", "xml", xxe, "ubl", "xml_entities_forbidden", "XML external entity pointing at a local file")
+    order = (
+        b'<?xml version="1.0" encoding="UTF-8"?>\n<Order xmlns="urn:oasis:names:specification:ubl:schema:xsd:Order-2" '
+        b'xmlns:cbc="urn:oasis:names:specification:ubl:schema:xsd:CommonBasicComponents-2"><cbc:ID>PO-1</cbc:ID></Order>\n'
+    )
+    bad("purchase_order", "xml", order, "ubl", "unsupported_xml", "a UBL Order, not an invoice")
+    bad_json = json.dumps({"invoice_number": 12345, "payable_total": "twelve", "colour": "blue"}).encode()
+    bad(
+        "bad_schema", "json", bad_json, "json", "json_schema", "JSON that does not follow invoice.schema.json"
+    )
+    latin1 = ubl_xml(b.invoice(seller=replace(b.sellers[2], name="Atelier Lumière SARL"))).replace(
+        "Lumière".encode(), "Lumière".encode("latin-1")
+    )
+    bad("wrong_encoding", "xml", latin1, "ubl", "bad_encoding", "declares UTF-8 but contains Latin-1 bytes")
+
+    invalid("missing_total", b.invoice(omit_payable=True), "ubl", "missing_total", "no PayableAmount")
+    invalid(
+        "negative_total",
+        b.invoice(payable_override="-250.00"),
+        "cii",
+        "negative_total",
+        "invoice with negative total",
+    )
+    invalid(
+        "unknown_currency",
+        b.invoice(currency="XYZ"),
+        "json",
+        "unknown_currency",
+        "currency XYZ is not ISO 4217",
+    )
+    invalid(
+        "impossible_date",
+        b.invoice(issue_date_text="2023-02-30"),
+        "ubl",
+        "bad_date",
+        "issue date 30 February",
+    )

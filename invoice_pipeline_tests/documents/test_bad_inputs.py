@@ -1,0 +1,229 @@
+"""One test per class of unusable input: the code is stable and the reason says what to do."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pypdf
+import pytest
+from fpdf import FPDF
+
+from invoice_pipeline.documents import BadDocument, ExtractedText, extract_fields, extract_text
+from invoice_pipeline.domain.validation import validate_fields
+from invoice_pipeline.samples.render import letter_pdf
+
+UBL_HEAD = (
+    '<Invoice xmlns="urn:oasis:names:specification:ubl:schema:xsd:Invoice-2" '
+    'xmlns:cbc="urn:oasis:names:specification:ubl:schema:xsd:CommonBasicComponents-2">'
+)
+
+
+def _bad(content: bytes, code: str) -> BadDocument:
+    with pytest.raises(BadDocument) as info:
+        extract_fields(extract_text(content, "upload.bin"))
+    assert info.value.code == code, info.value.reason
+    assert len(info.value.reason) > 20
+    return info.value
+
+
+def _pdf_with_text(lines: list[str]) -> bytes:
+    return letter_pdf(lines)
+
+
+def test_empty_file() -> None:
+    _bad(b"", "empty_file")
+    _bad(b"  \n\t ", "empty_file")
+
+
+def test_too_large_is_checked_before_parsing() -> None:
+    with pytest.raises(BadDocument) as info:
+        extract_text(b"%PDF-1.7" + b"x" * 2000, max_bytes=1000)
+    assert info.value.code == "too_large" and "1000" in info.value.reason
+
+
+def test_truncated_pdf() -> None:
+    whole = _pdf_with_text(["Invoice No: 1", "Amount due: 5.00 EUR"])
+    reason = _bad(whole[: len(whole) // 2], "corrupt_pdf").reason
+    assert "re-send" in reason
+
+
+def test_garbage_after_pdf_header() -> None:
+    _bad(b"%PDF-1.4\n" + bytes(range(256)) * 4 + b"\n%%EOF\n", "corrupt_pdf")
+
+
+def test_encrypted_pdf() -> None:
+    writer = pypdf.PdfWriter(clone_from=pypdf.PdfReader(io.BytesIO(_pdf_with_text(["Invoice No: 1"]))))
+    writer.encrypt(user_password="pw", owner_password="owner", algorithm="AES-128")
+    buf = io.BytesIO()
+    writer.write(buf)
+    assert "unprotected" in _bad(buf.getvalue(), "encrypted_pdf").reason
+
+
+def test_owner_password_only_pdf_is_readable() -> None:
+    writer = pypdf.PdfWriter(
+        clone_from=pypdf.PdfReader(io.BytesIO(_pdf_with_text(["Invoice No: INV-9", "Amount due: 10.00 EUR"])))
+    )
+    writer.encrypt(user_password="", owner_password="owner", algorithm="AES-128")
+    buf = io.BytesIO()
+    writer.write(buf)
+    fields = extract_fields(extract_text(buf.getvalue()))
+    assert fields.invoice_number == "INV-9"
+
+
+def _blank_pdf() -> bytes:
+    pdf = FPDF()
+    pdf.add_page()
+    pdf.rect(20, 20, 100, 50)
+    return bytes(pdf.output())
+
+
+def test_no_text_layer_without_ocr(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    reason = _bad(_blank_pdf(), "needs_ocr").reason
+    assert "OCR" in reason
+
+
+def test_pdf_that_is_not_an_invoice() -> None:
+    _bad(
+        _pdf_with_text(["Dear Sir or Madam,", "please find our brochure attached.", "Regards"]),
+        "not_an_invoice",
+    )
+
+
+def test_not_an_invoice_from_stored_text() -> None:
+    with pytest.raises(BadDocument) as info:
+        extract_fields(ExtractedText("pdf", "Meeting notes\nnothing here", None, "pdf-text-layer", 1))
+    assert info.value.code == "not_an_invoice"
+
+
+def test_unsupported_xml() -> None:
+    _bad(b'<?xml version="1.0"?><rss version="2.0"><channel/></rss>', "unsupported_xml")
+
+
+def test_malformed_xml() -> None:
+    _bad((UBL_HEAD + "<cbc:ID>1</cbc:ID>").encode(), "malformed_xml")
+
+
+def test_invalid_utf8_xml() -> None:
+    doc = f'<?xml version="1.0" encoding="UTF-8"?>{UBL_HEAD}<cbc:ID>Caf\xe9</cbc:ID></Invoice>'
+    _bad(doc.encode("latin-1"), "bad_encoding")
+
+
+def test_declared_latin1_xml_is_honoured() -> None:
+    doc = (
+        f'<?xml version="1.0" encoding="ISO-8859-1"?>{UBL_HEAD}<cbc:ID>Café-1</cbc:ID>'
+        "<cbc:DocumentCurrencyCode>EUR</cbc:DocumentCurrencyCode></Invoice>"
+    )
+    extracted = extract_text(doc.encode("latin-1"))
+    assert extract_fields(extracted).invoice_number == "Café-1"
+    assert "Café-1" in extracted.text
+
+
+def test_invalid_utf8_json() -> None:
+    _bad(b'{"invoice_number": "\xff\xfe"}', "bad_encoding")
+
+
+def test_json_schema_violation_names_the_path() -> None:
+    reason = _bad(
+        json.dumps({"invoice_number": "A1", "payable_total": "12,50"}).encode(), "json_schema"
+    ).reason
+    assert "payable_total" in reason
+
+
+def test_json_array_is_rejected() -> None:
+    _bad(b"[1, 2, 3]", "json_schema")
+
+
+def test_json_syntax_error() -> None:
+    _bad(b'{"invoice_number": ', "malformed_json")
+
+
+def test_unknown_binary_format() -> None:
+    _bad(b"\x89PNG\r\n\x1a\n\x00\x00", "unsupported_format")
+
+
+def test_format_is_detected_by_content_not_extension() -> None:
+    doc = json.dumps(
+        {"invoice_number": "X-1", "payable_total": "1.00", "currency": "EUR", "seller_name": "A"}
+    )
+    extracted = extract_text(doc.encode(), "invoice.pdf")
+    assert extracted.format == "json"
+
+
+@pytest.mark.parametrize(
+    ("doc", "code"),
+    [
+        ({"invoice_number": "A1", "seller_name": "S", "currency": "EUR"}, "missing_total"),
+        ({"seller_name": "S", "payable_total": "1.00", "currency": "EUR"}, "missing_invoice_number"),
+        (
+            {"invoice_number": "A1", "seller_name": "S", "payable_total": "-5.00", "currency": "EUR"},
+            "negative_total",
+        ),
+        (
+            {"invoice_number": "A1", "seller_name": "S", "payable_total": "5.00", "currency": "XYZ"},
+            "unknown_currency",
+        ),
+        (
+            {
+                "invoice_number": "A1",
+                "seller_name": "S",
+                "payable_total": "5",
+                "currency": "EUR",
+                "issue_date": "2023-02-30",
+            },
+            "bad_date",
+        ),
+        (
+            {
+                "invoice_number": "A1",
+                "seller_name": "S",
+                "payable_total": "1000000000000.00",
+                "currency": "EUR",
+            },
+            "amount_too_large",
+        ),
+    ],
+)
+def test_validation_failures_from_json(doc: dict[str, str], code: str) -> None:
+    fields = extract_fields(extract_text(json.dumps(doc).encode()))
+    problems = validate_fields(fields)
+    assert [p.code for p in problems][:1] == [code]
+    assert problems[0].reason
+
+
+def test_nan_amount_is_bad_amount() -> None:
+    content = b'{"invoice_number": "A1", "seller_name": "S", "currency": "EUR", "payable_total": NaN}'
+    problems = validate_fields(extract_fields(extract_text(content)))
+    assert [p.code for p in problems] == ["bad_amount"]
+
+
+def test_unparseable_xml_amount_is_bad_amount() -> None:
+    doc = (
+        f"{UBL_HEAD}<cbc:ID>1</cbc:ID><cbc:DocumentCurrencyCode>EUR</cbc:DocumentCurrencyCode>"
+        '<cac:LegalMonetaryTotal xmlns:cac="urn:oasis:names:specification:ubl:schema:xsd:CommonAggregateComponents-2">'
+        "<cbc:PayableAmount>12,5O</cbc:PayableAmount></cac:LegalMonetaryTotal></Invoice>"
+    )
+    fields = extract_fields(extract_text(doc.encode()))
+    assert fields.payable_total is None
+    assert "bad_amount" in [p.code for p in validate_fields(fields)]
+
+
+def test_bad_document_pickles(tmp_path: Path) -> None:
+    import pickle
+
+    exc = pickle.loads(pickle.dumps(BadDocument("corrupt_pdf", "re-send it")))
+    assert (exc.code, exc.reason) == ("corrupt_pdf", "re-send it")
+
+
+def test_entity_bomb_is_rejected_quickly() -> None:
+    lol = ['<!ENTITY lol0 "lol">'] + [f'<!ENTITY lol{i} "{f"&lol{i - 1};" * 10}">' for i in range(1, 10)]
+    doc = (
+        f'<?xml version="1.0"?><!DOCTYPE Invoice [{"".join(lol)}]>{UBL_HEAD}<cbc:ID>&lol9;</cbc:ID></Invoice>'
+    )
+    start = time.perf_counter()
+    _bad(doc.encode(), "xml_entities_forbidden")
+    assert time.perf_counter() - start < 1.0

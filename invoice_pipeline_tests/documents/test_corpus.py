@@ -1,0 +1,93 @@
+"""extract_fields against the hand-checked ground truth of the shared public corpus."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from invoice_pipeline.documents import extract_fields, extract_text
+from invoice_pipeline.domain.matching import MatchCandidate, find_match
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS = ROOT.parent / "shared" / "corpus"
+pytestmark = pytest.mark.skipif(not CORPUS.is_dir(), reason="no shared corpus")
+
+FIELD_MAP = {
+    "format": None,
+    "invoice_number": "invoice_number",
+    "issue_date": "issue_date",
+    "currency": "currency",
+    "total_payable": "payable_total",
+    "tax_exclusive_total": "net_total",
+    "seller_name": "seller_name",
+    "seller_vat_id": "seller_vat_id",
+    "buyer_name": "buyer_name",
+    "document_type": "document_type",
+}
+
+
+def _expected() -> dict[str, Any]:
+    return json.loads((CORPUS / "expected.json").read_text(encoding="utf-8"))
+
+
+def _got(path: str) -> dict[str, Any]:
+    extracted = extract_text((CORPUS / path).read_bytes(), path)
+    fields = extract_fields(extracted)
+    out: dict[str, Any] = {"format": extracted.format}
+    for theirs, ours in FIELD_MAP.items():
+        if ours is not None:
+            value = getattr(fields, ours)
+            out[theirs] = value.isoformat() if hasattr(value, "isoformat") else value
+    return out
+
+
+def _equal(field: str, want: Any, got: Any) -> bool:
+    if field in ("total_payable", "tax_exclusive_total") and want is not None and got is not None:
+        return Decimal(want) == got
+    return bool(want == got)
+
+
+def test_corpus_field_accuracy(record_property: Any) -> None:
+    expected = _expected()["files"]
+    correct: Counter[str] = Counter()
+    failures = []
+    for path, want in expected.items():
+        got = _got(path)
+        for field in FIELD_MAP:
+            if _equal(field, want[field], got[field]):
+                correct[field] += 1
+            else:
+                failures.append(f"{path}: {field} expected {want[field]!r}, got {got[field]!r}")
+    total = len(expected)
+    report = {field: f"{correct[field]}/{total}" for field in FIELD_MAP}
+    record_property("corpus_accuracy", report)
+    print("corpus per-field accuracy:", report)
+    assert not failures, "\n".join(failures)
+
+
+def test_corpus_duplicate_sets_and_non_duplicates() -> None:
+    data = _expected()
+    cands = {
+        path: MatchCandidate.from_fields(
+            path, "org-1", extract_fields(extract_text((CORPUS / path).read_bytes()))
+        )
+        for path in data["files"]
+    }
+    for first, second in data["duplicate_sets"]:
+        match = find_match(cands[second], [cands[first]])
+        assert match is not None and match.original_id == first, (first, second)
+    for a, b in data["not_duplicates"]:
+        assert find_match(cands[b], [cands[a]]) is None, (a, b)
+        assert find_match(cands[a], [cands[b]]) is None, (a, b)
+    # Nothing outside the declared sets matches either.
+    declared = {frozenset(s) for s in data["duplicate_sets"]}
+    paths = list(cands)
+    for i, a in enumerate(paths):
+        for b in paths[i + 1 :]:
+            if frozenset((a, b)) not in declared:
+                assert find_match(cands[b], [cands[a]]) is None, (a, b)

@@ -1,0 +1,109 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import psycopg
+import pytest
+from dagster import DagsterInstance, build_sensor_context
+
+from invoice_pipeline.config import ENV_INBOX
+from invoice_pipeline.jobs import PROCESS_INVOICE, PROCESS_INVOICE_BATCH
+from invoice_pipeline.sensors import new_invoices_sensor
+from invoice_pipeline.store import InvoiceStore
+from invoice_pipeline_tests.factories import json_invoice, pipeline_resources
+
+
+def tick(database_url: str, **db: object):  # type: ignore[no-untyped-def]
+    resources = pipeline_resources(database_url, **db)
+    context = build_sensor_context(
+        instance=DagsterInstance.ephemeral(), resources={"invoice_db": resources["invoice_db"]}
+    )
+    return new_invoices_sensor.evaluate_tick(context)
+
+
+@pytest.fixture(autouse=True)
+def empty_inbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    inbox = tmp_path / "inbox"
+    monkeypatch.setenv(ENV_INBOX, str(inbox))
+    return inbox
+
+
+def test_one_run_per_new_invoice_keyed_by_attempt_and_requested_once(
+    database_url: str, store: InvoiceStore
+) -> None:
+    a = store.store_document(json_invoice("A-1"), "acme", "a.json").invoice_id
+    b = store.store_document(json_invoice("B-1"), "globex", "b.json").invoice_id
+    data = tick(database_url)
+    assert [r.run_key for r in data.run_requests] == [f"invoice:{a}:attempt:1", f"invoice:{b}:attempt:1"]
+    assert {r.job_name for r in data.run_requests} == {PROCESS_INVOICE}
+    assert data.run_requests[1].tags["org_id"] == "globex" and data.run_requests[1].tags["attempt"] == "1"
+    assert data.run_requests[0].run_config["ops"]["start"]["config"] == {"invoice_id": str(a), "attempt": 1}
+    again = tick(database_url)
+    assert again.run_requests == [] and again.skip_message == "no invoices due"
+
+
+def test_failed_invoice_is_requested_again_with_the_next_attempt_once_due(
+    database_url: str, store: InvoiceStore
+) -> None:
+    inv = store.store_document(json_invoice(), "acme", "a.json").invoice_id
+    with psycopg.connect(database_url) as conn:
+        conn.execute(
+            "UPDATE invoices SET status = 'failed', attempts = 2, next_attempt_at = now() + interval '1 hour' WHERE id = %s",
+            (inv,),
+        )
+    assert tick(database_url).run_requests == [], "not due yet"
+    with psycopg.connect(database_url) as conn:
+        conn.execute("UPDATE invoices SET next_attempt_at = now() WHERE id = %s", (inv,))
+    (request,) = tick(database_url).run_requests
+    assert request.run_key == f"invoice:{inv}:attempt:3"
+
+
+def test_running_done_and_quarantined_invoices_are_not_requested(
+    database_url: str, store: InvoiceStore
+) -> None:
+    running = store.store_document(json_invoice("R"), "acme", "r.json").invoice_id
+    done = store.store_document(json_invoice("D"), "acme", "d.json").invoice_id
+    assert store.acquire(running, 1) is not None
+    with psycopg.connect(database_url) as conn:
+        conn.execute("UPDATE invoices SET status = 'processed' WHERE id = %s", (done,))
+    assert tick(database_url).run_requests == []
+
+
+def test_backlog_switches_to_batched_runs_covering_every_invoice(
+    database_url: str, store: InvoiceStore
+) -> None:
+    ids = [store.store_document(json_invoice(f"N-{i}"), "acme", f"{i}.json").invoice_id for i in range(25)]
+    data = tick(database_url, batch_threshold=20, batch_size=10)
+    assert [r.job_name for r in data.run_requests] == [PROCESS_INVOICE_BATCH] * 3
+    batched = [i for r in data.run_requests for i in r.run_config["ops"]["fan_out"]["config"]["invoice_ids"]]
+    assert batched == [str(i) for i in ids]
+    assert len({r.run_key for r in data.run_requests}) == 3
+
+
+def test_invoice_committed_out_of_order_is_not_lost(database_url: str, store: InvoiceStore) -> None:
+    """The slow transaction takes the earlier sequence number but commits after a later one was seen."""
+    with psycopg.connect(database_url) as slow:
+        early = slow.execute("INSERT INTO invoices (org_id) VALUES ('acme') RETURNING id, seq").fetchone()
+        assert early is not None
+        late = store.store_document(json_invoice(), "acme", "late.json").invoice_id
+        first = tick(database_url)
+        assert [r.tags["invoice_id"] for r in first.run_requests] == [str(late)]
+        slow.commit()
+    with psycopg.connect(database_url) as conn:
+        late_seq = conn.execute("SELECT seq FROM invoices WHERE id = %s", (late,)).fetchone()
+    assert late_seq is not None and early[1] < late_seq[0], "the invisible invoice really had the earlier seq"
+    second = tick(database_url)
+    assert [r.tags["invoice_id"] for r in second.run_requests] == [str(early[0])]
+
+
+def test_inbox_files_are_ingested_per_org_and_moved_aside(
+    database_url: str, store: InvoiceStore, empty_inbox: Path
+) -> None:
+    (empty_inbox / "acme").mkdir(parents=True)
+    (empty_inbox / "acme" / "x.json").write_bytes(json_invoice("X-1"))
+    (empty_inbox / "loose.json").write_bytes(json_invoice("L-1"))
+    data = tick(database_url)
+    assert sorted(r.tags["org_id"] for r in data.run_requests) == ["acme", "default"]
+    assert (empty_inbox / "acme" / ".ingested" / "x.json").exists()
+    assert not (empty_inbox / "acme" / "x.json").exists()
+    assert tick(database_url).run_requests == [], "moved files are not ingested again"

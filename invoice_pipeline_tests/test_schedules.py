@@ -1,0 +1,107 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import psycopg
+from dagster import DagsterInstance, DagsterRunStatus, build_schedule_context
+
+from invoice_pipeline.jobs import process_invoice
+from invoice_pipeline.ops import run_owner
+from invoice_pipeline.schedules import sweep_stale_locks_schedule
+from invoice_pipeline.store import InvoiceStore
+from invoice_pipeline_tests.factories import json_invoice, pipeline_resources
+from invoice_pipeline_tests.support import db_seconds_since, wait_for
+
+
+def started_run(instance: DagsterInstance) -> str:
+    config = {"ops": {"start": {"config": {"invoice_id": "00000000-0000-0000-0000-000000000000"}}}}
+    return instance.create_run_for_job(
+        job_def=process_invoice, run_config=config, status=DagsterRunStatus.STARTED
+    ).run_id
+
+
+def evaluate(database_url: str, instance: DagsterInstance, **db: object) -> str:
+    resources = pipeline_resources(database_url, **db)
+    context = build_schedule_context(instance=instance, resources={"invoice_db": resources["invoice_db"]})
+    data = sweep_stale_locks_schedule.evaluate_tick(context)
+    assert not data.run_requests
+    return str(data.skip_message)
+
+
+def wait_stale(database_url: str, job_id: object, seconds: float) -> None:
+    wait_for(
+        lambda: (
+            db_seconds_since(
+                database_url, "SELECT heartbeat_at FROM processing_jobs WHERE id = %s", (job_id,)
+            )
+            > seconds
+        ),
+        what="the lease to go stale on the DB clock",
+    )
+
+
+def test_sweeps_reconciles_the_dead_run_and_schedules_a_retry_with_backoff(
+    database_url: str, store: InvoiceStore, tmp_path: Path
+) -> None:
+    instance = DagsterInstance.local_temp(str(tmp_path))
+    run_id = started_run(instance)
+    inv = store.store_document(json_invoice(), "acme", "a.json").invoice_id
+    lease = store.acquire(inv, 1, owner=run_owner(run_id))
+    assert lease is not None
+    live_run_id = started_run(instance)
+    live_inv = store.store_document(json_invoice("LIVE"), "acme", "b.json").invoice_id
+    assert store.acquire(live_inv, 1, owner=run_owner(live_run_id)) is not None
+
+    assert "swept 0 stale lock" in evaluate(database_url, instance, lock_ttl_seconds=1)
+    wait_stale(database_url, lease.job_id, 1.2)
+    store.heartbeat(store.current_holder(live_inv).job_id)  # type: ignore[union-attr]
+    message = evaluate(database_url, instance, lock_ttl_seconds=1, retry_base_seconds=60)
+    assert message.startswith("swept 1 stale lock(s); marked 1 dead run(s) failed; scheduled 1 retry")
+
+    dead = instance.get_run_by_id(run_id)
+    assert dead is not None and dead.status == DagsterRunStatus.FAILURE
+    failure_text = "\n".join(e.message for e in instance.all_logs(run_id))
+    assert "presumed dead" in failure_text and str(lease.job_id) in failure_text
+    still = instance.get_run_by_id(live_run_id)
+    assert still is not None and still.status == DagsterRunStatus.STARTED, "a heartbeating run is left alone"
+
+    state = store.invoice_state(inv)
+    assert (
+        state is not None
+        and state.status == "failed"
+        and state.last_error
+        and state.last_error.startswith("swept:")
+    )
+    with psycopg.connect(database_url) as conn:
+        delay = conn.execute(
+            "SELECT extract(epoch FROM next_attempt_at - now()) FROM invoices WHERE id = %s", (inv,)
+        ).fetchone()
+    assert delay is not None and 55 < float(delay[0]) <= 60
+
+
+def test_backoff_doubles_per_attempt_and_dead_letters_after_max(
+    database_url: str, store: InvoiceStore, tmp_path: Path
+) -> None:
+    instance = DagsterInstance.local_temp(str(tmp_path))
+    inv = store.store_document(json_invoice(), "acme", "a.json").invoice_id
+    delays = []
+    for attempt in (1, 2, 3):
+        lease = store.acquire(inv, attempt)
+        assert lease is not None
+        wait_stale(database_url, lease.job_id, 1.05)
+        message = evaluate(database_url, instance, lock_ttl_seconds=1, retry_base_seconds=10, max_attempts=3)
+        state = store.invoice_state(inv)
+        assert state is not None
+        if attempt < 3:
+            assert state.status == "failed", message
+            with psycopg.connect(database_url) as conn:
+                row = conn.execute(
+                    "SELECT extract(epoch FROM next_attempt_at - updated_at) FROM invoices WHERE id = %s",
+                    (inv,),
+                ).fetchone()
+            assert row is not None
+            delays.append(round(float(row[0])))
+        else:
+            assert state.status == "needs_attention" and "1 invoice(s) need attention" in message
+    assert delays == [10, 20]
+    assert store.claim_due_invoices(10) == [], "a dead-lettered invoice is not requested again"
