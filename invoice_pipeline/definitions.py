@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dagster import Definitions
+from dagster import Definitions, JobDefinition
 
 from invoice_pipeline.config import Settings
 from invoice_pipeline.jobs import process_invoice, process_invoice_batch
@@ -24,3 +24,8 @@ defs = Definitions(
     schedules=[sweep_stale_locks_schedule],
     resources=make_resources(),
 )
+
+
+def batch_job_for_cli() -> JobDefinition:
+    """The batch job with the code location's resources bound, for `invoice-pipeline process`."""
+    return defs.get_job_def("process_invoice_batch")

@@ -30,13 +30,12 @@ from dagster import (
     op,
 )
 
+from invoice_pipeline.dedupe import decide_duplicate
 from invoice_pipeline.documents import BadDocument, ExtractedText
-from invoice_pipeline.domain.matching import MatchCandidate, find_match
-from invoice_pipeline.domain.normalize import business_key, normalize_vendor
 from invoice_pipeline.domain.validation import validate_fields
 from invoice_pipeline.leases import Lease, LeaseLost
 from invoice_pipeline.resources import DocumentReader, InvoiceDatabase
-from invoice_pipeline.store import InvoiceStore, MatchOutcome, as_uuid
+from invoice_pipeline.store import InvoiceStore, as_uuid
 
 T = TypeVar("T")
 
@@ -334,23 +333,7 @@ def detect_duplicates(context: OpExecutionContext, claim: Claim, invoice_db: Inv
     def work(lease: Lease) -> bool:
         fields = store.load_fields(claim.invoice_id)
         assert fields is not None
-        candidate = MatchCandidate.from_fields(claim.invoice_id, claim.org_id, fields)
-
-        def match(rows: list[tuple[UUID, str, object]]) -> MatchOutcome | None:
-            originals = [MatchCandidate.from_fields(str(rid), org, f) for rid, org, f in rows]  # type: ignore[arg-type]
-            found = find_match(candidate, originals)
-            if found is None:
-                return None
-            return MatchOutcome(UUID(found.original_id), found.how, found.score, found.reasons)
-
-        decision = store.decide_duplicate(
-            lease,
-            claim.org_id,
-            business_key(claim.org_id, fields),
-            normalize_vendor(fields.seller_name, fields.seller_vat_id),
-            fields,
-            match,  # type: ignore[arg-type]
-        )
+        decision = decide_duplicate(store, lease, claim.org_id, fields)
         _materialize(
             context,
             ASSET_DUPLICATES,

@@ -179,6 +179,65 @@ class MatchOutcome:
 MatchFunction = Callable[[list[tuple[UUID, str, InvoiceFields]]], MatchOutcome | None]
 
 
+@dataclass(frozen=True)
+class AttentionItem:
+    invoice_id: UUID
+    org_id: str
+    status: str
+    code: str
+    reason: str
+    filename: str | None
+
+
+@dataclass(frozen=True)
+class StatusSummary:
+    by_status: dict[str, int]
+    by_stage: dict[str, int]
+    locks_held: int
+    oldest_lock_started_at: datetime | None
+    stalest_heartbeat_age: timedelta | None
+    originals: int
+    duplicates: int
+    duplicate_groups: int
+    attention: list[AttentionItem]
+
+
+@dataclass(frozen=True)
+class InvoiceOverview:
+    invoice_id: UUID
+    org_id: str
+    status: str
+    processing_stage: str | None
+    attempts: int
+    next_attempt_at: datetime
+    filename: str | None
+    sha256: str | None
+    last_error: str | None
+    quarantine_code: str | None
+    quarantine_reason: str | None
+    fields: dict[str, Any] | None
+    duplicate_status: str | None
+    duplicate_of: UUID | None
+    duplicate_group_id: UUID | None
+    match_how: str | None
+    match_reasons: list[str] | None
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class InvoiceOutcome:
+    filename: str | None
+    status: str
+    duplicate_status: str | None
+    duplicate_of: UUID | None
+    original_filename: str | None
+    match_how: str | None
+    code: str
+    reason: str
+    approval: str | None
+    posted: bool
+
+
 class InvoiceStore:
     def __init__(self, database_url: str, *, min_size: int = 1, max_size: int = 10) -> None:
         self.database_url = validate_database_url(database_url)
@@ -563,6 +622,28 @@ class InvoiceStore:
                 conn, DueInvoice, "claim_due_invoices", {"limit": limit, "request_timeout": request_timeout}
             )
         return sorted(due, key=lambda d: d.seq)
+
+    # -- reading for people --------------------------------------------------------------------
+
+    def status_summary(self) -> StatusSummary:
+        with self.pool.connection() as conn:
+            by_status: dict[str, int] = dict(conn.execute(query("count_by_status")).fetchall())
+            by_stage: dict[str, int] = dict(conn.execute(query("count_by_stage")).fetchall())
+            locks = conn.execute(query("lock_summary")).fetchone()
+            dupes = conn.execute(query("duplicate_summary")).fetchone()
+            attention = self._all(conn, AttentionItem, "attention_list", {})
+        assert locks is not None and dupes is not None
+        return StatusSummary(
+            by_status, by_stage, locks[0], locks[1], locks[2], dupes[0], dupes[1], dupes[2], attention
+        )
+
+    def invoice_overview(self, invoice_id: UUID | str) -> InvoiceOverview | None:
+        with self.pool.connection() as conn:
+            return self._one(conn, InvoiceOverview, "invoice_overview", {"invoice_id": as_uuid(invoice_id)})
+
+    def outcomes_of_org(self, org_id: str) -> list[InvoiceOutcome]:
+        with self.pool.connection() as conn:
+            return self._all(conn, InvoiceOutcome, "demo_outcomes", {"org_id": org_id})
 
 
 def json_default(value: Any) -> Any:

@@ -73,7 +73,7 @@ FROM invoices WHERE id = %(invoice_id)s AND duplicate_status IS NOT NULL
 -- name: duplicate_candidates
 SELECT id, org_id, business_key, vendor_key, fields
 FROM invoices
-WHERE org_id = %(org_id)s AND duplicate_status = 'original' AND id <> %(invoice_id)s
+WHERE org_id = %(org_id)s AND duplicate_status = 'original' AND id <> %(invoice_id)s AND fields IS NOT NULL
   AND (business_key = %(business_key)s OR vendor_key = %(vendor_key)s
        OR (payable_total = %(payable_total)s AND currency = %(currency)s))
 ORDER BY (business_key = %(business_key)s) DESC, seq

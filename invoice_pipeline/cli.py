@@ -1,0 +1,393 @@
+"""`invoice-pipeline`: the database, ingest, headless processing through Dagster, status, the UI, the demo."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from invoice_pipeline.config import ConfigError, Settings
+from invoice_pipeline.db.connection import database_url, embedded_server, prepare_database
+from invoice_pipeline.db.migrate import MigrationError, migrate
+from invoice_pipeline.store import InvoiceStore, dumps
+
+
+def _store(settings: Settings) -> InvoiceStore:
+    return InvoiceStore(prepare_database(settings), max_size=4)
+
+
+def progress(done: int, total: int, label: str) -> None:
+    """A one-line progress bar on stderr, redrawn in place."""
+    width = 30
+    filled = width * done // max(total, 1)
+    end = "\n" if done >= total else ""
+    print(
+        f"\r{label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}",
+        end=end,
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+# -- db ------------------------------------------------------------------------------------------
+
+
+def cmd_db(args: argparse.Namespace, settings: Settings) -> int:
+    if not settings.uses_embedded_postgres:
+        print(
+            f"using the external database from INVOICE_PIPELINE_DATABASE_URL; nothing embedded to {args.action}"
+        )
+        if args.action == "url":
+            print(settings.database_url)
+        return 0
+    server = embedded_server(settings)
+    if args.action == "start":
+        status = server.start()
+        print(
+            f"embedded PostgreSQL running (pid {status.pid}) on 127.0.0.1:{status.port}, data in {status.pgdata}"
+        )
+    elif args.action == "stop":
+        print("stopped" if server.stop() else "was not running")
+    elif args.action == "status":
+        status = server.status()
+        print(f"running, pid {status.pid}, port {status.port}" if status.running else "not running")
+        return 0 if status.running else 3
+    else:
+        print(database_url(settings))
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
+    result = migrate(database_url(settings))
+    for name in result.applied:
+        print(f"applied {name}")
+    print(f"up to date ({len(result.applied)} applied, {len(result.already_applied)} already applied)")
+    return 0
+
+
+# -- ingest and process --------------------------------------------------------------------------
+
+
+def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
+    from invoice_pipeline.ingest import ingest_paths
+
+    store = _store(settings)
+    try:
+        files = ingest_paths(store, [Path(p) for p in args.paths], args.org)
+    finally:
+        store.close()
+    new = sum(1 for f in files if f.result.created)
+    for f in files:
+        print(f"{'new ' if f.result.created else 'same'}  {f.result.invoice_id}  {f.path}")
+    print(f"ingested {len(files)} file(s): {new} new invoice(s), {len(files) - new} already known")
+    return 0
+
+
+def process_due(settings: Settings, *, batch_size: int = 25, label: str = "processing") -> int:
+    """Run every due invoice through the Dagster batch job on the project's Dagster instance."""
+    from dagster import DagsterInstance, execute_job, reconstructable
+
+    from invoice_pipeline.dagster_home import prepare_dagster_home
+    from invoice_pipeline.definitions import batch_job_for_cli
+
+    url = prepare_database(settings)
+    prepare_dagster_home(settings, url)
+    store = InvoiceStore(url, max_size=2)
+    failed_runs = 0
+    try:
+        summary = store.status_summary()
+        total = summary.by_status.get("pending", 0) + summary.by_status.get("failed", 0)
+        done = 0
+        progress(done, total, label)
+        with DagsterInstance.get() as instance:
+            while True:
+                due = store.claim_due_invoices(batch_size)
+                if not due:
+                    break
+                result = execute_job(
+                    reconstructable(batch_job_for_cli),
+                    instance=instance,
+                    run_config={
+                        # The events go to the instance (and the UI); the terminal gets a progress bar.
+                        "loggers": {"console": {"config": {"log_level": "CRITICAL"}}},
+                        "ops": {
+                            "fan_out": {
+                                "config": {
+                                    "invoice_ids": [str(d.invoice_id) for d in due],
+                                    "attempts": [d.attempt for d in due],
+                                }
+                            }
+                        },
+                    },
+                    tags={"invoice_count": str(len(due)), "launched_by": "invoice-pipeline process"},
+                )
+                failed_runs += 0 if result.success else 1
+                done = min(total, done + len(due))
+                progress(done, max(total, done), label)
+    finally:
+        store.close()
+    return failed_runs
+
+
+def cmd_process(args: argparse.Namespace, settings: Settings) -> int:
+    failed = process_due(settings, batch_size=args.batch_size)
+    print(
+        f"done; {failed} run(s) had a failing branch (quarantined or failed invoices: see `invoice-pipeline status`)"
+    )
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace, settings: Settings) -> int:
+    from dagster import DagsterInstance
+
+    from invoice_pipeline.dagster_home import prepare_dagster_home
+    from invoice_pipeline.maintenance import run_maintenance
+    from invoice_pipeline.resources import InvoiceDatabase
+
+    url = prepare_database(settings)
+    prepare_dagster_home(settings, url)
+    db = InvoiceDatabase.from_settings(settings)
+    with DagsterInstance.get() as instance:
+        print(run_maintenance(db, instance).summary())
+    return 0
+
+
+# -- reading -------------------------------------------------------------------------------------
+
+
+def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
+    store = _store(settings)
+    try:
+        summary = store.status_summary()
+    finally:
+        store.close()
+    if args.json:
+        print(dumps(asdict(summary)))
+        return 0
+    print("invoices by status:  " + (", ".join(f"{k} {v}" for k, v in summary.by_status.items()) or "none"))
+    if summary.by_stage:
+        print("unfinished by stage: " + ", ".join(f"{k} {v}" for k, v in summary.by_stage.items()))
+    print(f"locks held:          {summary.locks_held}", end="")
+    if summary.oldest_lock_started_at:
+        print(
+            f" (oldest since {summary.oldest_lock_started_at:%Y-%m-%d %H:%M:%S}, stalest heartbeat {summary.stalest_heartbeat_age})",
+            end="",
+        )
+    print()
+    print(
+        f"duplicates:          {summary.duplicates} in {summary.duplicate_groups} group(s); {summary.originals} originals"
+    )
+    for item in summary.attention:
+        print(f"  {item.status:<16} {item.invoice_id}  {item.filename or '':<30} {item.code}: {item.reason}")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
+    store = _store(settings)
+    try:
+        overview = store.invoice_overview(args.invoice_id)
+        if overview is None:
+            print(f"no invoice {args.invoice_id}", file=sys.stderr)
+            return 1
+        jobs = store.job_history(args.invoice_id)
+        decision = store.load_duplicate_decision(args.invoice_id)
+        posting = store.load_ledger_posting(args.invoice_id)
+    finally:
+        store.close()
+    record: dict[str, Any] = {
+        "invoice": asdict(overview),
+        "attempts": [asdict(j) for j in jobs],
+        "duplicate": asdict(decision) if decision else None,
+        "ledger_posting": asdict(posting) if posting else None,
+    }
+    if args.json:
+        print(dumps(record))
+        return 0
+    o = overview
+    print(f"invoice {o.invoice_id}  org {o.org_id}  file {o.filename}")
+    print(f"status {o.status}  stage {o.processing_stage}  attempts {o.attempts}")
+    if o.quarantine_reason or o.last_error:
+        print(f"problem: {o.quarantine_code or ''} {o.quarantine_reason or o.last_error}")
+    for name, value in (o.fields or {}).items():
+        if name != "sources":
+            print(f"  {name:<15} {value}")
+    if decision:
+        print(
+            f"duplicate status: {decision.status}"
+            + (f" of {decision.original_id} ({decision.how})" if decision.original_id else "")
+        )
+        for reason in decision.reasons:
+            print(f"  - {reason}")
+    if posting:
+        print(f"posted {posting.amount} {posting.currency} at {posting.posted_at:%Y-%m-%d %H:%M:%S}")
+    print("attempts:")
+    for j in jobs:
+        print(
+            f"  #{j.attempt} {j.status:<9} {j.owner or '':<50} {j.started_at:%H:%M:%S} → {j.finished_at and f'{j.finished_at:%H:%M:%S}'} {j.error or ''}"
+        )
+    return 0
+
+
+# -- running the product -------------------------------------------------------------------------
+
+
+def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
+    """Postgres, migrations, dagster.yaml, then `dagster dev` in its own process group."""
+    from invoice_pipeline.dagster_home import prepare_dagster_home
+
+    url = prepare_database(settings)
+    home = prepare_dagster_home(settings, url)
+    settings.inbox.mkdir(parents=True, exist_ok=True)
+    root = Path(__file__).resolve().parents[1]
+    workspace = root / "workspace.yaml"
+    command = [sys.executable, "-m", "dagster", "dev", "-h", args.host, "-p", str(args.port)]
+    command += ["-w", str(workspace)] if workspace.exists() else ["-m", "invoice_pipeline.definitions"]
+    print(
+        f"Dagster UI on http://{args.host}:{args.port}  (DAGSTER_HOME={home}; inbox {settings.inbox})",
+        flush=True,
+    )
+    # Its own session: dagster dev ignores signals sent only to itself, and its children
+    # (webserver, daemon, code servers) would outlive it.
+    proc = subprocess.Popen(command, cwd=root if workspace.exists() else None, start_new_session=True)
+
+    def forward(signum: int, _frame: object) -> None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM if signum == signal.SIGTERM else signal.SIGINT)
+        except ProcessLookupError:
+            pass
+
+    signal.signal(signal.SIGINT, forward)
+    signal.signal(signal.SIGTERM, forward)
+    try:
+        return proc.wait()
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+
+def cmd_samples(args: argparse.Namespace, settings: Settings) -> int:
+    from invoice_pipeline.samples import generate_samples
+
+    sample_set = generate_samples(Path(args.out), count=args.count, seed=args.seed)
+    print(f"wrote {len(sample_set.files)} files to {args.out}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
+    from invoice_pipeline.ingest import ingest_paths
+    from invoice_pipeline.samples import generate_samples
+
+    started = time.monotonic()
+    org = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
+    out = settings.home / "demo-samples" / org
+    samples = generate_samples(out, count=args.count, seed=args.seed)
+    print(f"generated {len(samples.files)} sample files in {out}")
+    store = _store(settings)
+    try:
+        files = [f.path for f in samples.files]
+        for i in range(len(files)):
+            ingest_paths(store, [files[i]], org)
+            progress(i + 1, len(files), "ingesting ")
+        process_due(settings, batch_size=args.batch_size, label="processing")
+        outcomes = store.outcomes_of_org(org)
+    finally:
+        store.close()
+    print_demo_summary(outcomes, time.monotonic() - started)
+    return 0
+
+
+def print_demo_summary(outcomes: Sequence[Any], seconds: float) -> None:
+    processed = [o for o in outcomes if o.status == "processed"]
+    originals = [o for o in processed if o.duplicate_status == "original"]
+    duplicates = [o for o in processed if o.duplicate_status == "duplicate"]
+    approved = [o for o in processed if o.approval == "approved"]
+    quarantined = [o for o in outcomes if o.status == "quarantined"]
+    attention = [o for o in outcomes if o.status == "needs_attention"]
+    other = [o for o in outcomes if o.status not in ("processed", "quarantined", "needs_attention")]
+    print()
+    print(f"{'processed':<16}{len(processed):>5}")
+    print(f"{'  originals':<16}{len(originals):>5}")
+    print(f"{'  duplicates':<16}{len(duplicates):>5}")
+    print(
+        f"{'  approved':<16}{len(approved):>5}   posted to the ledger: {sum(1 for o in outcomes if o.posted)}"
+    )
+    print(f"{'needs attention':<16}{len(attention):>5}")
+    print(f"{'quarantined':<16}{len(quarantined):>5}")
+    if other:
+        print(f"{'not finished':<16}{len(other):>5}   (retry scheduled; see `invoice-pipeline status`)")
+    print(f"{'time taken':<16}{seconds:>5.1f}s")
+    if duplicates:
+        print("\nduplicates (how matched):")
+        for o in duplicates:
+            print(f"  {o.filename:<40} = {o.original_filename:<40} {o.match_how}")
+    if quarantined or attention:
+        print("\nquarantined / needs attention (reason):")
+        for o in quarantined + attention:
+            print(f"  {o.filename:<40} {o.code}: {o.reason[:110]}")
+
+
+# -- wiring --------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="invoice-pipeline", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    db = sub.add_parser("db", help="manage the embedded PostgreSQL")
+    db.add_argument("action", choices=["start", "stop", "status", "url"])
+    db.set_defaults(func=cmd_db)
+    sub.add_parser("migrate", help="apply sql/*.sql").set_defaults(func=cmd_migrate)
+    ingest = sub.add_parser("ingest", help="store files (or folders) as invoices")
+    ingest.add_argument("paths", nargs="+")
+    ingest.add_argument("--org", default="default")
+    ingest.set_defaults(func=cmd_ingest)
+    process = sub.add_parser("process", help="process every due invoice through the Dagster jobs, headlessly")
+    process.add_argument("--batch-size", type=int, default=25)
+    process.set_defaults(func=cmd_process)
+    sub.add_parser("sweep", help="sweep stale locks, reconcile dead runs, schedule retries").set_defaults(
+        func=cmd_sweep
+    )
+    status = sub.add_parser("status", help="counts, locks, duplicates, what needs attention")
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(func=cmd_status)
+    show = sub.add_parser("show", help="one invoice: fields, stage, attempts, duplicate group")
+    show.add_argument("invoice_id")
+    show.add_argument("--json", action="store_true")
+    show.set_defaults(func=cmd_show)
+    dev = sub.add_parser("dev", help="run the Dagster UI, daemon, sensor and schedule")
+    dev.add_argument("--host", default="127.0.0.1")
+    dev.add_argument("--port", type=int, default=3000)
+    dev.set_defaults(func=cmd_dev)
+    samples = sub.add_parser("samples", help="write generated sample invoices to a folder")
+    samples.add_argument("out")
+    samples.add_argument("--count", type=int, default=40)
+    samples.add_argument("--seed", type=int, default=0)
+    samples.set_defaults(func=cmd_samples)
+    demo = sub.add_parser("demo", help="generate samples, ingest, process through Dagster, summarise")
+    demo.add_argument("--count", type=int, default=30)
+    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--batch-size", type=int, default=25)
+    demo.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        settings = Settings.from_env()
+        return int(args.func(args, settings))
+    except (ConfigError, MigrationError, ValueError, FileNotFoundError) as exc:
+        print(f"invoice-pipeline: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,62 @@
+"""The Dagster instance: dagster-postgres storage in the same PostgreSQL server, its own database."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from invoice_pipeline.config import Settings
+from invoice_pipeline.db.embedded import create_database_if_missing
+
+ENV_DAGSTER_PG_URL = "DAGSTER_PG_URL"
+
+# The URL is read from the environment, so no password is ever written to disk.
+# `postgresql+psycopg2`: with psycopg 3 installed too, a plain postgresql:// URL makes SQLAlchemy
+# pick psycopg 3, and the daemon then fails on every NOTIFY it sends.
+DAGSTER_YAML = """\
+# Written by invoice-pipeline. Storage: PostgreSQL, URL from $DAGSTER_PG_URL.
+storage:
+  postgres:
+    postgres_url:
+      env: DAGSTER_PG_URL
+run_coordinator:
+  module: dagster.core.run_coordinator
+  class: QueuedRunCoordinator
+  config:
+    max_concurrent_runs: {max_concurrent_runs}
+run_monitoring:
+  enabled: true
+  start_timeout_seconds: 180
+  poll_interval_seconds: 30
+# A run whose worker crashed is retried by Dagster; a run that failed on an op is not:
+# invoice-level retries (with backoff and a dead-letter state) belong to the sweep schedule.
+run_retries:
+  enabled: true
+  max_retries: 2
+  retry_on_asset_or_op_failure: false
+telemetry:
+  enabled: false
+nux:
+  enabled: false
+"""
+
+
+def dagster_database_url(database_url: str) -> str:
+    """Same server, database `<name>_dagster`, in the URL form dagster-postgres needs."""
+    parts = urlsplit(database_url)
+    name = parts.path.lstrip("/") or "postgres"
+    return urlunsplit(parts._replace(scheme="postgresql+psycopg2", path=f"/{name}_dagster"))
+
+
+def prepare_dagster_home(settings: Settings, database_url: str, *, max_concurrent_runs: int = 4) -> Path:
+    """Create the Dagster database and dagster.yaml; export DAGSTER_HOME and DAGSTER_PG_URL."""
+    dagster_url = dagster_database_url(database_url)
+    admin = urlunsplit(urlsplit(database_url))
+    create_database_if_missing(admin, urlsplit(dagster_url).path.lstrip("/"))
+    home = settings.dagster_home
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "dagster.yaml").write_text(DAGSTER_YAML.format(max_concurrent_runs=max_concurrent_runs))
+    os.environ["DAGSTER_HOME"] = str(home)
+    os.environ[ENV_DAGSTER_PG_URL] = dagster_url
+    return home
