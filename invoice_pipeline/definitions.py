@@ -1,9 +1,17 @@
-"""The code location: jobs, sensor, schedule, resources."""
+"""The code location: jobs, sensor, schedules, assets, checks, resources."""
 
 from __future__ import annotations
 
-from dagster import Definitions, JobDefinition
+from dagster import (
+    AssetSelection,
+    DefaultScheduleStatus,
+    Definitions,
+    JobDefinition,
+    ScheduleDefinition,
+    define_asset_job,
+)
 
+from invoice_pipeline.assets import invariant_checks, pipeline_assets, report_assets
 from invoice_pipeline.config import Settings
 from invoice_pipeline.jobs import process_invoice, process_invoice_batch
 from invoice_pipeline.resources import DocumentReader, InvoiceDatabase
@@ -18,14 +26,46 @@ def make_resources(settings: Settings | None = None) -> dict[str, object]:
     }
 
 
-defs = Definitions(
-    jobs=[process_invoice, process_invoice_batch],
-    sensors=[new_invoices_sensor],
-    schedules=[sweep_stale_locks_schedule],
-    resources=make_resources(),
+refresh_reports = define_asset_job(
+    "refresh_reports",
+    selection=AssetSelection.groups("reports"),
+    description="Recompute the pandas reports from the database.",
 )
+check_invariants = define_asset_job(
+    "check_invariants",
+    selection=AssetSelection.all_asset_checks(),
+    description="Run the asset checks on the pipeline's invariants.",
+)
+
+
+def make_definitions(resources: dict[str, object]) -> Definitions:
+    return Definitions(
+        assets=[*pipeline_assets, *report_assets],
+        asset_checks=invariant_checks,
+        jobs=[process_invoice, process_invoice_batch, refresh_reports, check_invariants],
+        sensors=[new_invoices_sensor],
+        schedules=[
+            sweep_stale_locks_schedule,
+            ScheduleDefinition(
+                name="hourly_reports",
+                job=refresh_reports,
+                cron_schedule="7 * * * *",
+                default_status=DefaultScheduleStatus.RUNNING,
+            ),
+            ScheduleDefinition(
+                name="hourly_invariant_checks",
+                job=check_invariants,
+                cron_schedule="17 * * * *",
+                default_status=DefaultScheduleStatus.RUNNING,
+            ),
+        ],
+        resources=resources,
+    )
+
+
+defs = make_definitions(make_resources())
 
 
 def batch_job_for_cli() -> JobDefinition:
     """The batch job with the code location's resources bound, for `invoice-pipeline process`."""
-    return defs.get_job_def("process_invoice_batch")
+    return defs.resolve_job_def("process_invoice_batch")

@@ -141,7 +141,8 @@ def claim(
             + "; this run does nothing"
         )
         return
-    if context.has_tag("invoice_id") is False and not _is_mapped(context):
+    if not _is_mapped(context):
+        # Runs launched by hand carry no tags; these let a person find every run of an invoice.
         context.instance.add_run_tags(
             context.run_id, {"invoice_id": ref.invoice_id, "org_id": state.org_id, "attempt": str(attempt)}
         )
@@ -157,21 +158,30 @@ def _is_mapped(context: OpExecutionContext) -> bool:
 
 
 def _resume_lease(store: InvoiceStore, claim: Claim, run_id: str) -> Lease:
-    """The lease the claim names; in a re-executed run whose parent finished it, a fresh one."""
-    lease = store.lease(claim.job_id, claim.invoice_id, claim.attempt, run_owner(claim.run_id))
-    if claim.run_id == run_id or store.heartbeat(lease.job_id):
-        return lease
-    state = store.invoice_state(claim.invoice_id)
-    attempt = (state.attempts if state else claim.attempt) + 1
-    fresh = store.acquire(claim.invoice_id, attempt, run_owner(run_id))
-    if fresh is None:
+    """The lease this run holds on the claimed invoice.
+
+    In the run that claimed it, that is the claim's own job. A run re-executed from failure
+    gets its parent's claim, whose job is finished by then: its first stage takes a fresh lock
+    (next attempt) and later stages find it by this run's owner. A parent job still running
+    belongs to another, maybe live, process and is never adopted.
+    """
+    if claim.run_id == run_id:
+        return store.lease(claim.job_id, claim.invoice_id, claim.attempt, run_owner(run_id))
+    holder = store.current_holder(claim.invoice_id)
+    if holder is not None and holder.owner == run_owner(run_id):
+        return store.lease(holder.job_id, holder.invoice_id, holder.attempt, holder.owner)
+    if holder is None:
+        state = store.invoice_state(claim.invoice_id)
+        attempt = (state.attempts if state else claim.attempt) + 1
+        fresh = store.acquire(claim.invoice_id, attempt, run_owner(run_id))
+        if fresh is not None:
+            return fresh
         holder = store.current_holder(claim.invoice_id)
-        raise Failure(
-            f"re-executed run cannot take invoice {claim.invoice_id}: held by "
-            + (holder.describe() if holder else "another job"),
-            allow_retries=False,
-        )
-    return fresh
+    raise Failure(
+        f"re-executed run cannot take invoice {claim.invoice_id}: held by "
+        + (holder.describe() if holder else "another job"),
+        allow_retries=False,
+    )
 
 
 def run_step(

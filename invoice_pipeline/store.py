@@ -20,6 +20,7 @@ from decimal import Decimal
 from typing import Any, Literal, TypeVar
 from uuid import UUID
 
+import pandas as pd
 import psycopg
 from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
@@ -640,6 +641,18 @@ class InvoiceStore:
     def invoice_overview(self, invoice_id: UUID | str) -> InvoiceOverview | None:
         with self.pool.connection() as conn:
             return self._one(conn, InvoiceOverview, "invoice_overview", {"invoice_id": as_uuid(invoice_id)})
+
+    def frame(self, name: str, params: dict[str, Any] | None = None) -> pd.DataFrame:
+        """A report query as a DataFrame, for the pandas report assets."""
+        with self.pool.connection() as conn, conn.cursor() as cur:
+            cur.execute(query(name), params or {})
+            columns = [c.name for c in cur.description or []]
+            return pd.DataFrame(cur.fetchall(), columns=columns)
+
+    def offending_ids(self, check: str, params: dict[str, Any] | None = None) -> list[str]:
+        """Ids that break an invariant (see the check_* queries); empty when it holds."""
+        with self.pool.connection() as conn:
+            return [r[0] for r in conn.execute(query(check), params or {}).fetchall()]
 
     def outcomes_of_org(self, org_id: str) -> list[InvoiceOutcome]:
         with self.pool.connection() as conn:

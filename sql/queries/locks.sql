@@ -28,7 +28,7 @@ WHERE invoice_id = %(invoice_id)s AND status = 'running'
 SELECT id AS job_id, invoice_id, attempt, status, owner, started_at, heartbeat_at, finished_at, error
 FROM processing_jobs
 WHERE invoice_id = %(invoice_id)s
-ORDER BY started_at, attempt
+ORDER BY attempt, started_at
 
 -- name: jobs_of_owner
 SELECT id AS job_id, invoice_id, attempt, status, owner, started_at, heartbeat_at, finished_at, error

@@ -139,7 +139,7 @@ WHERE id = %(invoice_id)s
 WITH orphans AS (
     SELECT i.id, i.attempts,
            (SELECT j.error FROM processing_jobs j WHERE j.invoice_id = i.id
-            ORDER BY j.started_at DESC LIMIT 1) AS last_job_error
+            ORDER BY j.attempt DESC, j.started_at DESC LIMIT 1) AS last_job_error
     FROM invoices i
     WHERE i.status = 'processing'
       AND (%(invoice_id)s::uuid IS NULL OR i.id = %(invoice_id)s::uuid)

@@ -43,3 +43,49 @@ LEFT JOIN approvals a ON a.invoice_id = i.id
 LEFT JOIN ledger_postings l ON l.invoice_id = i.id
 WHERE i.org_id = %(org_id)s
 ORDER BY i.source_filename
+
+-- name: vendor_spend
+SELECT l.org_id, coalesce(i.seller_name, '(unknown)') AS vendor,
+       date_trunc('month', coalesce(i.issue_date, l.posted_at::date))::date AS month,
+       l.currency, sum(l.amount) AS amount, count(*) AS invoices
+FROM ledger_postings l JOIN invoices i ON i.id = l.invoice_id
+GROUP BY 1, 2, 3, 4 ORDER BY 1, 3, 2
+
+-- name: duplicate_report
+SELECT g.id AS group_id, g.org_id, o.id AS original_id, o.source_filename AS original_file,
+       d.id AS duplicate_id, d.source_filename AS duplicate_file, d.match_how AS how,
+       d.match_score AS score, array_to_string(d.match_reasons, '; ') AS reasons,
+       d.payable_total AS amount_at_risk, d.currency
+FROM duplicate_groups g
+JOIN invoices o ON o.id = g.original_invoice_id
+JOIN invoices d ON d.duplicate_group_id = g.id AND d.duplicate_status = 'duplicate'
+ORDER BY g.created_at, d.seq
+
+-- name: processing_latency
+SELECT i.id AS invoice_id, i.org_id, i.status, i.attempts,
+       extract(epoch FROM (max(j.finished_at) - i.created_at)) AS seconds_to_done
+FROM invoices i JOIN processing_jobs j ON j.invoice_id = i.id
+WHERE i.status IN ('processed', 'quarantined', 'needs_attention')
+GROUP BY i.id
+
+-- Invariant checks: each returns the offending ids; empty means the invariant holds.
+
+-- name: check_posted_twice
+SELECT invoice_id::text AS id FROM ledger_postings GROUP BY invoice_id HAVING count(*) > 1
+
+-- name: check_stale_running_locks
+SELECT id::text AS id FROM processing_jobs
+WHERE status = 'running' AND heartbeat_at < clock_timestamp() - %(ttl)s
+
+-- name: check_groups_without_one_original
+SELECT g.id::text AS id
+FROM duplicate_groups g
+LEFT JOIN invoices o ON o.id = g.original_invoice_id AND o.duplicate_status = 'original'
+WHERE o.id IS NULL
+   OR (SELECT count(*) FROM invoices i WHERE i.duplicate_group_id = g.id AND i.duplicate_status = 'original') > 1
+   OR EXISTS (SELECT 1 FROM invoices d WHERE d.duplicate_group_id = g.id AND d.duplicate_status = 'duplicate'
+              AND d.duplicate_of <> g.original_invoice_id)
+
+-- name: check_stuck_invoices
+SELECT id::text AS id FROM invoices
+WHERE status IN ('pending', 'processing', 'failed') AND created_at < now() - %(threshold)s

@@ -1,0 +1,112 @@
+"""One real `invoice-pipeline dev` (dagster dev: webserver, daemon, code server) for the UI tests.
+
+Own process group, ephemeral port, temporary home and DAGSTER_HOME, Dagster storage in
+PostgreSQL (a `<db>_dagster` database next to the test database). Stopped, whole group, also
+when a test fails.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from invoice_pipeline.store import InvoiceStore
+from invoice_pipeline_tests.support import create_database, drop_database, free_port, wait_for
+
+
+@dataclass(frozen=True)
+class DevServer:
+    port: int
+    database_url: str
+    home: Path
+    log: Path
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="package")
+def dev_server(
+    server_url: str, template_database: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[DevServer]:
+    database_url = create_database(server_url, template=template_database)
+    home = tmp_path_factory.mktemp("dev-home")
+    port = free_port()
+    log = home / "dagster-dev.log"
+    env = dict(
+        os.environ,
+        INVOICE_PIPELINE_HOME=str(home),
+        INVOICE_PIPELINE_DATABASE_URL=database_url,
+        # The tests launch retries themselves; the sensor must not race them to it.
+        INVOICE_PIPELINE_RETRY_BASE_SECONDS="3600",
+        DAGSTER_HOME=str(home / "dagster_home"),
+    )
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "invoice_pipeline.cli", "dev", "--port", str(port)],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    server = DevServer(port, database_url, home, log)
+    try:
+        wait_for(
+            lambda: proc.poll() is not None or _answers(server.base_url + "/server_info"),
+            timeout=180,
+            interval=0.5,
+            what="dagster dev to answer /server_info",
+        )
+        assert proc.poll() is None, log.read_text()[-3000:]
+        yield server
+    finally:
+        for sig, wait in ((signal.SIGTERM, 60), (signal.SIGKILL, 30)):
+            try:
+                os.killpg(proc.pid, sig)
+                proc.wait(wait)
+                break
+            except ProcessLookupError:
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        drop_database(
+            server_url, database_url.rsplit("/", 1)[0] + "/" + database_url.rsplit("/", 1)[1] + "_dagster"
+        )
+        drop_database(server_url, database_url)
+
+
+@pytest.fixture
+def dev_store(dev_server: DevServer) -> Iterator[InvoiceStore]:
+    store = InvoiceStore(dev_server.database_url, max_size=2)
+    yield store
+    store.close()
+
+
+def hide_from_sensor(database_url: str, invoice_id: object) -> None:
+    """Mark an invoice as already requested, so only the test launches runs for it."""
+    with psycopg.connect(database_url) as conn:
+        conn.execute(
+            "UPDATE invoices SET requested_at = now() + interval '1 day' WHERE id = %s", (invoice_id,)
+        )
+
+
+__all__ = ["DevServer", "hide_from_sensor", "sql"]
