@@ -38,5 +38,8 @@ lint: install
 bench: install
 	$(BIN)/python -m benchmarks $(BENCH_ARGS)
 
+chaos: install
+	$(BIN)/python -m invoice_pipeline_tests.chaos $(CHAOS_ARGS)
+
 clean:
 	rm -rf $(VENV) .invoice_pipeline .pytest_cache .mypy_cache .ruff_cache
