@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -98,3 +98,61 @@ class Lease:
         finally:
             stop.set()
             thread.join()
+
+
+class LeaseKeeper:
+    """Heartbeats every lease a process holds, from one thread, whatever step is running.
+
+    A batch run goes through its stages breadth-first (every claim, then every extraction, ...),
+    so each branch waits while the others work. A heartbeat tied to the running step would leave
+    the waiting branches' leases silent for that long, and a sweep could take live work away.
+    One statement beats them all; a lease the database no longer has running is reported lost.
+    """
+
+    def __init__(self, beat_many: Callable[[list[UUID]], set[UUID]], interval: timedelta) -> None:
+        self._beat_many = beat_many
+        self._interval = interval
+        self._held: set[UUID] = set()
+        self._lost: set[UUID] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def hold(self, job_id: UUID) -> None:
+        with self._lock:
+            self._held.add(job_id)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="lease-keeper", daemon=True)
+                self._thread.start()
+
+    def drop(self, job_id: UUID) -> None:
+        with self._lock:
+            self._held.discard(job_id)
+            self._lost.discard(job_id)
+
+    def is_lost(self, job_id: UUID) -> bool:
+        with self._lock:
+            return job_id in self._lost
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval.total_seconds()):
+            with self._lock:
+                held = list(self._held)
+            if not held:
+                continue
+            try:
+                alive = self._beat_many(held)
+            except Exception as exc:  # a dropped connection: beat again next time
+                log.warning("heartbeat for %d lease(s) failed, will retry: %s", len(held), exc)
+                continue
+            with self._lock:
+                for job_id in set(held) - alive:
+                    if job_id in self._held:
+                        log.error("lease %s lost: heartbeat found the job no longer running", job_id)
+                        self._held.discard(job_id)
+                        self._lost.add(job_id)

@@ -146,6 +146,8 @@ def claim(
         context.instance.add_run_tags(
             context.run_id, {"invoice_id": ref.invoice_id, "org_id": state.org_id, "attempt": str(attempt)}
         )
+    # Heartbeated from now until release, also while this branch waits for the others of a batch.
+    invoice_db.lease_keeper.hold(lease.job_id)
     context.log.info(f"acquired invoice {ref.invoice_id}: job {lease.job_id}, attempt {attempt}")
     yield Output(Claim(ref.invoice_id, state.org_id, str(lease.job_id), attempt, context.run_id))
 
@@ -199,6 +201,8 @@ def run_step(
     """
     store = invoice_db.store
     lease = _resume_lease(store, claim, context.run_id)
+    keeper = invoice_db.lease_keeper
+    keeper.hold(lease.job_id)  # already held unless this run was re-executed
     failure_meta = {"invoice_id": claim.invoice_id, "job_id": str(lease.job_id)}
     try:
         done = already_done()
@@ -207,14 +211,15 @@ def run_step(
             context.log.info(f"{step}: already done for invoice {claim.invoice_id}, fast-forwarding")
             return done
         store.record_step(lease, step, skipped=False)
-        with lease.keep_alive(invoice_db.heartbeat_interval):
-            result = work(lease)
-        if lease.lost:
+        result = work(lease)
+        if keeper.is_lost(lease.job_id):
             raise LeaseLost(lease.job_id, lease.invoice_id, "heartbeat found the job no longer running")
         return result
     except LeaseLost as exc:
+        keeper.drop(lease.job_id)
         raise Failure(f"lease lost, stopping: {exc}", metadata=failure_meta, allow_retries=False) from exc
     except BadDocument as exc:
+        keeper.drop(lease.job_id)
         store.quarantine(lease, exc.code, exc.reason)
         raise Failure(
             f"quarantined ({exc.code}): {exc.reason}",
@@ -418,11 +423,13 @@ def release(context: OpExecutionContext, claim: Claim, invoice_db: InvoiceDataba
     try:
         store.complete(lease)
     except LeaseLost as exc:
+        invoice_db.lease_keeper.drop(lease.job_id)
         raise Failure(
             f"lease lost, stopping: {exc}",
             metadata={"invoice_id": claim.invoice_id, "job_id": str(lease.job_id)},
             allow_retries=False,
         ) from exc
+    invoice_db.lease_keeper.drop(lease.job_id)
     context.log.info(f"invoice {claim.invoice_id} processed; lock released")
 
 
@@ -436,6 +443,7 @@ def release_lock_on_failure(context: HookContext) -> None:
         return
     job_id = str(getattr(job, "value", job))
     db: InvoiceDatabase = context.resources.invoice_db
+    db.lease_keeper.drop(UUID(job_id))
     outcome = db.store.fail(job_id, str(exc), max_attempts=db.max_attempts, retry_base=db.retry_base)
     if outcome is not None:
         context.log.warning(

@@ -30,6 +30,7 @@ from invoice_pipeline.config import validate_database_url
 from invoice_pipeline.db.sqlfiles import query
 from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.keys import BusinessKey
+from invoice_pipeline.domain.matching import AMOUNT_TOLERANCE
 from invoice_pipeline.leases import Lease, LeaseLost, LockHolder
 
 log = logging.getLogger(__name__)
@@ -330,19 +331,25 @@ class InvoiceStore:
     # -- the lock ------------------------------------------------------------------------------
 
     def acquire(self, invoice_id: UUID | str, attempt: int, owner: str | None = None) -> Lease | None:
-        """Take the invoice's lock, or None when another job is running it. Never raises on contention."""
+        """Take the invoice's lock, or None when another job is running it or the invoice is
+        already finished (processed, quarantined, needs_attention). Never raises on contention."""
         invoice_id = as_uuid(invoice_id)
         if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1:
             raise ValueError(f"attempt must be a positive integer, got {attempt!r}")
         owner = owner or default_owner()
         params = {"invoice_id": invoice_id, "attempt": attempt, "owner": owner}
-        with self._transaction() as conn:
-            row = conn.execute(query("acquire_lock"), params).fetchone()
-            job_id = row[0] if row else None
-            if job_id is None:
-                return None
-            conn.execute(query("mark_invoice_processing"), params)
-        return Lease(self, job_id, invoice_id, attempt, owner)
+        with self.pool.connection() as conn:
+            with conn.transaction():
+                row = conn.execute(query("acquire_lock"), params).fetchone()
+                job_id = row[0] if row else None
+                if job_id is None:
+                    return None
+                if conn.execute(query("mark_invoice_processing"), params).fetchone() is None:
+                    # Finished by a holder that completed after the caller last looked: undo the
+                    # job row too, so the invoice is not reopened and its history stays clean.
+                    raise psycopg.Rollback()
+                return Lease(self, job_id, invoice_id, attempt, owner)
+        return None
 
     def lease(self, job_id: UUID | str, invoice_id: UUID | str, attempt: int, owner: str | None) -> Lease:
         """A handle on a job taken earlier (e.g. by a previous step of the same run); fenced like any other."""
@@ -354,6 +361,11 @@ class InvoiceStore:
 
     def heartbeat(self, job_id: UUID | str) -> bool:
         return bool(self._scalar("heartbeat_lock", {"job_id": as_uuid(job_id, "job_id")}))
+
+    def heartbeat_many(self, job_ids: list[UUID]) -> set[UUID]:
+        """Heartbeat several jobs in one statement; returns those still running."""
+        with self.pool.connection() as conn:
+            return {row[0] for row in conn.execute(query("heartbeat_locks"), {"job_ids": job_ids}).fetchall()}
 
     def finish(self, job_id: UUID | str, status: str, error: str | None = None) -> bool:
         """Finish a job; False, changing nothing, when it is no longer running."""
@@ -475,6 +487,7 @@ class InvoiceStore:
                     "vendor_key": vendor_key,
                     "payable_total": fields.payable_total,
                     "currency": fields.currency,
+                    "amount_tolerance": AMOUNT_TOLERANCE,
                 },
             )
             outcome = match(

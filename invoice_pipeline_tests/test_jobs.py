@@ -242,3 +242,61 @@ def test_bad_invoice_id_is_a_clear_config_failure(database_url: str, bad_id: str
     assert "must be a UUID" in log_messages(result) + str(
         [e.event_specific_data for e in result.all_events if e.event_type == DagsterEventType.STEP_FAILURE]
     )
+
+
+class SlowReader(DocumentReader):
+    """Text extraction that takes a while per document, like OCR."""
+
+    seconds: float
+
+    def read_text(self, content: bytes, filename: str | None, max_bytes: int) -> ExtractedText:
+        import time
+
+        time.sleep(self.seconds)  # models the slow work itself; nothing waits on it
+        return super().read_text(content, filename, max_bytes)
+
+
+def test_waiting_batch_branches_keep_their_leases_under_a_running_sweep(
+    database_url: str, store: InvoiceStore
+) -> None:
+    """A batch runs stage by stage: while one branch extracts, the others wait — alive, not stale."""
+    import threading
+
+    ids = [
+        store.store_document(json_invoice(f"W-{i}", total=f"{20 + i}.00"), "acme", f"{i}.json").invoice_id
+        for i in range(4)
+    ]
+    stop, swept = threading.Event(), []
+
+    def sweeper() -> None:
+        sweeping = InvoiceStore(database_url, max_size=1)
+        try:
+            while not stop.wait(0.05):
+                swept.append(sweeping.release_stale_locks(stale_after=timedelta(seconds=1)))
+        finally:
+            sweeping.close()
+
+    thread = threading.Thread(target=sweeper)
+    thread.start()
+    try:
+        _, job = make_jobs(
+            pipeline_resources(
+                database_url, SlowReader(seconds=0.6), lock_ttl_seconds=1, heartbeat_seconds=0.2
+            )
+        )
+        result = job.execute_in_process(
+            run_config={"ops": {"fan_out": {"config": {"invoice_ids": [str(i) for i in ids]}}}},
+            raise_on_error=False,
+            instance=INSTANCE,
+        )
+    finally:
+        stop.set()
+        thread.join()
+    assert result.success
+    assert sum(swept) == 0, "no live lease was swept"
+    with psycopg.connect(database_url) as conn:
+        span = conn.execute(
+            "SELECT extract(epoch FROM max(finished_at) - min(started_at)) FROM processing_jobs"
+        ).fetchone()
+    assert span is not None and float(span[0]) > 2, "the leases really lived past the 1 s TTL"
+    assert all(store.invoice_state(i).status == "processed" for i in ids)  # type: ignore[union-attr]

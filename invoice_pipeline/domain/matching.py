@@ -29,6 +29,8 @@ SELLER_WEIGHT = 0.45
 NUMBER_WEIGHT = 0.45
 DATE_WEIGHT = 0.10
 MISSING_DATE_SIMILARITY = 50.0
+# Totals this close are the same amount (rounding); the store's candidate query uses it too.
+AMOUNT_TOLERANCE = Decimal("0.01")
 
 
 @dataclass(frozen=True)
@@ -176,7 +178,7 @@ def find_match(
     candidate: MatchCandidate,
     originals: Iterable[MatchCandidate],
     *,
-    amount_tolerance: Decimal = Decimal("0.01"),
+    amount_tolerance: Decimal = AMOUNT_TOLERANCE,
     date_tolerance_days: int = 3,
     threshold: float = 90.0,
 ) -> Match | None:

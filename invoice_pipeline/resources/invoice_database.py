@@ -9,9 +9,11 @@ from pydantic import Field
 
 from invoice_pipeline.config import Settings
 from invoice_pipeline.db.connection import prepare_database
+from invoice_pipeline.leases import LeaseKeeper
 from invoice_pipeline.store import InvoiceStore
 
 _stores: dict[tuple[int, str | None], InvoiceStore] = {}
+_keepers: dict[tuple[int, str | None, float], LeaseKeeper] = {}
 _stores_lock = threading.Lock()
 
 
@@ -29,8 +31,22 @@ def shared_store(database_url: str | None) -> InvoiceStore:
         return store
 
 
+def shared_lease_keeper(database_url: str | None, interval: timedelta) -> LeaseKeeper:
+    """One heartbeat thread per process and database for every lease its runs hold."""
+    store = shared_store(database_url)
+    key = (os.getpid(), database_url, interval.total_seconds())
+    with _stores_lock:
+        keeper = _keepers.get(key)
+        if keeper is None:
+            keeper = _keepers[key] = LeaseKeeper(store.heartbeat_many, interval)
+        return keeper
+
+
 def close_shared_stores() -> None:
     with _stores_lock:
+        for keeper in _keepers.values():
+            keeper.stop()
+        _keepers.clear()
         for store in _stores.values():
             store.close()
         _stores.clear()
@@ -73,6 +89,10 @@ class InvoiceDatabase(ConfigurableResource):
     @property
     def store(self) -> InvoiceStore:
         return shared_store(self.database_url)
+
+    @property
+    def lease_keeper(self) -> LeaseKeeper:
+        return shared_lease_keeper(self.database_url, self.heartbeat_interval)
 
     @property
     def lock_ttl(self) -> timedelta:

@@ -3,17 +3,27 @@
 -- name: acquire_lock
 SELECT acquire_processing_lock(%(invoice_id)s, %(attempt)s, %(owner)s) AS job_id
 
+-- A finished invoice is never reopened: a request that read "not finished yet" just before
+-- another holder completed it takes the lock after that commit, finds the invoice terminal here
+-- and rolls its acquire back (see InvoiceStore.acquire).
 -- name: mark_invoice_processing
 UPDATE invoices
 SET status = 'processing', attempts = GREATEST(attempts, %(attempt)s), requested_at = NULL,
     updated_at = now()
-WHERE id = %(invoice_id)s
+WHERE id = %(invoice_id)s AND status NOT IN ('processed', 'quarantined', 'needs_attention')
+RETURNING id
 
 -- name: heartbeat_lock
 SELECT heartbeat_processing_lock(%(job_id)s) AS alive
 
 -- name: finish_lock
 SELECT finish_processing_lock(%(job_id)s, %(status)s, %(error)s) AS finished
+
+-- One heartbeat for every lease a process holds; returns the ones still running.
+-- name: heartbeat_locks
+UPDATE processing_jobs SET heartbeat_at = clock_timestamp()
+WHERE id = ANY(%(job_ids)s) AND status = 'running'
+RETURNING id
 
 -- name: release_stale_locks
 SELECT release_stale_locks(%(invoice_id)s, %(stale_after)s) AS released

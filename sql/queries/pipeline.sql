@@ -69,13 +69,17 @@ SELECT id AS invoice_id, duplicate_status AS status, duplicate_group_id AS group
 FROM invoices WHERE id = %(invoice_id)s AND duplicate_status IS NOT NULL
 
 -- Candidates for matching: originals of the same org that share the exact key, the vendor,
--- or the amount. Never another org's rows: org_id is in every branch.
+-- or the amount (within the matcher's tolerance: a copy without the VAT id and a cent off is
+-- still matched by the fuzzy rules, so it must be shown to them). Never another org's rows:
+-- org_id is in every branch.
 -- name: duplicate_candidates
 SELECT id, org_id, business_key, vendor_key, fields
 FROM invoices
 WHERE org_id = %(org_id)s AND duplicate_status = 'original' AND id <> %(invoice_id)s AND fields IS NOT NULL
   AND (business_key = %(business_key)s OR vendor_key = %(vendor_key)s
-       OR (payable_total = %(payable_total)s AND currency = %(currency)s))
+       OR (payable_total BETWEEN %(payable_total)s::numeric - %(amount_tolerance)s
+                             AND %(payable_total)s::numeric + %(amount_tolerance)s
+           AND currency = %(currency)s))
 ORDER BY (business_key = %(business_key)s) DESC, seq
 LIMIT 200
 
