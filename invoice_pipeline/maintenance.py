@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
@@ -11,12 +13,20 @@ from invoice_pipeline.ops import run_owner
 from invoice_pipeline.resources import InvoiceDatabase
 from invoice_pipeline.store import Rescheduled
 
+IN_FLIGHT = [
+    DagsterRunStatus.QUEUED,
+    DagsterRunStatus.NOT_STARTED,
+    DagsterRunStatus.STARTING,
+    DagsterRunStatus.STARTED,
+]
+
 
 @dataclass(frozen=True)
 class MaintenanceReport:
     swept: int
     reconciled_runs: list[str] = field(default_factory=list)
     rescheduled: list[Rescheduled] = field(default_factory=list)
+    expired_requests: int = 0
 
     @property
     def retried(self) -> int:
@@ -29,7 +39,8 @@ class MaintenanceReport:
     def summary(self) -> str:
         return (
             f"swept {self.swept} stale lock(s); marked {len(self.reconciled_runs)} dead run(s) failed; "
-            f"scheduled {self.retried} retry(ies); {self.dead_lettered} invoice(s) need attention"
+            f"scheduled {self.retried} retry(ies); {self.dead_lettered} invoice(s) need attention; "
+            f"{self.expired_requests} unclaimed request(s) expired"
         )
 
 
@@ -63,8 +74,35 @@ def reconcile_dead_runs(db: InvoiceDatabase, instance: DagsterInstance) -> list[
     return reconciled
 
 
+def invoices_in_flight(instance: DagsterInstance) -> set[str]:
+    """Invoice ids named by runs of our jobs that are queued or running: their request is not lost."""
+    names: set[str] = set()
+    for run in instance.get_runs(filters=RunsFilter(statuses=IN_FLIGHT)):
+        config: Mapping[str, Any] = run.run_config if isinstance(run.run_config, Mapping) else {}
+        ops: Mapping[str, Any] = config.get("ops", {})
+        single = ops.get("start", {}).get("config", {}).get("invoice_id")
+        names.update([single] if single else [])
+        names.update(ops.get("fan_out", {}).get("config", {}).get("invoice_ids", []))
+    return names
+
+
+def expire_lost_requests(db: InvoiceDatabase, instance: DagsterInstance) -> list[Rescheduled]:
+    """A request whose run never claimed the invoice (its launch was lost, or the run failed
+    before claiming) would otherwise stay requested forever: Dagster skips its run key again,
+    failures included. Counting it as a failed attempt gives the retry the next attempt's key."""
+    stale = db.store.stale_requests(db.request_timeout)
+    if not stale:
+        return []
+    in_flight = invoices_in_flight(instance)
+    lost = [invoice_id for invoice_id in stale if str(invoice_id) not in in_flight]
+    return db.store.expire_requests(
+        lost, db.request_timeout, max_attempts=db.max_attempts, retry_base=db.retry_base
+    )
+
+
 def run_maintenance(db: InvoiceDatabase, instance: DagsterInstance | None) -> MaintenanceReport:
     swept = db.store.release_stale_locks(stale_after=db.lock_ttl)
     reconciled = reconcile_dead_runs(db, instance) if instance is not None else []
     rescheduled = db.store.reschedule_orphans(max_attempts=db.max_attempts, retry_base=db.retry_base)
-    return MaintenanceReport(swept, reconciled, rescheduled)
+    expired = expire_lost_requests(db, instance) if instance is not None else []
+    return MaintenanceReport(swept, reconciled, rescheduled + expired, len(expired))

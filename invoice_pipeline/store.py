@@ -626,9 +626,8 @@ class InvoiceStore:
 
     # -- the sensor ----------------------------------------------------------------------------
 
-    def claim_due_invoices(
-        self, limit: int, request_timeout: timedelta = timedelta(minutes=10)
-    ) -> list[DueInvoice]:
+    def claim_due_invoices(self, limit: int, request_timeout: timedelta | None = None) -> list[DueInvoice]:
+        """Due invoices not yet requested, marked requested; with request_timeout, also older requests."""
         if limit < 1:
             raise ValueError(f"limit must be positive, got {limit}")
         with self._transaction() as conn:
@@ -636,6 +635,26 @@ class InvoiceStore:
                 conn, DueInvoice, "claim_due_invoices", {"limit": limit, "request_timeout": request_timeout}
             )
         return sorted(due, key=lambda d: d.seq)
+
+    def stale_requests(self, request_timeout: timedelta) -> list[UUID]:
+        with self.pool.connection() as conn:
+            rows = conn.execute(query("stale_requests"), {"request_timeout": request_timeout}).fetchall()
+        return [r[0] for r in rows]
+
+    def expire_requests(
+        self, invoice_ids: list[UUID], request_timeout: timedelta, *, max_attempts: int, retry_base: timedelta
+    ) -> list[Rescheduled]:
+        """Count requests no run claimed as failed attempts, so the retry gets a new run key."""
+        if not invoice_ids:
+            return []
+        params = {
+            "invoice_ids": invoice_ids,
+            "request_timeout": request_timeout,
+            "max_attempts": max_attempts,
+            "retry_base": retry_base,
+        }
+        with self._transaction() as conn:
+            return self._all(conn, Rescheduled, "expire_requests", params)
 
     # -- reading for people --------------------------------------------------------------------
 

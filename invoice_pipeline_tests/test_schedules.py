@@ -105,3 +105,35 @@ def test_backoff_doubles_per_attempt_and_dead_letters_after_max(
             assert state.status == "needs_attention" and "1 invoice(s) need attention" in message
     assert delays == [10, 20]
     assert store.claim_due_invoices(10) == [], "a dead-lettered invoice is not requested again"
+
+
+def test_request_no_run_claimed_expires_into_a_retry_under_a_new_run_key(
+    database_url: str, store: InvoiceStore, tmp_path: Path
+) -> None:
+    """A run that died before claiming leaves its run key used; the retry must not reuse it."""
+    instance = DagsterInstance.local_temp(str(tmp_path))
+    lost = store.store_document(json_invoice("LOST"), "acme", "lost.json").invoice_id
+    queued = store.store_document(json_invoice("QUEUED"), "acme", "queued.json").invoice_id
+    requested = {d.invoice_id for d in store.claim_due_invoices(10)}
+    assert requested == {lost, queued}
+    instance.create_run_for_job(
+        job_def=process_invoice,
+        run_config={"ops": {"start": {"config": {"invoice_id": str(queued)}}}},
+        status=DagsterRunStatus.STARTING,  # launched, not yet claiming
+    )
+    assert store.claim_due_invoices(10) == [], "a request is made once"
+    wait_for(
+        lambda: (
+            db_seconds_since(database_url, "SELECT requested_at FROM invoices WHERE id = %s", (lost,)) > 1.1
+        ),
+        what="the request to be older than its 1 s timeout on the DB clock",
+    )
+    message = evaluate(database_url, instance, request_timeout_seconds=1, retry_base_seconds=0)
+    assert message.endswith("1 unclaimed request(s) expired"), message
+    state = store.invoice_state(lost)
+    assert state is not None and state.status == "failed" and state.attempts == 1
+    assert state.last_error is not None and "never claimed the invoice" in state.last_error
+    still = store.invoice_state(queued)
+    assert still is not None and still.status == "pending" and still.attempts == 0, "its run is still starting"
+    (retry,) = store.claim_due_invoices(10)
+    assert (retry.invoice_id, retry.attempt) == (lost, 2), "the retry's run key is invoice:<id>:attempt:2"

@@ -73,6 +73,11 @@ class InvoiceDatabase(ConfigurableResource):
     max_document_bytes: int = Field(default=20 * 1024 * 1024, ge=1)
     batch_threshold: int = Field(default=20, ge=1, description="Backlog size from which the sensor batches")
     batch_size: int = Field(default=50, ge=1, description="Invoices per batched run")
+    request_timeout_seconds: float = Field(
+        default=3600,
+        gt=0,
+        description="A requested invoice no run has claimed after this long counts as a failed attempt",
+    )
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "InvoiceDatabase":
@@ -101,6 +106,10 @@ class InvoiceDatabase(ConfigurableResource):
     @property
     def heartbeat_interval(self) -> timedelta:
         return timedelta(seconds=self.heartbeat_seconds)
+
+    @property
+    def request_timeout(self) -> timedelta:
+        return timedelta(seconds=self.request_timeout_seconds)
 
     @property
     def retry_base(self) -> timedelta:

@@ -160,13 +160,16 @@ WHERE i.id = o.id
 RETURNING i.id AS invoice_id, i.status, i.attempts, i.next_attempt_at, i.last_error
 
 -- The sensor's query. Marks what it returns as requested, so the next tick moves on to newer
--- work; a request older than the timeout (its launch was lost) is made again. The run key
--- carries the attempt, so Dagster itself skips a second request for a run it already has.
+-- work. A request is made once: if its run never claims the invoice (the launch was lost, or
+-- the run died before claiming), the sweep schedule expires the request as a failed attempt
+-- (expire_requests), and the retry is requested under the next attempt's run key — Dagster
+-- would skip the same key forever, failures included. A caller may pass request_timeout to
+-- re-request sooner (NULL: never).
 -- name: claim_due_invoices
 WITH due AS (
     SELECT id FROM invoices
     WHERE status IN ('pending', 'failed') AND next_attempt_at <= now()
-      AND (requested_at IS NULL OR requested_at < now() - %(request_timeout)s)
+      AND (requested_at IS NULL OR requested_at < now() - %(request_timeout)s::interval)
     ORDER BY next_attempt_at, seq
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -174,3 +177,25 @@ WITH due AS (
 UPDATE invoices i SET requested_at = now()
 FROM due WHERE i.id = due.id
 RETURNING i.id AS invoice_id, i.org_id, i.attempts + 1 AS attempt, i.seq
+
+-- Requests older than the timeout whose invoice no run has claimed.
+-- name: stale_requests
+SELECT id FROM invoices
+WHERE status IN ('pending', 'failed') AND requested_at < now() - %(request_timeout)s::interval
+ORDER BY requested_at
+LIMIT 1000
+
+-- Count an unclaimed request as a failed attempt: retry later under a new run key, or give up.
+-- name: expire_requests
+UPDATE invoices i
+SET requested_at = NULL,
+    attempts = i.attempts + 1,
+    status = CASE WHEN i.attempts + 1 >= %(max_attempts)s THEN 'needs_attention' ELSE 'failed' END,
+    next_attempt_at = now() + %(retry_base)s * power(2, i.attempts),
+    last_error = format('run requested at %%s never claimed the invoice (launch lost, or the run died first)',
+                        i.requested_at),
+    updated_at = now()
+WHERE i.id = ANY(%(invoice_ids)s) AND i.status IN ('pending', 'failed')
+  AND i.requested_at < now() - %(request_timeout)s::interval
+  AND NOT EXISTS (SELECT 1 FROM processing_jobs j WHERE j.invoice_id = i.id AND j.status = 'running')
+RETURNING i.id AS invoice_id, i.status, i.attempts, i.next_attempt_at, i.last_error
