@@ -28,13 +28,15 @@ from benchmarks.harness import (
 
 # Extension point: a benchmark is a module whose entry function is decorated with
 # benchmarks.harness.register; list the module here and it runs (in this order) and can be
-# chosen with --only. Planned: "benchmarks.end_to_end", "benchmarks.recovery_time".
+# chosen with --only.
 BENCHMARK_MODULES = (
     "benchmarks.lock_cycle",
     "benchmarks.contended_claims",
     "benchmarks.sweep_scaling",
     "benchmarks.dedupe_contention",
     "benchmarks.sensor_tick",
+    "benchmarks.end_to_end",
+    "benchmarks.recovery_time",
 )
 
 

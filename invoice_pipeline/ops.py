@@ -31,7 +31,7 @@ from dagster import (
 )
 
 from invoice_pipeline.dedupe import decide_duplicate
-from invoice_pipeline.documents import BadDocument, ExtractedText
+from invoice_pipeline.documents import BadDocument
 from invoice_pipeline.domain.validation import validate_fields
 from invoice_pipeline.leases import Lease, LeaseLost
 from invoice_pipeline.resources import DocumentReader, InvoiceDatabase
@@ -260,14 +260,7 @@ def extract_text(
             raise BadDocument("no_document", "the invoice has no stored document; ingest the file again")
         _materialize(context, ASSET_DOCUMENTS, claim, sha256=document.sha256, bytes=len(document.content))
         text = document_reader.read_text(document.content, document.filename, invoice_db.max_document_bytes)
-        store.save_extracted_text(
-            lease,
-            format=text.format,
-            method=text.method,
-            text=text.text,
-            structured=text.structured,
-            page_count=text.page_count,
-        )
+        store.save_extracted_text(lease, text)
         _materialize(context, ASSET_TEXT, claim, format=text.format, method=text.method, chars=len(text.text))
         return True
 
@@ -287,15 +280,8 @@ def extract_fields(
     store = invoice_db.store
 
     def work(lease: Lease) -> bool:
-        stored = store.load_extracted_text(claim.invoice_id)
-        assert stored is not None, "extract_text ran before"
-        extracted = ExtractedText(
-            format=stored.format,
-            text=stored.text,
-            structured=stored.structured,
-            method=stored.method,
-            page_count=stored.page_count,
-        )
+        extracted = store.load_extracted_text(claim.invoice_id)
+        assert extracted is not None, "extract_text ran before"
         fields = document_reader.read_fields(extracted)
         store.save_fields(lease, fields)
         _materialize(

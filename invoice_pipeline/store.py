@@ -14,7 +14,7 @@ import os
 import socket
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any, Literal, TypeVar
@@ -28,6 +28,7 @@ from psycopg_pool import ConnectionPool
 
 from invoice_pipeline.config import validate_database_url
 from invoice_pipeline.db.sqlfiles import query
+from invoice_pipeline.documents.extracted import ExtractedText
 from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.keys import BusinessKey
 from invoice_pipeline.domain.matching import AMOUNT_TOLERANCE
@@ -97,15 +98,6 @@ class InvoiceState:
     @property
     def is_terminal(self) -> bool:
         return self.status in ("processed", "quarantined", "needs_attention")
-
-
-@dataclass(frozen=True)
-class StoredText:
-    format: str
-    method: str
-    page_count: int | None
-    text: str
-    structured: str | None
 
 
 @dataclass(frozen=True)
@@ -407,31 +399,14 @@ class InvoiceStore:
     def count_step_executions(self, invoice_id: UUID | str, step: str) -> int:
         return int(self._scalar("count_step_executions", {"invoice_id": as_uuid(invoice_id), "step": step}))
 
-    def save_extracted_text(
-        self,
-        lease: Lease,
-        *,
-        format: str,
-        method: str,
-        text: str,
-        structured: str | None,
-        page_count: int | None,
-    ) -> None:
-        params = {
-            "invoice_id": lease.invoice_id,
-            "job_id": lease.job_id,
-            "format": format,
-            "method": method,
-            "text": text,
-            "structured": structured,
-            "page_count": page_count,
-        }
+    def save_extracted_text(self, lease: Lease, extracted: ExtractedText) -> None:
+        params = {"invoice_id": lease.invoice_id, "job_id": lease.job_id, **asdict(extracted)}
         with self._fenced(lease) as conn:
             conn.execute(query("save_extracted_text"), params)
 
-    def load_extracted_text(self, invoice_id: UUID | str) -> StoredText | None:
+    def load_extracted_text(self, invoice_id: UUID | str) -> ExtractedText | None:
         with self.pool.connection() as conn:
-            return self._one(conn, StoredText, "load_extracted_text", {"invoice_id": as_uuid(invoice_id)})
+            return self._one(conn, ExtractedText, "load_extracted_text", {"invoice_id": as_uuid(invoice_id)})
 
     def save_fields(self, lease: Lease, fields: InvoiceFields) -> None:
         params = {

@@ -13,6 +13,7 @@ from uuid import UUID
 import psycopg
 import pytest
 
+from invoice_pipeline.documents import ExtractedText
 from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.keys import BusinessKey
 from invoice_pipeline.leases import LeaseLost
@@ -187,9 +188,7 @@ def test_zombie_cannot_write_anything(database_url: str, store: InvoiceStore) ->
     writes = {
         "breadcrumb": lambda: store.record_step(lease, "extract_text", skipped=False),
         "skip crumb": lambda: store.record_step(lease, "extract_text", skipped=True),
-        "text": lambda: store.save_extracted_text(
-            lease, format="pdf", method="x", text="t", structured=None, page_count=1
-        ),
+        "text": lambda: store.save_extracted_text(lease, ExtractedText("pdf", "t", None, "x", 1)),
         "fields": lambda: store.save_fields(lease, fields),
         "dedupe": lambda: store.decide_duplicate(lease, "acme", key, "name:zed", fields, lambda rows: None),
         "approval": lambda: store.record_approval(lease, "approved", "test"),
