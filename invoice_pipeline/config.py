@@ -25,6 +25,7 @@ ENV_RETRY_BASE = "INVOICE_PIPELINE_RETRY_BASE_SECONDS"
 ENV_MAX_DOCUMENT_BYTES = "INVOICE_PIPELINE_MAX_DOCUMENT_BYTES"
 ENV_BATCH_THRESHOLD = "INVOICE_PIPELINE_BATCH_THRESHOLD"
 ENV_INBOX = "INVOICE_PIPELINE_INBOX"
+ENV_REQUEST_TIMEOUT = "INVOICE_PIPELINE_REQUEST_TIMEOUT_SECONDS"
 
 DEFAULT_PG_PORT = 54329
 
@@ -74,6 +75,7 @@ class Settings:
     max_document_bytes: int
     batch_threshold: int
     inbox: Path
+    request_timeout: timedelta
 
     @property
     def uses_embedded_postgres(self) -> bool:
@@ -114,4 +116,5 @@ class Settings:
             max_document_bytes=_int(env, ENV_MAX_DOCUMENT_BYTES, 20 * 1024 * 1024, minimum=1),
             batch_threshold=_int(env, ENV_BATCH_THRESHOLD, 20, minimum=1),
             inbox=Path(env.get(ENV_INBOX) or home / "inbox").absolute(),
+            request_timeout=timedelta(seconds=_int(env, ENV_REQUEST_TIMEOUT, 3600, minimum=1)),
         )

@@ -89,6 +89,7 @@ class InvoiceDatabase(ConfigurableResource):
             retry_base_seconds=settings.retry_base.total_seconds(),
             max_document_bytes=settings.max_document_bytes,
             batch_threshold=settings.batch_threshold,
+            request_timeout_seconds=settings.request_timeout.total_seconds(),
         )
 
     @property
