@@ -6,16 +6,12 @@ import sys
 
 from dagster import AssetKey
 
+from invoice_pipeline.assets.lineage import PIPELINE_ASSET_KEYS
 from invoice_pipeline.definitions import defs
 
 JOBS = {"process_invoice", "process_invoice_batch", "refresh_reports", "check_invariants"}
 ASSETS = {
-    "invoice_documents",
-    "extracted_text",
-    "invoice_fields",
-    "duplicate_decisions",
-    "approvals",
-    "ledger_postings",
+    *PIPELINE_ASSET_KEYS,
     "vendor_spend",
     "duplicate_report",
     "processing_latency",
@@ -40,14 +36,7 @@ def test_everything_is_defined() -> None:
     assert {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()} == ASSETS
     assert {k.name for k in repo.asset_graph.asset_check_keys} == CHECKS
     lineage = repo.asset_graph
-    chain = [
-        "invoice_documents",
-        "extracted_text",
-        "invoice_fields",
-        "duplicate_decisions",
-        "approvals",
-        "ledger_postings",
-    ]
+    chain = PIPELINE_ASSET_KEYS
     for upstream, downstream in zip(chain, chain[1:], strict=False):
         parents = {k.to_user_string() for k in lineage.get(AssetKey(downstream)).parent_keys}
         assert parents == {upstream}

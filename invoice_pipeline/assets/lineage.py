@@ -26,6 +26,9 @@ _CHAIN = [
     (ASSET_LEDGER, "Ledger postings: at most one per invoice."),
 ]
 
+# Upstream first: the chain an invoice's data goes through.
+PIPELINE_ASSET_KEYS = tuple(key for key, _ in _CHAIN)
+
 pipeline_assets = [
     AssetSpec(
         key,
