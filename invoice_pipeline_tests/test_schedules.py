@@ -134,6 +134,8 @@ def test_request_no_run_claimed_expires_into_a_retry_under_a_new_run_key(
     assert state is not None and state.status == "failed" and state.attempts == 1
     assert state.last_error is not None and "never claimed the invoice" in state.last_error
     still = store.invoice_state(queued)
-    assert still is not None and still.status == "pending" and still.attempts == 0, "its run is still starting"
+    assert still is not None and still.status == "pending" and still.attempts == 0, (
+        "its run is still starting"
+    )
     (retry,) = store.claim_due_invoices(10)
     assert (retry.invoice_id, retry.attempt) == (lost, 2), "the retry's run key is invoice:<id>:attempt:2"

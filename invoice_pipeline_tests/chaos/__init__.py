@@ -1,0 +1,85 @@
+"""Reliability and security scenarios, parameterised by counts and a seed.
+
+The same scenario functions serve two callers: the pytest tests in this package run the FAST
+sizes inside the normal test suite, and `python -m invoice_pipeline_tests.chaos` runs the LONG
+sizes (times --trials-scale) and writes the figures to benchmarks/results/chaos.json.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from invoice_pipeline_tests.chaos.common import ChaosContext, ScenarioResult
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    module: str
+    fast: dict[str, int]
+    long: dict[str, int]
+    # Count parameters that --trials-scale multiplies (the others, e.g. process counts, stay).
+    scaled: tuple[str, ...] = ("trials",)
+
+    def load(self) -> Callable[[ChaosContext, dict[str, int], int], ScenarioResult]:
+        return importlib.import_module(self.module).run  # type: ignore[no-any-return]
+
+    def sized(self, long: bool, scale: float) -> dict[str, int]:
+        params = dict(self.long if long else self.fast)
+        for key in self.scaled:
+            if key in params:
+                params[key] = max(1, round(params[key] * scale))
+        return params
+
+
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario(
+            "redelivery_storm",
+            "invoice_pipeline_tests.chaos.redelivery",
+            fast={"trials": 50, "processes": 3},
+            long={"trials": 1000, "processes": 3},
+        ),
+        Scenario(
+            "kill9",
+            "invoice_pipeline_tests.chaos.kill9",
+            fast={"trials": 12},
+            long={"trials": 150},
+        ),
+        Scenario(
+            "postgres_restart",
+            "invoice_pipeline_tests.chaos.pg_restart",
+            fast={"trials": 2, "invoices": 12},
+            long={"trials": 15, "invoices": 30},
+        ),
+        Scenario(
+            "two_deployments",
+            "invoice_pipeline_tests.chaos.deployments",
+            fast={"trials": 1, "invoices": 40},
+            long={"trials": 4, "invoices": 150},
+        ),
+        Scenario(
+            "dedupe_properties",
+            "invoice_pipeline_tests.chaos.properties",
+            fast={"trials": 25},
+            long={"trials": 400},
+        ),
+        Scenario(
+            "hostile_inputs",
+            "invoice_pipeline_tests.chaos.hostile",
+            fast={"trials": 30},
+            long={"trials": 600},
+        ),
+        Scenario(
+            "security",
+            "invoice_pipeline_tests.chaos.security",
+            fast={"trials": 1, "dev_server": 1},
+            long={"trials": 3, "dev_server": 1},
+        ),
+    )
+}

@@ -1,0 +1,154 @@
+"""Scenario 6, the hostile input catalogue through the real pipeline.
+
+Every bad-input class of the sample generator (empty, truncated, encrypted, cover letter, XXE,
+purchase order, schema violation, wrong encoding, missing total, negative total, unknown
+currency, impossible date) plus seeded fuzzed variants of valid PDF/XML/JSON invoices (byte
+flips, truncations, inserted garbage, repeated slices, structure-aware edits) are ingested and
+processed by the batch job in a worker process. The run must complete (it runs under a
+timeout), every invoice must end processed, quarantined with a reason, or — when a parser
+raised something unexpected — needs_attention with its error (max_attempts 1 so that
+happens in one run), nothing may stay processing, and the original bytes must be kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections import Counter
+from pathlib import Path
+
+import psycopg
+
+from invoice_pipeline.samples.generator import generate_samples
+from invoice_pipeline.store import InvoiceStore
+from invoice_pipeline_tests.chaos.common import (
+    ChaosContext,
+    ScenarioResult,
+    check_common_invariants,
+    timed,
+    worker_context,
+)
+from invoice_pipeline_tests.chaos.worker import batch_worker
+
+CHUNK = 60  # invoices per batch run
+
+
+def mutate(rng: random.Random, content: bytes, fmt: str) -> tuple[bytes, str]:
+    data = bytearray(content)
+    kind = rng.choice(["flip", "flip", "truncate", "insert", "repeat", "structure"])
+    if kind == "flip":
+        for _ in range(rng.randint(1, 12)):
+            i = rng.randrange(len(data))
+            data[i] = rng.randrange(256)
+    elif kind == "truncate":
+        data = data[: rng.randrange(1, len(data))]
+    elif kind == "insert":
+        i = rng.randrange(len(data))
+        data[i:i] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 64)))
+    elif kind == "repeat":
+        i = rng.randrange(len(data))
+        j = min(len(data), i + rng.randint(1, 200))
+        data[j:j] = data[i:j] * rng.randint(2, 20)
+    else:
+        text = bytes(data)
+        if fmt == "json":
+            doc = json.loads(text)
+            key = rng.choice(list(doc))
+            doc[key] = rng.choice([None, "", -1, 1e308, "9" * 400, {"x": [1]}, "\u202e\u0000evil", True])
+            data = bytearray(json.dumps(doc).encode())
+        elif fmt in ("ubl", "cii"):
+            tags = [i for i in range(len(text)) if text[i : i + 2] == b"</"]
+            i = rng.choice(tags) if tags else 0
+            data = bytearray(text[:i] + text[text.find(b">", i) + 1 :])  # drop one closing tag
+        else:
+            data = bytearray(text.replace(b"/Length", b"/Lenght", 1).replace(b"endobj", b"endobk", 1))
+    return bytes(data), kind
+
+
+def run(ctx: ChaosContext, params: dict[str, int], seed: int) -> ScenarioResult:
+    fuzzed = params["trials"]
+    result = ScenarioResult("hostile_inputs", seed, dict(params))
+    rng = random.Random(seed)
+    url = ctx.new_database()
+    work = ctx.scratch_dir("hostile")
+    with timed(result):
+        catalogue = generate_samples(work / "catalogue", count=5, seed=seed % 1000)
+        docs: list[tuple[str, bytes, str]] = []  # (label, content, expected code or "")
+        for f in catalogue.files:
+            docs.append(
+                (f"catalogue:{f.quarantine_code or 'valid'}", f.path.read_bytes(), f.quarantine_code or "")
+            )
+        valid = [f for f in generate_samples(work / "valid", count=10, seed=seed % 1000 + 1, bad=False).files]
+        kinds: Counter[str] = Counter()
+        for i in range(fuzzed):
+            f = rng.choice(valid)
+            content, kind = mutate(rng, f.path.read_bytes(), f.format)
+            kinds[f"{f.format}:{kind}"] += 1
+            docs.append((f"fuzz:{f.format}:{kind}:{i}", content, ""))
+        store = InvoiceStore(url, max_size=2)
+        ids: dict[str, tuple[str, bytes, str]] = {}
+        for n, (label, content, code) in enumerate(docs):
+            # One org per document: a byte-identical fuzz result must still be its own invoice.
+            ingested = store.store_document(content, f"hostile-{n}", label)
+            ids[str(ingested.invoice_id)] = (label, content, code)
+        store.close()
+        result.failures_injected = len(docs)
+        mp = worker_context()
+        invoice_ids = list(ids)
+        for c in range(0, len(invoice_ids), CHUNK):
+            chunk = invoice_ids[c : c + CHUNK]
+            out = work / f"run-{c}.json"
+            proc = mp.Process(
+                target=batch_worker, args=(url, chunk, str(out), {"max_attempts": 1, "lock_ttl_seconds": 30})
+            )
+            proc.start()
+            proc.join(120 + 10 * len(chunk))
+            if proc.is_alive():
+                proc.kill()
+                proc.join(30)
+                result.violate(f"batch run over invoices {c}..{c + len(chunk)} hung; killed")
+                continue
+            outcome = json.loads(out.read_text()) if out.exists() else {"error": "no report"}
+            if "error" in outcome:
+                result.violate(f"batch run crashed: {outcome['error'][-800:]}")
+            result.count("runs_completed")
+        _check_outcomes(url, ids, result)
+        result.figures["fuzz_kinds"] = dict(sorted(kinds.items()))
+        result.figures["invoices_by_status"] = check_common_invariants(url, result)
+        result.trials = len(docs)
+    ctx.cleanup()
+    return result
+
+
+def _check_outcomes(url: str, ids: dict[str, tuple[str, bytes, str]], result: ScenarioResult) -> None:
+    codes: Counter[str] = Counter()
+    unexpected: Counter[str] = Counter()
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT i.id::text, i.status, i.quarantine_code, i.quarantine_reason, i.last_error, d.sha256, d.content "
+            "FROM invoices i LEFT JOIN documents d ON d.sha256 = i.document_sha256"
+        ).fetchall()
+    for inv, status, code, reason, error, sha, content in rows:
+        label, original, expected = ids[inv]
+        if sha is None or bytes(content) != original or hashlib.sha256(bytes(content)).hexdigest() != sha:
+            result.violate(f"{label}: original bytes not kept intact")
+        if status == "quarantined":
+            codes[code] += 1
+            if not reason or not code:
+                result.violate(f"{label}: quarantined without code and reason")
+        elif status == "needs_attention":
+            # A parser raised something it should have turned into BadDocument: reported with its error.
+            first = (error or "").split(":")[0:3]
+            unexpected[":".join(first)[:120]] += 1
+            if not error:
+                result.violate(f"{label}: needs_attention without an error")
+        elif status != "processed":
+            result.violate(f"{label}: ended {status}")
+        if expected and (status != "quarantined" or code != expected):
+            result.violate(f"{label}: expected quarantine {expected}, got {status} {code}")
+    result.figures["quarantine_codes"] = dict(sorted(codes.items()))
+    result.figures["unexpected_errors"] = dict(sorted(unexpected.items()))
+
+
+__all__ = ["Path"]

@@ -1,0 +1,178 @@
+"""Scenario 3, PostgreSQL restarted under running pipelines.
+
+A dedicated embedded server (the suite's session server is shared, so it is never touched): two
+worker processes run batch jobs over the invoices while the server is stopped ('fast' or
+'immediate', chosen at random) once they are mid-run (synchronised on step_events rows), kept
+down a random 0.2-1.5 s, and started again. Runs either ride it out through the ops'
+RetryPolicy or fail cleanly; then the sweep and the batch job finish what is left. The parent's
+own InvoiceStore pool, opened before the first restart and used after, must reconnect.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+
+import psycopg
+from dagster import DagsterInstance
+
+from invoice_pipeline.db.embedded import EmbeddedPostgres
+from invoice_pipeline.db.migrate import migrate
+from invoice_pipeline.jobs import make_jobs
+from invoice_pipeline.maintenance import run_maintenance
+from invoice_pipeline.resources import InvoiceDatabase
+from invoice_pipeline.store import InvoiceStore
+from invoice_pipeline_tests.chaos.common import (
+    ChaosContext,
+    ScenarioResult,
+    check_common_invariants,
+    timed,
+    worker_context,
+)
+from invoice_pipeline_tests.chaos.worker import batch_run_config, batch_worker, resources
+from invoice_pipeline_tests.factories import json_invoice
+from invoice_pipeline_tests.support import create_database, free_port, wait_for
+
+DB = {"heartbeat_seconds": 0.3, "lock_ttl_seconds": 3, "max_attempts": 50}
+
+
+def _step_events(url: str) -> int:
+    try:
+        with psycopg.connect(url, connect_timeout=2) as conn:
+            row = conn.execute("SELECT count(*) FROM step_events").fetchone()
+        return int(row[0]) if row else 0
+    except psycopg.OperationalError:
+        return -1
+
+
+def _no_live_lease(url: str) -> bool:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM processing_jobs WHERE status = 'running' "
+            "AND heartbeat_at > clock_timestamp() - make_interval(secs => %s)",
+            (DB["lock_ttl_seconds"],),
+        ).fetchone()
+    return row is not None and row[0] == 0
+
+
+def run(ctx: ChaosContext, params: dict[str, int], seed: int) -> ScenarioResult:
+    trials, per_trial = params["trials"], params["invoices"]
+    result = ScenarioResult("postgres_restart", seed, dict(params))
+    rng = random.Random(seed)
+    work = ctx.scratch_dir("pgrestart")
+    server = EmbeddedPostgres(ctx.short_dir("pg") / "pgdata", free_port())
+    server.start()
+    mp = worker_context()
+    modes: dict[str, int] = {}
+    run_outcomes = {"succeeded": 0, "failed": 0}
+    downtimes: list[float] = []
+    try:
+        url = create_database(server.url("postgres"), prefix="ip_chaos_restart")
+        migrate(url)
+        store = InvoiceStore(url, max_size=2)  # opened once: it must survive every restart
+        _, batch = make_jobs(resources(url, **DB))
+        instance = DagsterInstance.ephemeral()
+        db = InvoiceDatabase(database_url=url, retry_base_seconds=0, **DB)
+        with timed(result):
+            for trial in range(trials):
+                ids = [
+                    str(
+                        store.store_document(
+                            json_invoice(f"PG-{trial}-{i}", total=f"{rng.randint(100, 99999) / 100:.2f}"),
+                            rng.choice(["acme", "globex"]),
+                            f"pg-{trial}-{i}.json",
+                        ).invoice_id
+                    )
+                    for i in range(per_trial)
+                ]
+                baseline = _step_events(url)
+                halves = [ids[0::2], ids[1::2]]
+                outs = [work / f"t{trial}-w{w}.json" for w in range(2)]
+                procs = [
+                    mp.Process(target=batch_worker, args=(url, half, str(out), DB))
+                    for half, out in zip(halves, outs, strict=True)
+                ]
+                for p in procs:
+                    p.start()
+                # Mid-run: a random number of steps in, of the ~6 per invoice this trial has to do.
+                threshold = baseline + rng.randint(1, per_trial * 6 // 2)
+                wait_for(
+                    lambda threshold=threshold, procs=procs: (
+                        _step_events(url) >= threshold or not any(p.is_alive() for p in procs)
+                    ),
+                    timeout=120,
+                    interval=0.01,
+                    what="runs to be mid-flight",
+                )
+                mode = rng.choice(["fast", "immediate"])
+                down = rng.uniform(0.2, 1.5)
+                t0 = time.monotonic()
+                server.stop(mode=mode)
+                time.sleep(down)  # the injected outage itself
+                server.start()
+                downtimes.append(time.monotonic() - t0)
+                modes[mode] = modes.get(mode, 0) + 1
+                result.failures_injected += 1
+                for p in procs:
+                    p.join(600)
+                    if p.exitcode != 0:
+                        result.violate(f"batch worker exited with {p.exitcode}")
+                for out in outs:
+                    outcome = (
+                        json.loads(out.read_text())
+                        if out.exists()
+                        else {"success": False, "error": "no report"}
+                    )
+                    if "Traceback" in outcome.get("error", ""):
+                        result.violate(f"batch worker crashed: {outcome['error'][-800:]}")
+                    run_outcomes["succeeded" if outcome.get("success") else "failed"] += 1
+                _drain(url, store, db, batch, instance, ids, result)
+                result.trials += 1
+            store.close()
+        result.figures["stops_by_mode"] = modes
+        result.figures["runs_during_restart"] = run_outcomes
+        result.figures["outage_seconds_max"] = round(max(downtimes, default=0), 2)
+        result.figures["invoices"] = trials * per_trial
+        result.figures["invoices_by_status"] = check_common_invariants(url, result)
+    finally:
+        server.stop(mode="immediate")
+    return result
+
+
+def _drain(
+    url: str,
+    store: InvoiceStore,
+    db: InvoiceDatabase,
+    batch,  # type: ignore[no-untyped-def]
+    instance: DagsterInstance,
+    ids: list[str],
+    result: ScenarioResult,
+) -> None:
+    """What the sweep schedule and the sensor would do: sweep, reschedule, process what is due."""
+    for _ in range(15):
+        summary = store.status_summary()  # through the pool that lived through the restart
+        pending = [
+            i
+            for i in ids
+            if (state := store.invoice_state(i)) is not None
+            and state.status not in ("processed", "quarantined", "needs_attention")
+        ]
+        if not pending:
+            return
+        if summary.locks_held:
+            wait_for(
+                lambda: _no_live_lease(url), timeout=30, interval=0.1, what="dead holders' leases to go stale"
+            )
+        run_maintenance(db, None)
+        due = [
+            i
+            for i in pending
+            if (s := store.invoice_state(i)) is not None and s.status in ("pending", "failed")
+        ]
+        if due:
+            result.count("drain_runs")
+            batch.execute_in_process(
+                run_config=batch_run_config(due), instance=instance, raise_on_error=False
+            )
+    result.violate(f"invoices still unfinished after draining: {pending[:5]}")

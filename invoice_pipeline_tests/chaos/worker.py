@@ -1,0 +1,310 @@
+"""Code that runs inside chaos worker processes (forked from the preloaded fork server).
+
+Workers report through a JSON file in their own directory, never through a shared queue: a
+worker SIGKILLed while writing to a multiprocessing queue would leave its lock held and hang
+every later reader. Gates are monkeypatches applied in the worker only, after the fork: the
+product code under test is the real one, the gate just stops it at a chosen point and writes
+`reached` so the parent can kill or freeze it there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from dagster import DagsterInstance
+
+import invoice_pipeline.dedupe as dedupe_module
+from invoice_pipeline.jobs import make_jobs
+from invoice_pipeline.leases import Lease
+from invoice_pipeline.resources import DocumentReader, InvoiceDatabase
+from invoice_pipeline.store import InvoiceStore
+
+GATE_TIMEOUT_S = 600
+BARRIER_TIMEOUT_S = 300
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, default=str))
+    tmp.rename(path)  # atomic: the parent never reads half a file
+
+
+def resources(url: str, **db: Any) -> dict[str, object]:
+    config: dict[str, Any] = {
+        "heartbeat_seconds": 0.2,
+        "lock_ttl_seconds": 1,
+        "retry_base_seconds": 0,
+        "max_attempts": 50,
+    }
+    config.update(db)
+    return {"invoice_db": InvoiceDatabase(database_url=url, **config), "document_reader": DocumentReader()}
+
+
+def single_run_config(invoice_id: str) -> dict[str, Any]:
+    return {
+        "ops": {"start": {"config": {"invoice_id": invoice_id}}},
+        # Runs log to the instance; the console of a chaos run would be thousands of lines.
+        "loggers": {"console": {"config": {"log_level": "CRITICAL"}}},
+    }
+
+
+def batch_run_config(invoice_ids: list[str]) -> dict[str, Any]:
+    return {
+        "ops": {"fan_out": {"config": {"invoice_ids": invoice_ids}}},
+        "loggers": {"console": {"config": {"log_level": "CRITICAL"}}},
+    }
+
+
+# -- gates ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GateSpec:
+    """Where to stop. phase: read_text | read_fields | between_steps | dedupe_txn | before_commit |
+    after_commit | none. `target` is the step (between_steps) or store method (commit phases)."""
+
+    phase: str
+    target: str = ""
+
+
+def _gate(gate_dir: Path, label: str) -> None:
+    write_json(gate_dir / "reached.json", {"label": label, "pid": os.getpid(), "t": time.time()})
+    deadline = time.monotonic() + GATE_TIMEOUT_S
+    while not (gate_dir / "open").exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"gate {label} never opened")
+        time.sleep(0.005)
+
+
+def install_gate(spec: GateSpec, gate_dir: Path) -> None:
+    """Patch the product in this process so that it stops at spec's point, once."""
+    fired = [False]
+
+    def gate(label: str) -> None:
+        if not fired[0]:
+            fired[0] = True
+            _gate(gate_dir, label)
+
+    if spec.phase in ("read_text", "read_fields"):
+        original = getattr(DocumentReader, spec.phase)
+
+        def gated_read(self: DocumentReader, *args: Any, **kwargs: Any) -> Any:
+            gate(spec.phase)
+            return original(self, *args, **kwargs)
+
+        setattr(DocumentReader, spec.phase, gated_read)
+    elif spec.phase == "between_steps":
+        original_record = InvoiceStore.record_step
+
+        def gated_record(self: InvoiceStore, lease: Lease, step: str, *, skipped: bool) -> None:
+            if step == spec.target and not skipped:
+                gate(f"between_steps:before_{step}")
+            original_record(self, lease, step, skipped=skipped)
+
+        InvoiceStore.record_step = gated_record  # type: ignore[method-assign]
+    elif spec.phase == "dedupe_txn":
+        # find_match runs inside the store's transaction that holds the business key's advisory
+        # lock and the job row's fence lock: stopping here stops mid-transaction.
+        original_find = dedupe_module.find_match
+
+        def gated_find(*args: Any, **kwargs: Any) -> Any:
+            gate("dedupe_txn")
+            return original_find(*args, **kwargs)
+
+        dedupe_module.find_match = gated_find  # type: ignore[assignment]
+    elif spec.phase in ("before_commit", "after_commit"):
+        _install_commit_gate(spec, gate)
+    elif spec.phase != "none":
+        raise ValueError(f"unknown gate phase {spec.phase}")
+
+
+def _install_commit_gate(spec: GateSpec, gate: Callable[[str], None]) -> None:
+    armed = [False]
+    original_fenced = InvoiceStore._fenced
+    original_method = getattr(InvoiceStore, spec.target)
+
+    @contextmanager
+    def gated_fenced(self: InvoiceStore, lease: Lease) -> Iterator[Any]:
+        with original_fenced(self, lease) as conn:
+            yield conn
+            if armed[0] and spec.phase == "before_commit":
+                # The write is done, the transaction still open: COMMIT is the next thing sent.
+                gate(f"before_commit:{spec.target}")
+
+    def gated_method(self: InvoiceStore, *args: Any, **kwargs: Any) -> Any:
+        armed[0] = True
+        try:
+            value = original_method(self, *args, **kwargs)
+        finally:
+            armed[0] = False
+        if spec.phase == "after_commit":
+            gate(f"after_commit:{spec.target}")  # committed; the worker has not acted on it yet
+        return value
+
+    InvoiceStore._fenced = gated_fenced  # type: ignore[method-assign]
+    setattr(InvoiceStore, spec.target, gated_method)
+
+
+# -- entry points -------------------------------------------------------------------------------------
+
+
+def pipeline_worker(
+    url: str, invoice_id: str, run_id: str, dagster_home: str, gate_dir: str, phase: str, target: str
+) -> None:
+    """One process_invoice run on a persistent instance, stopped at a gate if asked."""
+    out = Path(gate_dir)
+    try:
+        install_gate(GateSpec(phase, target), out)
+        job, _ = make_jobs(resources(url))
+        write_json(out / "started.json", {"pid": os.getpid()})
+        with DagsterInstance.from_config(dagster_home) as instance:
+            result = job.execute_in_process(
+                run_config=single_run_config(invoice_id),
+                instance=instance,
+                raise_on_error=False,
+                run_id=run_id,
+            )
+        write_json(out / "result.json", {"success": result.success})
+    except BaseException:
+        write_json(out / "result.json", {"success": False, "error": traceback.format_exc()})
+        raise
+
+
+@dataclass(frozen=True)
+class StormItem:
+    invoice_id: str
+    mode: str  # "pipeline" | "acquire"
+    delay_ms: int
+    hold_ms: int
+
+
+def storm_worker(url: str, waves: list[list[dict[str, Any]]], out: str, barrier: Any) -> None:
+    """Request the same invoices as the other storm workers, in its own random order and pace."""
+    store = InvoiceStore(url, max_size=2)
+    job, _ = make_jobs(resources(url, lock_ttl_seconds=30, max_attempts=10**6))
+    instance = DagsterInstance.ephemeral()
+    counts = {"pipeline_runs": 0, "pipeline_failed_runs": 0, "acquire_won": 0, "acquire_lost": 0}
+    errors: list[str] = []
+    try:
+        for wave in waves:
+            barrier.wait(BARRIER_TIMEOUT_S)
+            for raw in wave:
+                _storm_request(StormItem(**raw), store, job, instance, counts, errors)
+    except BaseException:
+        errors.append(traceback.format_exc())
+    finally:
+        store.close()
+        write_json(Path(out), {"counts": counts, "errors": errors[:20]})
+
+
+def _storm_request(
+    item: StormItem,
+    store: InvoiceStore,
+    job: Any,
+    instance: DagsterInstance,
+    counts: dict[str, int],
+    errors: list[str],
+) -> None:
+    time.sleep(item.delay_ms / 1000)  # the injected random delay of this redelivery
+    if item.mode == "pipeline":
+        result = job.execute_in_process(
+            run_config=single_run_config(item.invoice_id), instance=instance, raise_on_error=False
+        )
+        counts["pipeline_runs"] += 1
+        if not result.success:
+            counts["pipeline_failed_runs"] += 1
+            failure = [e.message for e in result.all_events if e.is_failure]
+            errors.append(f"{item.invoice_id}: {failure[:1]}")
+        return
+    state = store.invoice_state(item.invoice_id)
+    if state is None or state.is_terminal:
+        return
+    lease = store.acquire(item.invoice_id, state.attempts + 1, owner=f"storm:{os.getpid()}")
+    if lease is None:
+        counts["acquire_lost"] += 1
+        return
+    counts["acquire_won"] += 1
+    time.sleep(item.hold_ms / 1000)
+    # A redelivered consumer that got the lock and gave up: it must hand the invoice
+    # back for retry without having written anything.
+    store.fail(
+        lease.job_id, "storm: redelivered request abandoned", max_attempts=10**6, retry_base=timedelta(0)
+    )
+
+
+def batch_worker(url: str, invoice_ids: list[str], out: str, db: dict[str, Any]) -> None:
+    """One process_invoice_batch run on an ephemeral instance."""
+    try:
+        _, batch = make_jobs(resources(url, **db))
+        result = batch.execute_in_process(
+            run_config=batch_run_config(invoice_ids),
+            instance=DagsterInstance.ephemeral(),
+            raise_on_error=False,
+        )
+        write_json(Path(out), {"success": result.success})
+    except BaseException:
+        write_json(Path(out), {"success": False, "error": traceback.format_exc()})
+        raise
+
+
+__all__ = ["GateSpec", "StormItem", "asdict"]
+
+
+def deployment_worker(url: str, out: str, seed: int, deadline_s: float) -> None:
+    """One deployment: its own Dagster instance, a sensor-equivalent loop, and the sweep.
+
+    Each tick claims what is due with request_timeout 0, so the other deployment's requests do
+    not hide invoices from this one: both race for the same invoices on purpose. The requests
+    are planned by the sensor's own plan_run_requests and executed on this instance.
+    """
+    from invoice_pipeline.maintenance import run_maintenance
+    from invoice_pipeline.sensors.new_invoices import plan_run_requests
+
+    rng = random.Random(seed)
+    store = InvoiceStore(url, max_size=2)
+    db = InvoiceDatabase(
+        database_url=url, heartbeat_seconds=0.2, lock_ttl_seconds=2, retry_base_seconds=0, max_attempts=50
+    )
+    jobs = {j.name: j for j in make_jobs(resources(url, lock_ttl_seconds=2))}
+    counts = {"ticks": 0, "runs": 0, "failed_runs": 0, "maintenance": 0}
+    errors: list[str] = []
+    try:
+        with DagsterInstance.local_temp() as instance:
+            deadline = time.monotonic() + deadline_s
+            while time.monotonic() < deadline:
+                counts["ticks"] += 1
+                due = store.claim_due_invoices(limit=rng.randint(3, 30), request_timeout=timedelta(0))
+                if not due:
+                    summary = store.status_summary()
+                    if not any(summary.by_status.get(s, 0) for s in ("pending", "processing", "failed")):
+                        if Path(out).with_suffix(".done").exists():
+                            break
+                    counts["maintenance"] += 1
+                    run_maintenance(db, instance)
+                    time.sleep(0.05)  # an idle sensor interval; nothing to synchronise with
+                    continue
+                for request in plan_run_requests(
+                    due, batch_threshold=rng.randint(2, 10), batch_size=rng.randint(3, 12)
+                ):
+                    run_config = dict(request.run_config)
+                    run_config["loggers"] = {"console": {"config": {"log_level": "CRITICAL"}}}
+                    result = jobs[request.job_name].execute_in_process(
+                        run_config=run_config, instance=instance, tags=request.tags, raise_on_error=False
+                    )
+                    counts["runs"] += 1
+                    counts["failed_runs"] += 0 if result.success else 1
+    except BaseException:
+        errors.append(traceback.format_exc())
+    finally:
+        store.close()
+        write_json(Path(out), {"counts": counts, "errors": errors})
