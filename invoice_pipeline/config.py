@@ -26,6 +26,7 @@ ENV_MAX_DOCUMENT_BYTES = "INVOICE_PIPELINE_MAX_DOCUMENT_BYTES"
 ENV_BATCH_THRESHOLD = "INVOICE_PIPELINE_BATCH_THRESHOLD"
 ENV_INBOX = "INVOICE_PIPELINE_INBOX"
 ENV_REQUEST_TIMEOUT = "INVOICE_PIPELINE_REQUEST_TIMEOUT_SECONDS"
+ENV_DAGSTER_DATABASE_NAME = "INVOICE_PIPELINE_DAGSTER_DATABASE_NAME"
 
 DEFAULT_PG_PORT = 54329
 
@@ -76,6 +77,7 @@ class Settings:
     batch_threshold: int
     inbox: Path
     request_timeout: timedelta
+    dagster_database_name: str | None
 
     @property
     def uses_embedded_postgres(self) -> bool:
@@ -117,4 +119,5 @@ class Settings:
             batch_threshold=_int(env, ENV_BATCH_THRESHOLD, 20, minimum=1),
             inbox=Path(env.get(ENV_INBOX) or home / "inbox").absolute(),
             request_timeout=timedelta(seconds=_int(env, ENV_REQUEST_TIMEOUT, 3600, minimum=1)),
+            dagster_database_name=env.get(ENV_DAGSTER_DATABASE_NAME) or None,
         )

@@ -42,18 +42,21 @@ nux:
 """
 
 
-def dagster_database_url(database_url: str) -> str:
-    """Same server, database `<name>_dagster`, in the URL form dagster-postgres needs."""
+def dagster_database_url(database_url: str, name: str | None = None) -> str:
+    """Same server, database `name` (default `<invoice db>_dagster`), in the form dagster-postgres needs.
+
+    Two independent deployments on one invoice database need two names: each Dagster instance
+    keeps its own runs, schedules and daemon heartbeats.
+    """
     parts = urlsplit(database_url)
-    name = parts.path.lstrip("/") or "postgres"
-    return urlunsplit(parts._replace(scheme="postgresql+psycopg2", path=f"/{name}_dagster"))
+    name = name or f"{parts.path.lstrip('/') or 'postgres'}_dagster"
+    return urlunsplit(parts._replace(scheme="postgresql+psycopg2", path=f"/{name}"))
 
 
 def prepare_dagster_home(settings: Settings, database_url: str, *, max_concurrent_runs: int = 4) -> Path:
     """Create the Dagster database and dagster.yaml; export DAGSTER_HOME and DAGSTER_PG_URL."""
-    dagster_url = dagster_database_url(database_url)
-    admin = urlunsplit(urlsplit(database_url))
-    create_database_if_missing(admin, urlsplit(dagster_url).path.lstrip("/"))
+    dagster_url = dagster_database_url(database_url, settings.dagster_database_name)
+    create_database_if_missing(database_url, urlsplit(dagster_url).path.lstrip("/"))
     home = settings.dagster_home
     home.mkdir(parents=True, exist_ok=True)
     (home / "dagster.yaml").write_text(DAGSTER_YAML.format(max_concurrent_runs=max_concurrent_runs))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,32 +45,41 @@ class MaintenanceReport:
         )
 
 
+def _seconds_since_last_event(instance: DagsterInstance, run_id: str) -> float:
+    records = instance.get_records_for_run(run_id, limit=1, ascending=False).records
+    if records:
+        last = records[0].event_log_entry.timestamp
+    else:
+        record = instance.get_run_record_by_id(run_id)
+        last = record.create_timestamp.timestamp() if record else time.time()
+    return time.time() - last
+
+
 def reconcile_dead_runs(db: InvoiceDatabase, instance: DagsterInstance) -> list[str]:
-    """Mark failed the runs that still say STARTED but whose every lease was swept.
+    """Mark failed the runs that still say STARTED but whose worker is gone.
 
     The default run launcher cannot notice a SIGKILLed run worker, so without this the UI
-    would show such a run as in progress forever.
+    would show such a run as in progress forever. A run is presumed dead when it holds no
+    running lease and either a lease of it was swept, or it has logged nothing for longer than
+    the lease TTL (it died before claiming, or after releasing): a live run holds its leases
+    while it works and logs every step.
     """
     reconciled = []
-    runs = instance.get_runs(
-        filters=RunsFilter(statuses=[DagsterRunStatus.STARTED], job_name=None),
-    )
-    for run in runs:
+    for run in instance.get_runs(filters=RunsFilter(statuses=[DagsterRunStatus.STARTED])):
         if run.job_name not in (PROCESS_INVOICE, PROCESS_INVOICE_BATCH):
             continue
         jobs = db.store.jobs_of_owner(run_owner(run.run_id))
-        if not jobs or any(j.status == "running" for j in jobs):
+        if any(j.status == "running" for j in jobs):
             continue
         swept = [j for j in jobs if (j.error or "").startswith("swept:")]
-        if not swept:
-            continue
-        instance.report_run_failed(
-            run,
-            message=(
-                f"run worker presumed dead: its lease on invoice {swept[0].invoice_id} (job {swept[0].job_id}) "
-                f"was swept — {swept[0].error}"
-            ),
-        )
+        if swept:
+            reason = f"its lease on invoice {swept[0].invoice_id} (job {swept[0].job_id}) was swept — {swept[0].error}"
+        else:
+            idle = _seconds_since_last_event(instance, run.run_id)
+            if idle <= db.lock_ttl.total_seconds():
+                continue
+            reason = f"it holds no lease and has logged nothing for {idle:.0f} s (lock TTL {db.lock_ttl})"
+        instance.report_run_failed(run, message=f"run worker presumed dead: {reason}")
         reconciled.append(run.run_id)
     return reconciled
 

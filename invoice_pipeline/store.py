@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 JobStatus = Literal["succeeded", "failed"]
 FINISH_STATUSES = ("succeeded", "failed")
+IDLE_IN_TRANSACTION_MS = 60_000
 
 
 def default_owner() -> str:
@@ -239,7 +240,12 @@ class InvoiceStore:
             database_url,
             min_size=min_size,
             max_size=max_size,
-            kwargs={"autocommit": True},
+            # A worker frozen inside a fenced write holds its job row; the server ends that
+            # session after this long, so the sweep is never blocked behind it for good.
+            kwargs={
+                "autocommit": True,
+                "options": f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS}",
+            },
             # A connection that died with the server is replaced instead of handed out.
             check=ConnectionPool.check_connection,
             open=True,
@@ -438,14 +444,16 @@ class InvoiceStore:
     ) -> DuplicateDecision:
         """Original or duplicate, decided under the business key's advisory lock.
 
-        The lock is transaction-scoped: commit, rollback or a dead connection release it, so it
-        also holds behind a transaction-pooling proxy. Lookup and decision share the transaction,
+        The locks (the business key's, and the number's whatever the vendor is called) are
+        transaction-scoped: commit, rollback or a dead connection release them, so they
+        also hold behind a transaction-pooling proxy. Lookup and decision share the transaction,
         so two workers with the same key cannot both see "no match" and both become originals.
         """
         if key.org_id != org_id:
             raise ValueError("business key belongs to another org")
         with self._fenced(lease) as conn:
-            conn.execute(query("take_business_key_lock"), {"lock_id": key.lock_id})
+            for lock_id in key.lock_ids:
+                conn.execute(query("take_business_key_lock"), {"lock_id": lock_id})
             existing = self._one(
                 conn, DuplicateDecision, "load_duplicate_decision", {"invoice_id": lease.invoice_id}
             )

@@ -18,8 +18,10 @@ from invoice_pipeline_tests.support import wait_for
 PROCESSES = 8
 ROUNDS = 5
 
-# One invoice written many ways: the same seller and total, the number reformatted.
+# One invoice written many ways: the same seller and total, the number reformatted, and the
+# seller named by VAT id in some copies and by name alone in others (two business keys).
 NUMBER_SPELLINGS = ["INV-00123", "inv 123", "INV123", "Inv.#0123", "INV-123", "inv-000123"]
+VAT_IDS = ["DE123456789", None, "DE123456789"]
 
 
 def fields_for(
@@ -34,19 +36,19 @@ def fields_for(
     )
 
 
-def _decide_all(url: str, jobs: list[tuple[str, str, str]], barrier, queue) -> None:  # type: ignore[no-untyped-def]
+def _decide_all(url: str, jobs: list[tuple[str, str, str, str | None]], barrier, queue) -> None:  # type: ignore[no-untyped-def]
     """Each process decides its share of invoices, all starting at the same moment."""
     store = InvoiceStore(url, max_size=2)
     try:
         leases = []
-        for invoice_id, org, number in jobs:
+        for invoice_id, org, number, vat in jobs:
             lease = store.acquire(invoice_id, 1)
             assert lease is not None
-            store.save_fields(lease, fields_for(number))
-            leases.append((lease, org, number))
+            store.save_fields(lease, fields_for(number, vat=vat))
+            leases.append((lease, org, number, vat))
         barrier.wait()
-        for lease, org, number in leases:
-            decision = decide_duplicate(store, lease, org, fields_for(number))
+        for lease, org, number, vat in leases:
+            decision = decide_duplicate(store, lease, org, fields_for(number, vat=vat))
             queue.put((str(lease.invoice_id), org, decision.status, str(decision.original_id)))
     except Exception as exc:  # reported to the test instead of leaving it waiting on the queue
         queue.put(("error", repr(exc), "", ""))
@@ -70,11 +72,16 @@ def test_concurrent_copies_yield_exactly_one_original_per_org(database_url: str)
                 "UPDATE invoices SET duplicate_status = NULL, duplicate_of = NULL, duplicate_group_id = NULL"
             )
             conn.execute("DELETE FROM duplicate_groups")
-        per_process: list[list[tuple[str, str, str]]] = [[] for _ in range(PROCESSES)]
+        per_process: list[list[tuple[str, str, str, str | None]]] = [[] for _ in range(PROCESSES)]
         for i in range(PROCESSES * 3):
             org = "acme" if i % 4 else "globex"  # a second org with the very same invoice
             per_process[i % PROCESSES].append(
-                (new_invoice(database_url, org), org, NUMBER_SPELLINGS[i % len(NUMBER_SPELLINGS)])
+                (
+                    new_invoice(database_url, org),
+                    org,
+                    NUMBER_SPELLINGS[i % len(NUMBER_SPELLINGS)],
+                    VAT_IDS[i % len(VAT_IDS)],
+                )
             )
         barrier, queue = ctx.Barrier(PROCESSES), ctx.Queue()
         procs = [

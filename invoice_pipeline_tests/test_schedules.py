@@ -139,3 +139,22 @@ def test_request_no_run_claimed_expires_into_a_retry_under_a_new_run_key(
     )
     (retry,) = store.claim_due_invoices(10)
     assert (retry.invoice_id, retry.attempt) == (lost, 2), "the retry's run key is invoice:<id>:attempt:2"
+
+
+def test_started_run_that_died_without_a_lease_is_marked_failed_once_silent_past_the_ttl(
+    database_url: str, store: InvoiceStore, tmp_path: Path
+) -> None:
+    """A worker killed before claiming (or after releasing) leaves no lease to sweep."""
+    instance = DagsterInstance.local_temp(str(tmp_path))
+    run_id = started_run(instance)
+    assert "marked 0 dead run(s)" in evaluate(database_url, instance, lock_ttl_seconds=3600)
+
+    def reconciled() -> bool:
+        return "marked 1 dead run(s) failed" in evaluate(database_url, instance, lock_ttl_seconds=1)
+
+    wait_for(
+        reconciled, timeout=30, interval=0.2, what="the silent run to pass the 1 s TTL and be reconciled"
+    )
+    run = instance.get_run_by_id(run_id)
+    assert run is not None and run.status == DagsterRunStatus.FAILURE
+    assert "holds no lease and has logged nothing" in "\n".join(e.message for e in instance.all_logs(run_id))
