@@ -172,18 +172,19 @@ def _resume_lease(store: InvoiceStore, claim: Claim, run_id: str) -> Lease:
     holder = store.current_holder(claim.invoice_id)
     if holder is not None and holder.owner == run_owner(run_id):
         return store.lease(holder.job_id, holder.invoice_id, holder.attempt, holder.owner)
+    state = store.invoice_state(claim.invoice_id)
     if holder is None:
-        state = store.invoice_state(claim.invoice_id)
         attempt = (state.attempts if state else claim.attempt) + 1
         fresh = store.acquire(claim.invoice_id, attempt, run_owner(run_id))
         if fresh is not None:
             return fresh
         holder = store.current_holder(claim.invoice_id)
-    raise Failure(
-        f"re-executed run cannot take invoice {claim.invoice_id}: held by "
-        + (holder.describe() if holder else "another job"),
-        allow_retries=False,
-    )
+        state = store.invoice_state(claim.invoice_id)
+    if holder is not None:
+        why = f"held by {holder.describe()}"
+    else:
+        why = f"it is already {state.status if state else 'gone'}"
+    raise Failure(f"re-executed run cannot take invoice {claim.invoice_id}: {why}", allow_retries=False)
 
 
 def run_step(
