@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import subprocess
 import time
 import uuid
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -64,3 +67,16 @@ def db_seconds_since(url: str, ts_sql: str, params: tuple[object, ...] = ()) -> 
         row = conn.execute(f"SELECT extract(epoch FROM clock_timestamp() - ({ts_sql}))", params).fetchone()  # noqa: S608
         assert row is not None
         return float(row[0])
+
+
+def stop_process_group(proc: subprocess.Popen[Any]) -> None:
+    """SIGTERM a child's whole process group (dagster dev and its children), SIGKILL if it lingers."""
+    for sig, wait in ((signal.SIGTERM, 60), (signal.SIGKILL, 30)):
+        try:
+            os.killpg(proc.pid, sig)
+            proc.wait(wait)
+            return
+        except ProcessLookupError:
+            return
+        except subprocess.TimeoutExpired:
+            continue

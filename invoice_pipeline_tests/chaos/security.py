@@ -18,7 +18,6 @@ import json
 import os
 import re
 import secrets
-import signal
 import subprocess
 import sys
 import urllib.request
@@ -34,7 +33,7 @@ from invoice_pipeline.samples.render import letter_pdf
 from invoice_pipeline.store import InvoiceStore
 from invoice_pipeline_tests.chaos.common import ChaosContext, ScenarioResult, check_common_invariants, timed
 from invoice_pipeline_tests.chaos.worker import batch_run_config, resources
-from invoice_pipeline_tests.support import free_port, wait_for
+from invoice_pipeline_tests.support import free_port, stop_process_group, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 INJECTIONS = [
@@ -438,15 +437,7 @@ def _listening_and_passwords(ctx: ChaosContext, result: ScenarioResult) -> None:
                 result.figures["dev_processes"] = len(pids)
                 _check_loopback(result, "invoice_pipeline_dev", pids, {ui_port})
         finally:
-            for sig, wait in ((signal.SIGTERM, 60), (signal.SIGKILL, 30)):
-                try:
-                    os.killpg(proc.pid, sig)
-                    proc.wait(wait)
-                    break
-                except ProcessLookupError:
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
+            stop_process_group(proc)
         outputs.append(log.read_text())
         if password is not None:
             _check_password(result, password, role[2], home, outputs)  # type: ignore[index]

@@ -8,7 +8,6 @@ when a test fails.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import urllib.request
@@ -21,7 +20,13 @@ import pytest
 from psycopg import sql
 
 from invoice_pipeline.store import InvoiceStore
-from invoice_pipeline_tests.support import create_database, drop_database, free_port, wait_for
+from invoice_pipeline_tests.support import (
+    create_database,
+    drop_database,
+    free_port,
+    stop_process_group,
+    wait_for,
+)
 
 
 @dataclass(frozen=True)
@@ -79,15 +84,7 @@ def dev_server(
         assert proc.poll() is None, log.read_text()[-3000:]
         yield server
     finally:
-        for sig, wait in ((signal.SIGTERM, 60), (signal.SIGKILL, 30)):
-            try:
-                os.killpg(proc.pid, sig)
-                proc.wait(wait)
-                break
-            except ProcessLookupError:
-                break
-            except subprocess.TimeoutExpired:
-                continue
+        stop_process_group(proc)
         drop_database(
             server_url, database_url.rsplit("/", 1)[0] + "/" + database_url.rsplit("/", 1)[1] + "_dagster"
         )
