@@ -39,6 +39,7 @@ from benchmarks.end_to_end import DagsterSetup, Documents, dagster_home_on_postg
 from benchmarks.harness import ROOT, BenchContext, BenchResult, _pyplot, fmt, register
 from invoice_pipeline.resources import InvoiceDatabase
 from invoice_pipeline.store import InvoiceStore
+from invoice_pipeline_tests.support import wait_for
 
 NAME = "recovery_time"
 SHORT_TTL = 1  # s, what the worker and the sweep use in the measured chain
@@ -88,17 +89,6 @@ def _worker(setup: DagsterSetup, url: str, invoice_id: UUID, gate: str, log: Pat
         )
 
 
-def _wait(condition: Any, timeout: float, what: str, interval: float = 0.02) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
-
-
 def _job(conn: psycopg.Connection[Any], invoice_id: UUID, attempt: int) -> tuple[Any, ...] | None:
     return conn.execute(
         "SELECT started_at, heartbeat_at, finished_at, status, error FROM processing_jobs "
@@ -135,8 +125,10 @@ def measure_once(
     spawn = time.time()
     worker = _worker(setup, url, invoice_id, "read_fields", logs / f"worker-{r}.log")
     try:
-        _wait(
-            lambda: _executed(conn, invoice_id, "extract_fields"), 120, "the worker to reach extract_fields"
+        wait_for(
+            lambda: _executed(conn, invoice_id, "extract_fields"),
+            timeout=120,
+            what="the worker to reach extract_fields",
         )
         time.sleep(0.5)  # a few heartbeats, so the kill lands at a random heartbeat phase
         first = _job(conn, invoice_id, 1)

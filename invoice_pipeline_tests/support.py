@@ -6,9 +6,12 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -80,3 +83,38 @@ def stop_process_group(proc: subprocess.Popen[Any]) -> None:
             return
         except subprocess.TimeoutExpired:
             continue
+
+
+def answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+def start_dev_server(env: dict[str, str], port: int, log: Path) -> subprocess.Popen[bytes]:
+    """`invoice-pipeline dev` in its own process group, once /server_info answers or it has exited.
+
+    The caller checks `poll()` (an exit means it failed; the log says why) and stops it with
+    stop_process_group.
+    """
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "invoice_pipeline.cli", "dev", "--port", str(port)],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        wait_for(
+            lambda: proc.poll() is not None or answers(f"http://127.0.0.1:{port}/server_info"),
+            timeout=180,
+            interval=0.5,
+            what="invoice-pipeline dev to answer /server_info",
+        )
+    except BaseException:
+        stop_process_group(proc)
+        raise
+    return proc

@@ -20,7 +20,6 @@ import re
 import secrets
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -33,7 +32,7 @@ from invoice_pipeline.samples.render import letter_pdf
 from invoice_pipeline.store import InvoiceStore
 from invoice_pipeline_tests.chaos.common import ChaosContext, ScenarioResult, check_common_invariants, timed
 from invoice_pipeline_tests.chaos.worker import batch_run_config, resources
-from invoice_pipeline_tests.support import free_port, stop_process_group, wait_for
+from invoice_pipeline_tests.support import free_port, start_dev_server, stop_process_group
 
 ROOT = Path(__file__).resolve().parents[2]
 INJECTIONS = [
@@ -364,14 +363,6 @@ def _cli(env: dict[str, str], *args: str) -> str:
     return done.stdout + done.stderr
 
 
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return bool(response.status == 200)
-    except OSError:
-        return False
-
-
 def _listening_and_passwords(ctx: ChaosContext, result: ScenarioResult) -> None:
     home = ctx.short_dir("sec")
     pg_port, ui_port = free_port(), free_port()
@@ -415,21 +406,8 @@ def _listening_and_passwords(ctx: ChaosContext, result: ScenarioResult) -> None:
                 _cli(env, "status"),
             ]
         log = home / "dev.log"
-        with open(log, "w") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "invoice_pipeline.cli", "dev", "--port", str(ui_port)],
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        proc = start_dev_server(env, ui_port, log)
         try:
-            wait_for(
-                lambda: proc.poll() is not None or _answers(f"http://127.0.0.1:{ui_port}/server_info"),
-                timeout=180,
-                interval=0.5,
-                what="invoice-pipeline dev to answer",
-            )
             if proc.poll() is not None:
                 result.violate(f"invoice-pipeline dev exited: {log.read_text()[-1000:]}")
             else:

@@ -8,9 +8,6 @@ when a test fails.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,8 +21,8 @@ from invoice_pipeline_tests.support import (
     create_database,
     drop_database,
     free_port,
+    start_dev_server,
     stop_process_group,
-    wait_for,
 )
 
 
@@ -39,14 +36,6 @@ class DevServer:
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
-
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return bool(response.status == 200)
-    except OSError:
-        return False
 
 
 @pytest.fixture(scope="package")
@@ -65,22 +54,9 @@ def dev_server(
         INVOICE_PIPELINE_RETRY_BASE_SECONDS="3600",
         DAGSTER_HOME=str(home / "dagster_home"),
     )
-    with open(log, "w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "invoice_pipeline.cli", "dev", "--port", str(port)],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    proc = start_dev_server(env, port, log)
     server = DevServer(port, database_url, home, log)
     try:
-        wait_for(
-            lambda: proc.poll() is not None or _answers(server.base_url + "/server_info"),
-            timeout=180,
-            interval=0.5,
-            what="dagster dev to answer /server_info",
-        )
         assert proc.poll() is None, log.read_text()[-3000:]
         yield server
     finally:
