@@ -16,7 +16,7 @@ from typing import Any
 from invoice_pipeline.config import ConfigError, Settings
 from invoice_pipeline.db.connection import database_url, embedded_server, prepare_database
 from invoice_pipeline.db.migrate import MigrationError, migrate
-from invoice_pipeline.store import InvoiceStore, dumps
+from invoice_pipeline.store import TERMINAL_STATUSES, InvoiceStore, dumps
 
 
 def _store(settings: Settings) -> InvoiceStore:
@@ -182,7 +182,8 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         )
     print()
     print(
-        f"duplicates:          {summary.duplicates} in {summary.duplicate_groups} group(s); {summary.originals} originals"
+        f"duplicates:          {summary.duplicates} in {summary.duplicate_groups} group(s); {summary.originals} originals; "
+        f"{summary.suspected_duplicates} suspected (held for review)"
     )
     for item in summary.attention:
         print(f"  {item.status:<16} {item.invoice_id}  {item.filename or '':<30} {item.code}: {item.reason}")
@@ -215,6 +216,8 @@ def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
     print(f"status {o.status}  stage {o.processing_stage}  attempts {o.attempts}")
     if o.quarantine_reason or o.last_error:
         print(f"problem: {o.quarantine_code or ''} {o.quarantine_reason or o.last_error}")
+    for reason in o.review_reasons or []:
+        print(f"held for review: {reason}")
     for name, value in (o.fields or {}).items():
         if name != "sources":
             print(f"  {name:<15} {value}")
@@ -310,9 +313,10 @@ def print_demo_summary(outcomes: Sequence[Any], seconds: float) -> None:
     originals = [o for o in processed if o.duplicate_status == "original"]
     duplicates = [o for o in processed if o.duplicate_status == "duplicate"]
     approved = [o for o in processed if o.approval == "approved"]
+    review = [o for o in outcomes if o.status == "needs_review"]
     quarantined = [o for o in outcomes if o.status == "quarantined"]
     attention = [o for o in outcomes if o.status == "needs_attention"]
-    other = [o for o in outcomes if o.status not in ("processed", "quarantined", "needs_attention")]
+    other = [o for o in outcomes if o.status not in TERMINAL_STATUSES]
     print()
     print(f"{'processed':<16}{len(processed):>5}")
     print(f"{'  originals':<16}{len(originals):>5}")
@@ -320,6 +324,7 @@ def print_demo_summary(outcomes: Sequence[Any], seconds: float) -> None:
     print(
         f"{'  approved':<16}{len(approved):>5}   posted to the ledger: {sum(1 for o in outcomes if o.posted)}"
     )
+    print(f"{'needs review':<16}{len(review):>5}   (held for a person, not posted)")
     print(f"{'needs attention':<16}{len(attention):>5}")
     print(f"{'quarantined':<16}{len(quarantined):>5}")
     if other:
@@ -329,6 +334,10 @@ def print_demo_summary(outcomes: Sequence[Any], seconds: float) -> None:
         print("\nduplicates (how matched):")
         for o in duplicates:
             print(f"  {o.filename:<40} = {o.original_filename:<40} {o.match_how}")
+    if review:
+        print("\nneeds review (why):")
+        for o in review:
+            print(f"  {o.filename:<40} {o.reason[:110]}")
     if quarantined or attention:
         print("\nquarantined / needs attention (reason):")
         for o in quarantined + attention:

@@ -6,7 +6,6 @@ from uuid import UUID
 
 from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.matching import MatchCandidate, find_match
-from invoice_pipeline.domain.normalize import normalize_vendor
 from invoice_pipeline.leases import Lease
 from invoice_pipeline.store import DuplicateDecision, InvoiceStore, MatchOutcome
 
@@ -14,7 +13,7 @@ from invoice_pipeline.store import DuplicateDecision, InvoiceStore, MatchOutcome
 def decide_duplicate(
     store: InvoiceStore, lease: Lease, org_id: str, fields: InvoiceFields
 ) -> DuplicateDecision:
-    """Original or duplicate for the leased invoice; raises ValueError when fields cannot form a key."""
+    """Original, duplicate or suspected for the leased invoice; ValueError when fields cannot form a key."""
     candidate = MatchCandidate.from_fields(str(lease.invoice_id), org_id, fields)
 
     def match(rows: list[tuple[UUID, str, InvoiceFields]]) -> MatchOutcome | None:
@@ -22,13 +21,6 @@ def decide_duplicate(
         found = find_match(candidate, originals)
         if found is None:
             return None
-        return MatchOutcome(UUID(found.original_id), found.how, found.score, found.reasons)
+        return MatchOutcome(UUID(found.original_id), found.exact, found.how, found.score, found.reasons)
 
-    return store.decide_duplicate(
-        lease,
-        org_id,
-        candidate.key,
-        normalize_vendor(fields.seller_name, fields.seller_vat_id),
-        fields,
-        match,
-    )
+    return store.decide_duplicate(lease, candidate, match)

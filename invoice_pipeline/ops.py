@@ -362,13 +362,22 @@ def detect_duplicates(context: OpExecutionContext, claim: Claim, invoice_db: Inv
     return claim
 
 
-@op(retry_policy=TRANSIENT_RETRY, description="Approve valid originals; reject duplicates.")
+@op(
+    retry_policy=TRANSIENT_RETRY,
+    description="Approve valid originals; reject exact duplicates; hold suspected ones for a person.",
+)
 def approve(context: OpExecutionContext, claim: Claim, invoice_db: InvoiceDatabase) -> Claim:
     store = invoice_db.store
 
     def work(lease: Lease) -> bool:
         decision = store.load_duplicate_decision(claim.invoice_id)
         assert decision is not None
+        if decision.is_suspected:
+            reason = f"suspected_duplicate of {decision.original_id}: {'; '.join(decision.reasons)}"
+            store.hold_for_review(lease, [reason])
+            context.log.warning(f"invoice {claim.invoice_id} held for review: {reason}")
+            _materialize(context, ASSET_APPROVALS, claim, decision="held", rule=reason)
+            return True
         if decision.is_duplicate:
             approval = store.record_approval(lease, "rejected", f"duplicate of {decision.original_id}")
         else:
@@ -376,8 +385,15 @@ def approve(context: OpExecutionContext, claim: Claim, invoice_db: InvoiceDataba
         _materialize(context, ASSET_APPROVALS, claim, decision=approval.decision, rule=approval.rule)
         return True
 
-    run_step(context, invoice_db, claim, "approve", lambda: store.load_approval(claim.invoice_id), work)
+    run_step(context, invoice_db, claim, "approve", lambda: _decided_or_held(store, claim), work)
     return claim
+
+
+def _decided_or_held(store: InvoiceStore, claim: Claim) -> bool | None:
+    """The approval step is done when it approved, rejected, or held the invoice for a person."""
+    if store.review_reasons(claim.invoice_id) is not None:
+        return True
+    return True if store.load_approval(claim.invoice_id) is not None else None
 
 
 @op(retry_policy=TRANSIENT_RETRY, description="Post approved invoices to the ledger, exactly once.")
@@ -385,10 +401,11 @@ def post_to_ledger(context: OpExecutionContext, claim: Claim, invoice_db: Invoic
     store = invoice_db.store
 
     def already_done() -> bool | None:
+        # Nothing to post, ever, unless approved: a rejected or held invoice fast-forwards.
         if store.load_ledger_posting(claim.invoice_id) is not None:
             return True
         approval = store.load_approval(claim.invoice_id)
-        return True if approval is not None and approval.decision != "approved" else None
+        return True if approval is None or approval.decision != "approved" else None
 
     def work(lease: Lease) -> bool:
         fields = store.load_fields(claim.invoice_id)

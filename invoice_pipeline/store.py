@@ -30,8 +30,8 @@ from invoice_pipeline.config import validate_database_url
 from invoice_pipeline.db.sqlfiles import query
 from invoice_pipeline.documents.extracted import ExtractedText
 from invoice_pipeline.domain.fields import InvoiceFields
-from invoice_pipeline.domain.keys import BusinessKey
-from invoice_pipeline.domain.matching import AMOUNT_TOLERANCE
+from invoice_pipeline.domain.keys import lock_ids, search_ids
+from invoice_pipeline.domain.matching import MatchCandidate
 from invoice_pipeline.leases import Lease, LeaseLost, LockHolder
 
 log = logging.getLogger(__name__)
@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 JobStatus = Literal["succeeded", "failed"]
 FINISH_STATUSES = ("succeeded", "failed")
+# Where an invoice rests until a person acts: no run picks it up again by itself.
+TERMINAL_STATUSES = ("processed", "needs_review", "quarantined", "needs_attention")
 IDLE_IN_TRANSACTION_MS = 60_000
 
 
@@ -98,7 +100,7 @@ class InvoiceState:
 
     @property
     def is_terminal(self) -> bool:
-        return self.status in ("processed", "quarantined", "needs_attention")
+        return self.status in TERMINAL_STATUSES
 
 
 @dataclass(frozen=True)
@@ -106,7 +108,7 @@ class DuplicateDecision:
     """The outcome of duplicate detection for one invoice, with why."""
 
     invoice_id: UUID
-    status: Literal["original", "duplicate"]
+    status: Literal["original", "duplicate", "suspected"]
     group_id: UUID | None
     original_id: UUID | None
     business_key: str
@@ -116,7 +118,13 @@ class DuplicateDecision:
 
     @property
     def is_duplicate(self) -> bool:
+        """An exact copy: rejected automatically."""
         return self.status == "duplicate"
+
+    @property
+    def is_suspected(self) -> bool:
+        """A copy only by tolerance: held for a person, neither approved nor rejected."""
+        return self.status == "suspected"
 
 
 @dataclass(frozen=True)
@@ -156,17 +164,24 @@ class Rescheduled:
 class DuplicateCandidateRow:
     id: UUID
     org_id: str
-    business_key: str
-    vendor_key: str | None
     fields: dict[str, Any]
 
 
 @dataclass(frozen=True)
 class MatchOutcome:
     original_id: UUID
+    exact: bool
     how: str
     score: float
     reasons: tuple[str, ...]
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "original_id": self.original_id,
+            "how": self.how,
+            "score": self.score,
+            "reasons": list(self.reasons),
+        }
 
 
 # Given the org's candidate originals as (invoice id, org id, fields), which one this invoice
@@ -193,6 +208,7 @@ class StatusSummary:
     stalest_heartbeat_age: timedelta | None
     originals: int
     duplicates: int
+    suspected_duplicates: int
     duplicate_groups: int
     attention: list[AttentionItem]
 
@@ -216,6 +232,7 @@ class InvoiceOverview:
     duplicate_group_id: UUID | None
     match_how: str | None
     match_reasons: list[str] | None
+    review_reasons: list[str] | None
     created_at: datetime
 
 
@@ -434,26 +451,19 @@ class InvoiceStore:
         return None if data is None else InvoiceFields.from_json(data)
 
     def decide_duplicate(
-        self,
-        lease: Lease,
-        org_id: str,
-        key: BusinessKey,
-        vendor_key: str,
-        fields: InvoiceFields,
-        match: MatchFunction,
+        self, lease: Lease, candidate: MatchCandidate, match: MatchFunction
     ) -> DuplicateDecision:
-        """Original or duplicate, decided under the business key's advisory lock.
+        """Original, duplicate or suspected, decided under the blocking key's advisory locks.
 
-        The locks (the business key's, and the number's whatever the vendor is called) are
-        transaction-scoped: commit, rollback or a dead connection release them, so they
-        also hold behind a transaction-pooling proxy. Lookup and decision share the transaction,
-        so two workers with the same key cannot both see "no match" and both become originals.
+        The locks come from the match rule (`domain/keys.py`): any two invoices the matcher
+        could pair share one, so they decide one after the other, and the second sees the
+        first. The candidates are every original in the blocking key's neighbourhood, read
+        through an index with no LIMIT. Locks, lookup and decision share one fenced transaction.
         """
-        if key.org_id != org_id:
-            raise ValueError("business key belongs to another org")
+        if candidate.key.org_id != candidate.org_id or candidate.invoice_id != str(lease.invoice_id):
+            raise ValueError("the candidate is not the leased invoice of its org")
         with self._fenced(lease) as conn:
-            for lock_id in key.lock_ids:
-                conn.execute(query("take_business_key_lock"), {"lock_id": lock_id})
+            conn.execute(query("take_dedupe_locks"), {"lock_ids": list(lock_ids(candidate.block))})
             existing = self._one(
                 conn, DuplicateDecision, "load_duplicate_decision", {"invoice_id": lease.invoice_id}
             )
@@ -464,45 +474,42 @@ class InvoiceStore:
                 DuplicateCandidateRow,
                 "duplicate_candidates",
                 {
-                    "org_id": org_id,
+                    "org_id": candidate.org_id,
                     "invoice_id": lease.invoice_id,
-                    "business_key": key.text,
-                    "vendor_key": vendor_key,
-                    "payable_total": fields.payable_total,
-                    "currency": fields.currency,
-                    "amount_tolerance": AMOUNT_TOLERANCE,
+                    "block_keys": list(search_ids(candidate.block)),
                 },
             )
             outcome = match(
-                [(r.id, r.org_id, InvoiceFields.from_json(r.fields)) for r in rows if r.org_id == org_id]
+                [
+                    (r.id, r.org_id, InvoiceFields.from_json(r.fields))
+                    for r in rows
+                    if r.org_id == candidate.org_id
+                ]
             )
             params: dict[str, Any] = {
                 "invoice_id": lease.invoice_id,
-                "business_key": key.text,
-                "lock_id": key.lock_id,
-                "vendor_key": vendor_key,
-                "org_id": org_id,
+                "business_key": candidate.key.text,
+                "business_key_hash": candidate.key.hash,
+                "vendor_key": candidate.key.vendor,
+                "block_key": candidate.block.id if candidate.block else None,
+                "org_id": candidate.org_id,
             }
             if outcome is None:
                 conn.execute(query("mark_original"), params)
-            else:
+            elif outcome.exact:
                 group = conn.execute(
                     query("create_group"),
-                    {"org_id": org_id, "business_key": key.text, "original_id": outcome.original_id},
+                    {
+                        "org_id": candidate.org_id,
+                        "business_key": candidate.key.text,
+                        "original_id": outcome.original_id,
+                    },
                 ).fetchone()
                 assert group is not None
                 conn.execute(query("join_group"), {"group_id": group[0], "original_id": outcome.original_id})
-                conn.execute(
-                    query("mark_duplicate"),
-                    params
-                    | {
-                        "original_id": outcome.original_id,
-                        "group_id": group[0],
-                        "how": outcome.how,
-                        "score": outcome.score,
-                        "reasons": list(outcome.reasons),
-                    },
-                )
+                conn.execute(query("mark_duplicate"), params | outcome.params() | {"group_id": group[0]})
+            else:
+                conn.execute(query("mark_suspected"), params | outcome.params())
             decided = self._one(
                 conn, DuplicateDecision, "load_duplicate_decision", {"invoice_id": lease.invoice_id}
             )
@@ -527,6 +534,17 @@ class InvoiceStore:
             approval = self._one(conn, Approval, "load_approval", params)
             assert approval is not None
             return approval
+
+    def hold_for_review(self, lease: Lease, reasons: list[str]) -> None:
+        """Neither approve nor reject: the invoice ends needs_review, and a person decides."""
+        if not reasons:
+            raise ValueError("a hold needs at least one reason")
+        with self._fenced(lease) as conn:
+            conn.execute(query("hold_for_review"), {"invoice_id": lease.invoice_id, "reasons": reasons})
+
+    def review_reasons(self, invoice_id: UUID | str) -> list[str] | None:
+        """Why the invoice is held for a person; None when it is not held."""
+        return self._scalar("load_review_reasons", {"invoice_id": as_uuid(invoice_id)})
 
     def load_approval(self, invoice_id: UUID | str) -> Approval | None:
         with self.pool.connection() as conn:
@@ -554,7 +572,7 @@ class InvoiceStore:
     # -- ending a job --------------------------------------------------------------------------
 
     def complete(self, lease: Lease) -> None:
-        """Release the lock as succeeded and mark the invoice processed, atomically."""
+        """Release the lock as succeeded and mark the invoice processed (or needs_review), atomically."""
         with self._fenced(lease) as conn:
             conn.execute(query("mark_processed"), {"invoice_id": lease.invoice_id})
             conn.execute(query("finish_lock"), {"job_id": lease.job_id, "status": "succeeded", "error": None})
@@ -650,7 +668,16 @@ class InvoiceStore:
             attention = self._all(conn, AttentionItem, "attention_list", {})
         assert locks is not None and dupes is not None
         return StatusSummary(
-            by_status, by_stage, locks[0], locks[1], locks[2], dupes[0], dupes[1], dupes[2], attention
+            by_status,
+            by_stage,
+            locks[0],
+            locks[1],
+            locks[2],
+            dupes[0],
+            dupes[1],
+            dupes[2],
+            dupes[3],
+            attention,
         )
 
     def invoice_overview(self, invoice_id: UUID | str) -> InvoiceOverview | None:

@@ -18,6 +18,7 @@ ASSETS = {
 }
 CHECKS = {
     "no_invoice_posted_twice",
+    "no_copy_posted",
     "no_stale_running_locks",
     "one_original_per_duplicate_group",
     "no_stuck_invoices",

@@ -98,6 +98,33 @@ def test_duplicate_is_rejected_and_never_posted(database_url: str, store: Invoic
     assert other is not None and other.status == "original", "another org's copy is its own original"
 
 
+def test_suspected_duplicate_is_held_for_review_and_never_posted(database_url: str, store: InvoiceStore) -> None:
+    first = store.store_document(json_invoice("INV-00123"), "acme", "a.json").invoice_id
+    # The same invoice re-keyed by hand: number without its prefix, seller by name only.
+    copy = store.store_document(
+        json_invoice("123", seller="ACME Supplies", vat_id=None), "acme", "b.json"
+    ).invoice_id
+    for inv in (first, copy):
+        assert run_single(database_url, inv).success
+    decision = store.load_duplicate_decision(copy)
+    assert decision is not None and decision.is_suspected and decision.original_id == first
+    state = store.invoice_state(copy)
+    assert state is not None and state.status == "needs_review"
+    reasons = store.review_reasons(copy)
+    assert reasons and reasons[0].startswith(f"suspected_duplicate of {first}")
+    assert store.load_approval(copy) is None, "neither approved nor rejected: a person decides"
+    assert store.load_ledger_posting(copy) is None
+    assert executed_steps(database_url, copy) == STAGES[:-1], "post_to_ledger fast-forwarded"
+    summary = store.status_summary()
+    assert summary.suspected_duplicates == 1 and summary.by_status["needs_review"] == 1
+    assert [(a.invoice_id, a.code) for a in summary.attention] == [(copy, "review")]
+    overview = store.invoice_overview(copy)
+    assert overview is not None and overview.review_reasons == reasons
+    again = run_single(database_url, copy)
+    assert again.success and "already needs_review" in log_messages(again)
+    assert store.load_ledger_posting(copy) is None
+
+
 def test_lock_held_elsewhere_ends_cleanly_without_later_stages(
     database_url: str, store: InvoiceStore
 ) -> None:

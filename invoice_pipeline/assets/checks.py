@@ -29,6 +29,17 @@ def no_invoice_posted_twice(invoice_db: InvoiceDatabase) -> AssetCheckResult:
 
 
 @asset_check(
+    asset=ASSET_LEDGER, description="No exact or suspected duplicate is posted: one invoice is paid once."
+)
+def no_copy_posted(invoice_db: InvoiceDatabase) -> AssetCheckResult:
+    return _result(
+        invoice_db.store.offending_ids("check_copies_posted"),
+        "no duplicate or suspected duplicate posted",
+        "duplicates posted to the ledger (invoice ids)",
+    )
+
+
+@asset_check(
     asset=ASSET_DOCUMENTS,
     description="No running lock is older than the lease TTL (the sweep is keeping up).",
 )
@@ -58,6 +69,7 @@ def no_stuck_invoices(invoice_db: InvoiceDatabase) -> AssetCheckResult:
 
 invariant_checks = [
     no_invoice_posted_twice,
+    no_copy_posted,
     no_stale_running_locks,
     one_original_per_duplicate_group,
     no_stuck_invoices,

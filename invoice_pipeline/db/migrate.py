@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
+from invoice_pipeline.db.rekey import rekey_decided_invoices
 from invoice_pipeline.db.sqlfiles import migration_files
 
 # Any fixed 64-bit number: it only has to differ from the keys the application locks on.
 MIGRATION_LOCK_ID = 0x1A7E_F00D_0000_0001
+
+
+# Python that must run right after a SQL file, in its transaction: rows whose derived values
+# that file's change makes stale.
+DATA_MIGRATIONS: dict[str, Callable[[psycopg.Connection[Any]], object]] = {
+    "0003_blocking_keys_and_review.sql": rekey_decided_invoices,
+}
 
 
 class MigrationError(RuntimeError):
@@ -70,6 +80,8 @@ def migrate(database_url: str, directory: Path | None = None) -> MigrationResult
                 already.append(path.name)
                 continue
             conn.execute(path.read_text().encode())  # a trusted file from sql/, run as-is
+            if path.name in DATA_MIGRATIONS:
+                DATA_MIGRATIONS[path.name](conn)
             conn.execute(
                 "INSERT INTO schema_migrations (filename, checksum) VALUES (%s, %s)", (path.name, digest)
             )

@@ -1,9 +1,35 @@
-"""The business key that duplicate detection serialises on."""
+"""The keys duplicate detection serialises on and searches by.
+
+`BusinessKey` names one invoice exactly: (org, normalised seller, normalised number, type).
+
+`BlockingKey` is coarse, and it is derived from the match rule (`domain/matching.py`). Every
+pair the matcher can accept, exact or fuzzy, passes its gate first, and the gate requires:
+
+* the same org and the same document type;
+* the same currency;
+* the same number skeleton (`normalize.number_skeleton`: the digits, OCR confusions read back);
+* both payable totals known, and at most `AMOUNT_TOLERANCE` apart.
+
+The blocking key is exactly those parts, with the total cut into buckets `AMOUNT_TOLERANCE` wide.
+
+INVARIANT: if `find_match(a, [b])` can accept the pair, then
+`set(lock_ids(a)) & set(lock_ids(b))` is not empty, and `a`'s stored blocking key is in
+`search_ids(b)`. Proof: the gate makes every part but the bucket equal, and two totals at most
+one bucket width apart fall in the same or adjacent buckets (floor). Each invoice locks its own
+bucket and the next one up, so of two adjacent buckets k and k+1 both lock k+1; the search reads
+k-1, k and k+1. The property test in `invoice_pipeline_tests/domain/test_keys.py` checks this on
+generated pairs, and that weakening the keys breaks it. Change the gate, change this key.
+"""
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from decimal import ROUND_FLOOR, Decimal
+
+# Totals this close are the same amount (rounding). The bucket width of the blocking key
+# must be at least this, or matching totals could fall two buckets apart.
+AMOUNT_TOLERANCE = Decimal("0.01")
 
 
 @dataclass(frozen=True)
@@ -25,30 +51,61 @@ class BusinessKey:
         return "\x1f".join((self.org_id, self.vendor, self.invoice_number, self.document_type))
 
     @property
-    def lock_id(self) -> int:
-        """Signed 64-bit integer for pg_advisory_xact_lock.
+    def hash(self) -> int:
+        """Signed 64-bit hash of the key, stored beside it."""
+        return _hash64(self.text)
+
+
+@dataclass(frozen=True)
+class BlockingKey:
+    """What every pair the matcher accepts shares (see the module's invariant)."""
+
+    org_id: str
+    document_type: str
+    currency: str
+    number_skeleton: str
+    amount_bucket: int
+
+    @property
+    def id(self) -> int:
+        """Signed 64-bit id: the advisory lock and the indexed `invoices.block_key`.
 
         64 bits rather than hashtext's 32: at 32 bits two unrelated keys would share a lock
         with 50% probability after ~77k keys, and then contend for no reason.
         """
-        return _lock_id(self.text)
+        return _hash64(
+            "\x1f".join(
+                ("block", self.org_id, self.document_type, self.currency, self.number_skeleton)
+                + (str(self.amount_bucket),)
+            )
+        )
 
-    @property
-    def number_lock_id(self) -> int:
-        """The lock on (org, number, document type) alone, vendor left out.
-
-        The same invoice can name its vendor two ways — by VAT id in its UBL copy, by name in its
-        PDF copy — and then has two business keys. Taking this lock too makes such copies decide
-        one at a time; invoices with different numbers still never contend.
-        """
-        return _lock_id("\x1f".join((self.org_id, self.invoice_number, self.document_type)))
-
-    @property
-    def lock_ids(self) -> tuple[int, ...]:
-        """Both locks, in one global order, so two deciders can never wait on each other in a cycle."""
-        return tuple(sorted({self.lock_id, self.number_lock_id}))
+    def shifted(self, buckets: int) -> BlockingKey:
+        return replace(self, amount_bucket=self.amount_bucket + buckets)
 
 
-def _lock_id(text: str) -> int:
+def amount_bucket(total: Decimal) -> int:
+    return int((total / AMOUNT_TOLERANCE).to_integral_value(rounding=ROUND_FLOOR))
+
+
+def lock_ids(key: BlockingKey | None) -> tuple[int, ...]:
+    """The advisory locks a duplicate decision takes, in the one global order (ascending).
+
+    Its own bucket and the next one up. No key (no usable total, number or currency): the
+    matcher can pair the invoice with nothing, so nothing needs serialising.
+    """
+    if key is None:
+        return ()
+    return tuple(sorted({key.id, key.shifted(1).id}))
+
+
+def search_ids(key: BlockingKey | None) -> tuple[int, ...]:
+    """The stored blocking keys of every original the matcher could accept against `key`."""
+    if key is None:
+        return ()
+    return tuple(sorted({key.shifted(d).id for d in (-1, 0, 1)}))
+
+
+def _hash64(text: str) -> int:
     digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
     return int.from_bytes(digest, "big", signed=True)

@@ -1,19 +1,29 @@
 """Duplicate detection between one new invoice and the invoices already accepted.
 
-Hard rules come first and are never overridden by a similarity score:
+Every pair first passes a gate of hard rules; no similarity score overrides them:
 
 * never across organisations (checked here even if the caller passes other orgs' rows);
 * never between different document types (a credit note reusing its invoice's number is not a
   duplicate of it);
-* the same invoice number from a different seller is not a duplicate;
-* the same seller and number with a different payable total (or currency) is not a duplicate;
-* fuzzy matches need identical digits in the invoice number: "INV-1001" and "INV-1002" of the
-  same seller and amount are two monthly invoices, not one invoice sent twice.
+* the same currency, and payable totals at most `AMOUNT_TOLERANCE` apart;
+* the same number skeleton: "INV-1001" and "INV-1002" of the same seller and amount are two
+  monthly invoices, not one invoice sent twice.
+
+The gate is what `domain/keys.py` derives the blocking key (the advisory locks and the candidate
+search) from: widen it there first, or copies will race and hide from each other.
+
+Past the gate, the seller must be the same: by VAT id when both sides have one (a different VAT
+id is a different seller, whatever the names say), otherwise by name.
+
+* **exact** (an automatic `duplicate`): the same normalised seller, number, document type,
+  currency and total.
+* **fuzzy** (`suspected`, held for a person): anything that needed tolerance — a reformatted or
+  OCR-confused number, a cent of rounding, a seller recognised by a similar name, or by name on
+  one side and VAT id on the other. Issue dates, when both are known, must be close.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date
@@ -22,15 +32,21 @@ from decimal import Decimal
 from rapidfuzz import fuzz
 
 from .fields import InvoiceFields
-from .keys import BusinessKey
-from .normalize import business_key, normalize_invoice_number, normalize_vendor
+from .keys import AMOUNT_TOLERANCE, BlockingKey, BusinessKey
+from .normalize import (
+    blocking_key,
+    business_key,
+    normalize_invoice_number,
+    normalize_vat_id,
+    normalize_vendor,
+)
 
 SELLER_WEIGHT = 0.45
 NUMBER_WEIGHT = 0.45
 DATE_WEIGHT = 0.10
 MISSING_DATE_SIMILARITY = 50.0
-# Totals this close are the same amount (rounding); the store's candidate query uses it too.
-AMOUNT_TOLERANCE = Decimal("0.01")
+EXACT = "exact_key"
+FUZZY = "fuzzy"
 
 
 @dataclass(frozen=True)
@@ -38,6 +54,7 @@ class MatchCandidate:
     invoice_id: str
     org_id: str
     key: BusinessKey
+    block: BlockingKey | None
     seller_name: str | None
     seller_vat_id: str | None
     invoice_number: str | None
@@ -53,6 +70,7 @@ class MatchCandidate:
             invoice_id=invoice_id,
             org_id=org_id,
             key=business_key(org_id, fields),
+            block=blocking_key(org_id, fields),
             seller_name=fields.seller_name,
             seller_vat_id=fields.seller_vat_id,
             invoice_number=fields.invoice_number,
@@ -70,17 +88,23 @@ class Match:
     how: str
     reasons: tuple[str, ...]
 
+    @property
+    def exact(self) -> bool:
+        return self.how == EXACT
 
-def _digits(number: str) -> tuple[str, ...]:
-    return tuple(run.lstrip("0") or "0" for run in re.findall(r"\d+", number))
 
-
-def _vat(c: MatchCandidate) -> str | None:
-    try:
-        v = normalize_vendor(None, c.seller_vat_id) if c.seller_vat_id else None
-    except ValueError:
-        return None
-    return v
+def passes_gate(new: MatchCandidate, old: MatchCandidate) -> bool:
+    """The hard rules every accepted pair meets; the blocking key is made of exactly these."""
+    a, b = new.block, old.block
+    if a is None or b is None or new.payable_total is None or old.payable_total is None:
+        return False
+    return (
+        new.org_id == old.org_id == a.org_id == b.org_id
+        and new.invoice_id != old.invoice_id
+        and (a.document_type, a.currency, a.number_skeleton)
+        == (b.document_type, b.currency, b.number_skeleton)
+        and abs(new.payable_total - old.payable_total) <= AMOUNT_TOLERANCE
+    )
 
 
 def _name(c: MatchCandidate) -> str | None:
@@ -90,115 +114,94 @@ def _name(c: MatchCandidate) -> str | None:
         return None
 
 
-def _amounts(new: MatchCandidate, old: MatchCandidate, tolerance: Decimal) -> str | None:
-    """Reason text when totals agree, None when they do not (or are unknown)."""
-    a, b = new.payable_total, old.payable_total
-    if a is None or b is None or not a.is_finite() or not b.is_finite():
-        return None
-    if (new.currency or None) != (old.currency or None):
-        return None
-    if abs(a - b) > tolerance:
-        return None
-    cur = f" {new.currency}" if new.currency else ""
-    return f"same total {a}{cur}" if a == b else f"totals {a} ~ {b}{cur} (within {tolerance})"
-
-
-def _exact(new: MatchCandidate, old: MatchCandidate, tolerance: Decimal) -> Match | None:
-    if new.key != old.key:
-        return None
-    same_amount = _amounts(new, old, tolerance)
-    if same_amount is None:
-        return None
-    return Match(
-        old.invoice_id,
-        100.0,
-        "exact_key",
-        (
-            f"same seller ({new.key.vendor})",
-            f"invoice number {old.invoice_number} ~ {new.invoice_number} (normalised {new.key.invoice_number})",
-            same_amount,
-            f"same document type {new.document_type}",
-        ),
-    )
-
-
-def _fuzzy(
-    new: MatchCandidate, old: MatchCandidate, tolerance: Decimal, days: int, threshold: float
-) -> Match | None:
-    same_amount = _amounts(new, old, tolerance)
-    if same_amount is None or not new.invoice_number or not old.invoice_number:
-        return None
-    reasons = []
-
-    vat_new, vat_old = _vat(new), _vat(old)
+def _seller(new: MatchCandidate, old: MatchCandidate) -> tuple[float, bool, str] | None:
+    """(similarity, exact, reason) when the sellers are the same one, else None."""
+    vat_new, vat_old = normalize_vat_id(new.seller_vat_id), normalize_vat_id(old.seller_vat_id)
     if vat_new and vat_old:
         if vat_new != vat_old:
             return None
-        seller_sim = 100.0
-        reasons.append(f"same seller VAT id {vat_new.removeprefix('vat:')}")
-    else:
-        name_new, name_old = _name(new), _name(old)
-        if not name_new or not name_old:
-            return None
-        seller_sim = float(fuzz.token_sort_ratio(name_new, name_old))
-        reasons.append(f"seller names {old.seller_name!r} ~ {new.seller_name!r} ({seller_sim:.0f}%)")
-
-    num_new, num_old = (
-        normalize_invoice_number(new.invoice_number),
-        normalize_invoice_number(old.invoice_number),
-    )
-    if _digits(num_new) != _digits(num_old) or not _digits(num_new):
+        return 100.0, True, f"same seller VAT id {vat_new}"
+    name_new, name_old = _name(new), _name(old)
+    if not name_new or not name_old:
         return None
-    if num_new == num_old:
-        number_sim = 100.0
-        reasons.append(f"invoice number {old.invoice_number} ~ {new.invoice_number} (normalised equal)")
-    else:
-        # Same digits, different letters ("INV-123" vs "123"): a lost or changed prefix.
-        number_sim = 90.0 + float(fuzz.ratio(num_new, num_old)) / 10.0
-        reasons.append(f"invoice number {old.invoice_number} ~ {new.invoice_number} (same digits)")
+    similarity = float(fuzz.token_sort_ratio(name_new, name_old))
+    # Equal names count as the same seller only when neither side has a VAT id to contradict.
+    exact = name_new == name_old and not vat_new and not vat_old
+    how = "same normalised name" if exact else f"{similarity:.0f}% similar, by name only"
+    return similarity, exact, f"seller names {old.seller_name!r} ~ {new.seller_name!r} ({how})"
 
-    reasons.append(same_amount)
+
+def _compare(new: MatchCandidate, old: MatchCandidate, days: int, threshold: float) -> Match | None:
+    if not passes_gate(new, old):
+        return None
+    seller = _seller(new, old)
+    if seller is None:
+        return None
+    seller_sim, seller_exact, seller_reason = seller
+    assert new.payable_total is not None and old.payable_total is not None and new.block is not None
+    cur = f" {new.block.currency}" if new.block.currency else ""
+    same_total = new.payable_total == old.payable_total
+    amount_reason = (
+        f"same total {new.payable_total}{cur}"
+        if same_total
+        else f"totals {old.payable_total} ~ {new.payable_total}{cur} (within {AMOUNT_TOLERANCE})"
+    )
+    same_number = new.key.invoice_number == old.key.invoice_number
+    number_reason = (
+        f"invoice number {old.invoice_number} ~ {new.invoice_number} (normalised {new.key.invoice_number})"
+        if same_number
+        else f"invoice number {old.invoice_number} ~ {new.invoice_number} (same digits {new.block.number_skeleton})"
+    )
+    if seller_exact and same_number and same_total:
+        reasons = (seller_reason, number_reason, amount_reason, f"same document type {new.document_type}")
+        return Match(old.invoice_id, 100.0, EXACT, reasons)
+
     if new.issue_date is not None and old.issue_date is not None:
         apart = abs((new.issue_date - old.issue_date).days)
         if apart > days:
             return None
         date_sim = 100.0 - (50.0 * apart / days if days else 0.0)
-        reasons.append(f"issue dates {apart} days apart")
+        date_reason = f"issue dates {apart} days apart"
     else:
         date_sim = MISSING_DATE_SIMILARITY
-        reasons.append("issue date missing on one side")
-
+        date_reason = "issue date missing on one side"
+    number_sim = (
+        100.0
+        if same_number
+        else 90.0
+        + float(
+            fuzz.ratio(
+                normalize_invoice_number(new.invoice_number or ""),
+                normalize_invoice_number(old.invoice_number or ""),
+            )
+        )
+        / 10.0
+    )
     score = round(SELLER_WEIGHT * seller_sim + NUMBER_WEIGHT * number_sim + DATE_WEIGHT * date_sim, 2)
     if score < threshold:
         return None
-    return Match(old.invoice_id, score, "fuzzy", tuple(reasons))
+    return Match(old.invoice_id, score, FUZZY, (seller_reason, number_reason, amount_reason, date_reason))
 
 
 def find_match(
     candidate: MatchCandidate,
     originals: Iterable[MatchCandidate],
     *,
-    amount_tolerance: Decimal = AMOUNT_TOLERANCE,
     date_tolerance_days: int = 3,
     threshold: float = 90.0,
 ) -> Match | None:
-    """The best original `candidate` duplicates, or None.
+    """The original `candidate` copies, or None.
 
-    Ties go to the exact-key match, then to the original that comes first in `originals`
-    (pass them in arrival order, so the earliest accepted copy is the one referenced).
+    An exact match beats any fuzzy one; among equals the higher score wins, then the original
+    that comes first in `originals` (pass them in arrival order, so the earliest accepted copy
+    is the one referenced).
     """
-    best: tuple[float, int, int, Match] | None = None
+    best: tuple[tuple[int, float, int], Match] | None = None
     for index, old in enumerate(originals):
-        if old.org_id != candidate.org_id or old.key.org_id != candidate.org_id:
-            continue
-        if old.document_type != candidate.document_type or old.invoice_id == candidate.invoice_id:
-            continue
-        match = _exact(candidate, old, amount_tolerance)
-        if match is None and old.key != candidate.key:
-            match = _fuzzy(candidate, old, amount_tolerance, date_tolerance_days, threshold)
+        match = _compare(candidate, old, date_tolerance_days, threshold)
         if match is None:
             continue
-        rank = (match.score, 1 if match.how == "exact_key" else 0, -index, match)
-        if best is None or rank[:3] > best[:3]:
-            best = rank
-    return best[3] if best is not None else None
+        rank = (1 if match.exact else 0, match.score, -index)
+        if best is None or rank > best[0]:
+            best = (rank, match)
+    return best[1] if best is not None else None

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Callable
 
 from .fields import InvoiceFields
-from .keys import BusinessKey
+from .keys import BlockingKey, BusinessKey, amount_bucket
 
 # Company-form tokens (after dots are removed and text is casefolded) dropped from the END of
 # a vendor name: "Acme GmbH" and "ACME" are the same vendor for duplicate detection.
@@ -23,6 +24,23 @@ LEGAL_SUFFIXES: frozenset[str] = frozenset(
     oy oyj ab as asa aps is hf
     sro as zoo spzoo kft zrt bt doo dd ad ood eood
     """.split()
+)
+# Legal forms spelt out, folded as `_name` folds them; replaced by their abbreviation first.
+_LEGAL_LONG_FORMS: tuple[tuple[str, str], ...] = (
+    ("gesellschaft mit beschrankter haftung", "gmbh"),
+    ("aktiengesellschaft", "ag"),
+    ("kommanditgesellschaft", "kg"),
+    ("limited liability company", "llc"),
+    ("public limited company", "plc"),
+    ("private limited company", "ltd"),
+    ("societe anonyme", "sa"),
+    ("societe a responsabilite limitee", "sarl"),
+    ("besloten vennootschap", "bv"),
+    ("naamloze vennootschap", "nv"),
+    ("sociedad anonima", "sa"),
+    ("sociedad limitada", "sl"),
+    ("societa per azioni", "spa"),
+    ("societa a responsabilita limitata", "srl"),
 )
 _PREFIX = re.compile(r"^(name|vat):(.*)$", re.DOTALL)
 
@@ -75,8 +93,70 @@ def normalize_invoice_number(raw: str) -> str:
     return out
 
 
+# Letters that OCR and hand-typing confuse with digits.
+OCR_CONFUSABLES: dict[str, str] = {"O": "0", "Q": "0", "I": "1", "L": "1", "B": "8", "S": "5", "Z": "2"}
+
+
+def number_skeleton(raw: str) -> str:
+    """The digits an invoice number is made of, read the way a person would read a bad scan.
+
+    "INV-1O01", "1001", "inv 01001" and "RE/1001" all give "1001"; "2020-1" gives "2020-1".
+    Per alphanumeric token: letters before its first digit are a prefix and dropped; inside the
+    rest, a run made only of confusable letters (O/Q->0, I/L->1, B->8, S->5, Z->2) becomes
+    digits, any other letters separate digit groups. Groups lose leading zeros and are joined
+    with "-". "" when there is no digit at all.
+    """
+    groups: list[str] = []
+    for token in re.findall(r"[^\W_]+", _fold(raw).upper()):
+        first_digit = next((i for i, ch in enumerate(token) if ch.isdigit()), None)
+        if first_digit is None:
+            continue
+        current = ""
+        for run in re.findall(r"\d+|\D+", token[first_digit:]):
+            if run.isdigit():
+                current += run
+            elif all(ch in OCR_CONFUSABLES for ch in run):
+                current += "".join(OCR_CONFUSABLES[ch] for ch in run)
+            else:
+                groups.append(current)
+                current = ""
+        groups.append(current)
+    return "-".join(g.lstrip("0") or "0" for g in groups if g)
+
+
+# VAT ids are written with or without their country prefix ("DE123456789", "123 456 789"), and
+# Norway's and Switzerland's with a trailing tax word. Identity is the national part alone: two
+# sellers whose national numbers agree and whose prefixes differ are taken to be one seller.
+# (Greece's prefix is EL; GR is the ISO code people also write. EU is the non-Union OSS scheme.)
+VAT_COUNTRY_PREFIXES: frozenset[str] = frozenset(
+    """
+    AT BE BG CY CZ DE DK EE EL GR ES FI FR GB HR HU IE IT LT LU LV MT NL PL PT RO SE SI SK XI
+    CH CHE NO EU
+    """.split()
+)
+_VAT_SUFFIXES = ("MWST", "TVA", "IVA", "MVA")
+
+
 def _vat(vat_id: str) -> str:
-    return re.sub(r"[^0-9A-Z]", "", _fold(vat_id).upper())
+    """Upper-case letters and digits only, one country prefix and trailing tax word removed."""
+    compact = re.sub(r"[^0-9A-Z]", "", _fold(vat_id).upper())
+    # Switzerland's UID is written "CHE-123.456.789"; everyone else's prefix has two letters.
+    prefix = 3 if compact.startswith("CHE") else 2
+    if compact[:prefix] in VAT_COUNTRY_PREFIXES and any(ch.isdigit() for ch in compact[prefix:]):
+        compact = compact[prefix:]
+    for suffix in _VAT_SUFFIXES:
+        if compact.endswith(suffix) and any(ch.isdigit() for ch in compact[: -len(suffix)]):
+            compact = compact[: -len(suffix)]
+            break
+    return compact
+
+
+def normalize_vat_id(vat_id: str | None) -> str | None:
+    """ "DE 123.456.789", "de123456789", "123456789" -> "123456789"; None when nothing is left."""
+    if not vat_id:
+        return None
+    m = _PREFIX.match(vat_id)
+    return _settle(_vat, _vat(m.group(2) if m else vat_id)) or None
 
 
 def _name(name: str) -> str:
@@ -84,6 +164,10 @@ def _name(name: str) -> str:
     # Dotted abbreviations collapse into one token ("B.V." -> "bv", "S.p.A." -> "spa").
     folded = re.sub(r"[.'’`´]", "", folded)
     tokens = re.findall(r"[^\W_]+", folded)
+    text = " ".join(tokens)
+    for long_form, short in _LEGAL_LONG_FORMS:
+        text = re.sub(rf"\b{long_form}\b", short, text)
+    tokens = text.split()
     while len(tokens) > 1 and tokens[-1] in LEGAL_SUFFIXES:
         tokens.pop()
     # "Acme Gmbh & Co KG" leaves a dangling "and" once the suffixes are gone.
@@ -94,8 +178,7 @@ def _name(name: str) -> str:
     return " ".join(tokens)
 
 
-def _settle(fn: object, value: str) -> str:
-    assert callable(fn)
+def _settle(fn: Callable[[str], str], value: str) -> str:
     for _ in range(3):
         again = fn(value)
         if again == value:
@@ -106,15 +189,13 @@ def _settle(fn: object, value: str) -> str:
 
 def normalize_vendor(name: str | None, vat_id: str | None = None) -> str:
     """ "vat:DE123456789" when a VAT id is known, else "name:acme"; ValueError when neither is usable."""
-    if vat_id:
-        m = _PREFIX.match(vat_id)
-        vat = _settle(_vat, _vat(m.group(2) if m else vat_id))
-        if vat:
-            return f"vat:{vat}"
+    vat = normalize_vat_id(vat_id)
+    if vat:
+        return f"vat:{vat}"
     if name:
         m = _PREFIX.match(name)
         if m and m.group(1) == "vat":
-            vat = _settle(_vat, _vat(m.group(2)))
+            vat = normalize_vat_id(m.group(2))
             if vat:
                 return f"vat:{vat}"
         base = m.group(2) if m else name
@@ -133,4 +214,23 @@ def business_key(org_id: str, fields: InvoiceFields) -> BusinessKey:
     vendor = normalize_vendor(fields.seller_name, fields.seller_vat_id)
     return BusinessKey(
         org_id=org_id, vendor=vendor, invoice_number=number, document_type=fields.document_type
+    )
+
+
+def normalize_currency(currency: str | None) -> str:
+    return (currency or "").strip().upper()
+
+
+def blocking_key(org_id: str, fields: InvoiceFields) -> BlockingKey | None:
+    """The coarse key of `domain/keys.py`; None when the matcher could pair this invoice with nothing."""
+    total = fields.payable_total
+    skeleton = number_skeleton(fields.invoice_number or "")
+    if total is None or not total.is_finite() or not skeleton:
+        return None
+    return BlockingKey(
+        org_id=org_id,
+        document_type=fields.document_type,
+        currency=normalize_currency(fields.currency),
+        number_skeleton=skeleton,
+        amount_bucket=amount_bucket(total),
     )

@@ -43,7 +43,24 @@ def process(database_url: str, store: InvoiceStore, *docs: bytes) -> list[object
 def test_checks_pass_on_a_healthy_database(database_url: str, store: InvoiceStore) -> None:
     process(database_url, store, json_invoice("A-1"), json_invoice("a 1"), json_invoice("B-2", total="50.00"))
     results = check_results(database_url)
-    assert results == {name: (True, "") for name in results} and len(results) == 4
+    assert results == {name: (True, "") for name in results} and len(results) == 5
+
+
+def test_copy_posted_check_names_the_copy(database_url: str, store: InvoiceStore) -> None:
+    _, copy = process(database_url, store, json_invoice("A-1"), json_invoice("a 1"))
+    assert results_ok(check_results(database_url))
+    with psycopg.connect(database_url) as conn:
+        # What a pipeline that ignored the duplicate decision would do.
+        conn.execute(
+            "INSERT INTO ledger_postings (invoice_id, job_id, org_id, amount, currency)"
+            " SELECT invoice_id, id, 'acme', 119, 'EUR' FROM processing_jobs WHERE invoice_id = %s",
+            (copy,),
+        )
+    assert check_results(database_url)["no_copy_posted"] == (False, str(copy))
+
+
+def results_ok(results: dict[str, tuple[bool, str]]) -> bool:
+    return all(passed for passed, _ in results.values())
 
 
 def test_each_check_fails_with_the_offending_ids_when_broken(database_url: str, store: InvoiceStore) -> None:

@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 import psycopg
 
+from invoice_pipeline.store import TERMINAL_STATUSES
 from invoice_pipeline_tests.support import create_database, drop_database, free_port, wait_for
 
 # Modules the fork server imports once, so that a worker starts in ~15 ms instead of the ~2 s a
@@ -225,8 +226,6 @@ class Watcher:
 
 # -- invariants ----------------------------------------------------------------------------------
 
-TERMINAL = ("processed", "quarantined", "needs_attention")
-
 
 def check_common_invariants(
     url: str, result: ScenarioResult, *, require_terminal: bool = True, audited: bool = False
@@ -240,7 +239,7 @@ def check_common_invariants(
             result.violate(f"job {inv} still running after recovery")
         if require_terminal:
             for inv, status in q(
-                "SELECT id, status FROM invoices WHERE status NOT IN ('processed', 'quarantined', 'needs_attention')"
+                "SELECT id, status FROM invoices WHERE NOT (status = ANY(%s))", (list(TERMINAL_STATUSES),)
             ).fetchall():
                 result.violate(f"invoice {inv} not terminal: {status}")
         for inv, n in q(
@@ -263,6 +262,11 @@ def check_common_invariants(
             "GROUP BY i.id HAVING count(j.id) FILTER (WHERE j.status = 'succeeded') <> 1"
         ).fetchall():
             result.violate(f"processed invoice {inv} has {n} succeeded jobs")
+        for (inv,) in q(
+            "SELECT i.id FROM invoices i LEFT JOIN approvals a ON a.invoice_id = i.id "
+            "WHERE i.duplicate_status = 'suspected' AND (i.status <> 'needs_review' OR a.invoice_id IS NOT NULL)"
+        ).fetchall():
+            result.violate(f"suspected duplicate {inv} was decided without a person")
         for (inv,) in q(
             "SELECT id FROM invoices WHERE status = 'quarantined' AND coalesce(quarantine_reason, '') = ''"
         ).fetchall():

@@ -152,12 +152,7 @@ def _drain(
     """What the sweep schedule and the sensor would do: sweep, reschedule, process what is due."""
     for _ in range(15):
         summary = store.status_summary()  # through the pool that lived through the restart
-        pending = [
-            i
-            for i in ids
-            if (state := store.invoice_state(i)) is not None
-            and state.status not in ("processed", "quarantined", "needs_attention")
-        ]
+        pending = [i for i in ids if (state := store.invoice_state(i)) is not None and not state.is_terminal]
         if not pending:
             return
         if summary.locks_held:

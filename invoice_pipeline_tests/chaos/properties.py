@@ -78,7 +78,7 @@ def run(ctx: ChaosContext, params: dict[str, int], seed_value: int) -> ScenarioR
     url = ctx.new_database()
     store = InvoiceStore(url, max_size=2)
     example = itertools.count()
-    stats = {"invoices": 0, "duplicates": 0, "model_disagreements": 0}
+    stats = {"invoices": 0, "duplicates": 0, "suspected": 0, "model_disagreements": 0}
 
     @seed(seed_value)
     @settings(
@@ -106,19 +106,24 @@ def run(ctx: ChaosContext, params: dict[str, int], seed_value: int) -> ScenarioR
             mine = MatchCandidate.from_fields(str(invoice_id), org, fields)
             model = find_match(mine, originals.get(org, []))
             stats["invoices"] += 1
-            if decision.is_duplicate:
-                stats["duplicates"] += 1
+            is_copy = decision.original_id is not None  # duplicate (exact) or suspected (tolerance)
+            if is_copy:
+                stats["duplicates" if decision.is_duplicate else "suspected"] += 1
                 assert decision.original_id is not None
                 other = store.invoice_state(decision.original_id)
                 assert other is not None and other.org_id == org, f"grouped across orgs: {org} with {other}"
-            verdict = None if model is None else UUID(model.original_id)
-            if (decision.original_id if decision.is_duplicate else None) != verdict:
+            verdict = (
+                None
+                if model is None
+                else (UUID(model.original_id), "duplicate" if model.exact else "suspected")
+            )
+            if (None if not is_copy else (decision.original_id, decision.status)) != verdict:
                 stats["model_disagreements"] += 1
                 raise AssertionError(
                     f"{spec} decided {decision.status} of {decision.original_id}, the rules say "
-                    f"{'original' if model is None else f'duplicate of {model.original_id} ({model.how})'}"
+                    f"{'original' if model is None else f'copy of {model.original_id} ({model.how})'}"
                 )
-            if not decision.is_duplicate:
+            if not is_copy:
                 originals.setdefault(org, []).append(mine)
 
     with timed(result):

@@ -170,7 +170,7 @@ def _check_families(url: str, invoices: dict[str, tuple[str, int]], result: Scen
         if sum(m[4] for m in members) != 1:
             result.violate(f"family {key}: {sum(m[4] for m in members)} ledger postings")
         for m in members:
-            if m[2] == "duplicate":
+            if m[2] in ("duplicate", "suspected"):
                 duplicates += 1
                 if m[3] != originals[0][0]:
                     result.violate(f"family {key}: {m[0]} is a duplicate of {m[3]}, not of the original")

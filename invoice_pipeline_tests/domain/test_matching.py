@@ -4,6 +4,7 @@ import zlib
 from datetime import date, timedelta
 from decimal import Decimal
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -45,8 +46,9 @@ def test_same_key_different_amount_is_not_a_duplicate() -> None:
     assert find_match(cand("new", total="2005.00"), [cand("old", total="1125.00")]) is None
 
 
-def test_amount_within_tolerance_matches() -> None:
-    assert find_match(cand("new", total="1436.51"), [cand("old")]) is not None
+def test_amount_within_tolerance_is_only_suspected() -> None:
+    m = find_match(cand("new", total="1436.51"), [cand("old")])
+    assert m is not None and not m.exact and m.how == "fuzzy"
     assert find_match(cand("new", total="1436.52"), [cand("old")]) is None
 
 
@@ -71,7 +73,7 @@ def test_fuzzy_match_when_one_side_lacks_vat() -> None:
     m = find_match(
         cand("new", vat=None, seller="ACME GmbH.", number="INV123"), [cand("old", seller="Acme GmbH")]
     )
-    assert m is not None and m.how == "fuzzy" and m.score >= 90
+    assert m is not None and m.how == "fuzzy" and m.score >= 90 and not m.exact
 
 
 def test_fuzzy_needs_same_digits() -> None:
@@ -130,3 +132,36 @@ def test_credit_note_vs_invoice_never(doc_type: DocumentType, has_vat: bool) -> 
     other: DocumentType = "credit_note" if doc_type == "invoice" else "invoice"
     vat = "DE123456789" if has_vat else None
     assert find_match(cand("new", doc_type=doc_type, vat=vat), [cand("old", doc_type=other, vat=vat)]) is None
+
+
+@pytest.mark.parametrize("vat", ["123456789", "DE 123 456 789", "de.123.456.789", "DE-123456789"])
+def test_vat_id_spelt_differently_is_an_exact_duplicate(vat: str) -> None:
+    m = find_match(cand("new", vat=vat), [cand("old", vat="DE123456789")])
+    assert m is not None and m.exact
+
+
+def test_equal_names_without_vat_ids_are_exact_but_name_against_vat_is_suspected() -> None:
+    both_by_name = find_match(cand("new", vat=None, seller="ACME GMBH"), [cand("old", vat=None)])
+    assert both_by_name is not None and both_by_name.exact
+    one_side_vat = find_match(cand("new", vat=None), [cand("old")])
+    assert one_side_vat is not None and not one_side_vat.exact
+
+
+@pytest.mark.parametrize("number", ["5000", "INV-5000", "RE 05000", "INV-5OOO", "Inv.#5000"])
+def test_reformatted_or_ocr_confused_number_is_suspected(number: str) -> None:
+    m = find_match(cand("new", number=number), [cand("old", number="INV-5000")])
+    assert m is not None
+    assert m.exact == (number in ("INV-5000", "Inv.#5000")), m
+
+
+@pytest.mark.parametrize(
+    ("seller", "vat"),
+    [("Acme GmbH", "DE999999999"), ("Acme GmbH", "FR12345678901"), ("Globex Ltd", None)],
+)
+def test_same_number_and_total_from_another_seller_never_matches(seller: str, vat: str | None) -> None:
+    assert find_match(cand("new", seller=seller, vat=vat), [cand("old")]) is None
+
+
+def test_exact_beats_an_earlier_fuzzy_candidate() -> None:
+    m = find_match(cand("new"), [cand("fuzzy", total="1436.51"), cand("exact")])
+    assert m is not None and m.original_id == "exact" and m.exact

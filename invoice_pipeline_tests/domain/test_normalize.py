@@ -5,7 +5,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from invoice_pipeline.domain.fields import InvoiceFields
-from invoice_pipeline.domain.normalize import business_key, normalize_invoice_number, normalize_vendor
+from invoice_pipeline.domain.normalize import (
+    business_key,
+    normalize_invoice_number,
+    normalize_vat_id,
+    normalize_vendor,
+    number_skeleton,
+)
 
 
 @pytest.mark.parametrize("raw", ["INV-00123", "inv 123", "INV123", "Inv.#123", " inv_0123 ", "ＩＮＶ１２３"])
@@ -37,8 +43,15 @@ def test_zero_is_kept() -> None:
         ("Salescompany ltd.", None, "name:salescompany"),
         ("Bergquell Getränke AG", None, "name:bergquell getranke"),
         ("Robert'); DROP TABLE invoices; --\x07", None, "name:robert drop table invoices"),
-        ("Anything", "de 123.456-789", "vat:DE123456789"),
-        (None, "NL8200.98.395.B.01", "vat:NL820098395B01"),
+        ("Anything", "de 123.456-789", "vat:123456789"),
+        ("Anything", "123456789", "vat:123456789"),
+        (None, "NL8200.98.395.B.01", "vat:820098395B01"),
+        (None, "NO 123 456 789 MVA", "vat:123456789"),
+        (None, "CHE-123.456.789 MWST", "vat:123456789"),
+        (None, "ATU12345678", "vat:U12345678"),
+        ("Acme Gesellschaft mit beschränkter Haftung", None, "name:acme"),
+        ("ACME LIMITED", None, "name:acme"),
+        ("Acme S.A.", None, "name:acme"),
         ("AG", None, "name:ag"),
     ],
 )
@@ -54,7 +67,7 @@ def test_vendor_requires_something() -> None:
 
 
 def test_vendor_is_idempotent_on_its_output() -> None:
-    for out in ("name:acme", "vat:DE123456789", normalize_vendor("Kettle & Pine LLC")):
+    for out in ("name:acme", "vat:123456789", normalize_vendor("Kettle & Pine LLC")):
         assert normalize_vendor(out) == out
 
 
@@ -96,3 +109,39 @@ def test_reformatted_numbers_normalise_equal(prefix: str, n: int, sep: str) -> N
     assert normalize_invoice_number(f"{prefix}{sep}{n:08d}") == normalize_invoice_number(
         f"{prefix.lower()} {n}"
     )
+
+
+@pytest.mark.parametrize(
+    "raw", ["DE123456789", "de 123.456.789", "123456789", "DE-123 456 789", "vat:DE123456789"]
+)
+def test_vat_id_written_with_or_without_its_country_prefix_is_one_seller(raw: str) -> None:
+    assert normalize_vat_id(raw) == "123456789"
+    assert normalize_vendor("Some Name", raw) == "vat:123456789"
+
+
+@pytest.mark.parametrize(
+    ("raw", "want"),
+    [
+        ("INV-1001", "1001"),
+        ("1001", "1001"),
+        ("inv 01001", "1001"),
+        ("INV-1O01", "1001"),  # OCR: O for 0
+        ("INV-1OO1", "1001"),
+        ("INV-I001", "1"),  # a leading confusable is a prefix letter, not a digit
+        ("INV-10l1", "1011"),
+        ("RE-2024-0042", "2024-42"),
+        ("2024INV042", "2024-42"),  # a word between digit groups separates them
+        ("F-12S45", "12545"),
+        ("INV-000", "0"),
+        ("ABC", ""),
+    ],
+)
+def test_number_skeleton(raw: str, want: str) -> None:
+    assert number_skeleton(raw) == want
+
+
+@pytest.mark.parametrize(
+    ("a", "b"), [("INV-1001", "INV-1002"), ("2020-1", "20201"), ("RE-2024-41", "RE-2024-42")]
+)
+def test_number_skeletons_of_different_numbers_differ(a: str, b: str) -> None:
+    assert number_skeleton(a) != number_skeleton(b)

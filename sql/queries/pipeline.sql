@@ -59,8 +59,8 @@ WHERE id = %(invoice_id)s
 -- name: load_fields
 SELECT fields FROM invoices WHERE id = %(invoice_id)s AND fields IS NOT NULL
 
--- name: take_business_key_lock
-SELECT pg_advisory_xact_lock(%(lock_id)s)
+-- name: take_dedupe_locks
+SELECT take_dedupe_locks(%(lock_ids)s::bigint[])
 
 -- name: load_duplicate_decision
 SELECT id AS invoice_id, duplicate_status AS status, duplicate_group_id AS group_id,
@@ -68,30 +68,23 @@ SELECT id AS invoice_id, duplicate_status AS status, duplicate_group_id AS group
        coalesce(match_reasons, '{}') AS reasons
 FROM invoices WHERE id = %(invoice_id)s AND duplicate_status IS NOT NULL
 
--- Candidates for matching: originals of the same org that share the exact key, the vendor,
--- or the amount (within the matcher's tolerance: a copy without the VAT id and a cent off is
--- still matched by the fuzzy rules, so it must be shown to them). Never another org's rows:
--- org_id is in every branch.
+-- Candidates for matching: every original of the org whose blocking key is in the new
+-- invoice's neighbourhood (domain/keys.py). Each pair the matcher can accept is in it, and no
+-- LIMIT hides one; the index on (org_id, block_key) keeps it flat however large the org grows.
+-- Never another org's rows: org_id is part of the key and filtered again here.
 -- name: duplicate_candidates
-SELECT id, org_id, business_key, vendor_key, fields
+SELECT id, org_id, fields
 FROM invoices
-WHERE org_id = %(org_id)s AND duplicate_status = 'original' AND id <> %(invoice_id)s AND fields IS NOT NULL
-  AND (business_key = %(business_key)s OR vendor_key = %(vendor_key)s
-       OR (payable_total BETWEEN %(payable_total)s::numeric - %(amount_tolerance)s
-                             AND %(payable_total)s::numeric + %(amount_tolerance)s
-           AND currency = %(currency)s))
-ORDER BY (business_key = %(business_key)s) DESC, seq
-LIMIT 200
+WHERE org_id = %(org_id)s AND duplicate_status = 'original' AND block_key = ANY(%(block_keys)s::bigint[])
+  AND id <> %(invoice_id)s AND fields IS NOT NULL
+ORDER BY seq
 
 -- name: mark_original
 UPDATE invoices
 SET duplicate_status = 'original', duplicate_of = NULL, business_key = %(business_key)s,
-    business_key_hash = %(lock_id)s, vendor_key = %(vendor_key)s,
+    business_key_hash = %(business_key_hash)s, vendor_key = %(vendor_key)s, block_key = %(block_key)s,
     match_how = NULL, match_score = NULL, match_reasons = NULL, updated_at = now()
 WHERE id = %(invoice_id)s
-
--- name: group_of_original
-SELECT id FROM duplicate_groups WHERE original_invoice_id = %(original_id)s
 
 -- name: create_group
 INSERT INTO duplicate_groups (org_id, business_key, original_invoice_id)
@@ -106,7 +99,17 @@ WHERE id = %(original_id)s
 -- name: mark_duplicate
 UPDATE invoices
 SET duplicate_status = 'duplicate', duplicate_of = %(original_id)s, duplicate_group_id = %(group_id)s,
-    business_key = %(business_key)s, business_key_hash = %(lock_id)s, vendor_key = %(vendor_key)s,
+    business_key = %(business_key)s, business_key_hash = %(business_key_hash)s,
+    vendor_key = %(vendor_key)s, block_key = %(block_key)s,
+    match_how = %(how)s, match_score = %(score)s, match_reasons = %(reasons)s, updated_at = now()
+WHERE id = %(invoice_id)s
+
+-- A copy only by tolerance: it names its original but joins no group until a person confirms it.
+-- name: mark_suspected
+UPDATE invoices
+SET duplicate_status = 'suspected', duplicate_of = %(original_id)s, duplicate_group_id = NULL,
+    business_key = %(business_key)s, business_key_hash = %(business_key_hash)s,
+    vendor_key = %(vendor_key)s, block_key = %(block_key)s,
     match_how = %(how)s, match_score = %(score)s, match_reasons = %(reasons)s, updated_at = now()
 WHERE id = %(invoice_id)s
 
@@ -114,6 +117,12 @@ WHERE id = %(invoice_id)s
 INSERT INTO approvals (invoice_id, job_id, decision, rule)
 VALUES (%(invoice_id)s, %(job_id)s, %(decision)s, %(rule)s)
 ON CONFLICT (invoice_id) DO NOTHING
+
+-- name: hold_for_review
+UPDATE invoices SET review_reasons = %(reasons)s, updated_at = now() WHERE id = %(invoice_id)s
+
+-- name: load_review_reasons
+SELECT review_reasons FROM invoices WHERE id = %(invoice_id)s AND cardinality(review_reasons) > 0
 
 -- name: load_approval
 SELECT decision, rule, decided_at FROM approvals WHERE invoice_id = %(invoice_id)s
@@ -127,8 +136,12 @@ ON CONFLICT (invoice_id) DO NOTHING
 SELECT id AS posting_id, invoice_id, amount, currency, posted_at FROM ledger_postings
 WHERE invoice_id = %(invoice_id)s
 
+-- A held invoice ends needs_review: the pipeline went as far as it may without a person.
 -- name: mark_processed
-UPDATE invoices SET status = 'processed', last_error = NULL, updated_at = now() WHERE id = %(invoice_id)s
+UPDATE invoices
+SET status = CASE WHEN cardinality(review_reasons) > 0 THEN 'needs_review' ELSE 'processed' END,
+    last_error = NULL, updated_at = now()
+WHERE id = %(invoice_id)s
 
 -- name: mark_quarantined
 UPDATE invoices
@@ -199,3 +212,15 @@ WHERE i.id = ANY(%(invoice_ids)s) AND i.status IN ('pending', 'failed')
   AND i.requested_at < now() - %(request_timeout)s::interval
   AND NOT EXISTS (SELECT 1 FROM processing_jobs j WHERE j.invoice_id = i.id AND j.status = 'running')
 RETURNING i.id AS invoice_id, i.status, i.attempts, i.next_attempt_at, i.last_error
+
+-- Data migrations (invoice_pipeline/db/rekey.py).
+-- name: decided_invoices_to_rekey
+SELECT id, org_id, fields FROM invoices
+WHERE duplicate_status IS NOT NULL AND fields IS NOT NULL
+ORDER BY seq
+
+-- name: rekey_invoice
+UPDATE invoices
+SET business_key = %(business_key)s, business_key_hash = %(business_key_hash)s,
+    vendor_key = %(vendor_key)s, block_key = %(block_key)s
+WHERE id = %(invoice_id)s

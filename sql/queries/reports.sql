@@ -16,26 +16,29 @@ FROM processing_jobs WHERE status = 'running'
 -- name: duplicate_summary
 SELECT count(*) FILTER (WHERE duplicate_status = 'original') AS originals,
        count(*) FILTER (WHERE duplicate_status = 'duplicate') AS duplicates,
+       count(*) FILTER (WHERE duplicate_status = 'suspected') AS suspected,
        (SELECT count(*) FROM duplicate_groups) AS groups
 FROM invoices
 
 -- name: attention_list
-SELECT id AS invoice_id, org_id, status, coalesce(quarantine_code, '') AS code,
-       coalesce(quarantine_reason, last_error, '') AS reason, source_filename AS filename
-FROM invoices WHERE status IN ('quarantined', 'needs_attention')
+SELECT id AS invoice_id, org_id, status,
+       coalesce(quarantine_code, CASE WHEN status = 'needs_review' THEN 'review' END, '') AS code,
+       coalesce(quarantine_reason, array_to_string(review_reasons, '; '), last_error, '') AS reason,
+       source_filename AS filename
+FROM invoices WHERE status IN ('quarantined', 'needs_attention', 'needs_review')
 ORDER BY status, seq
 
 -- name: invoice_overview
 SELECT i.id AS invoice_id, i.org_id, i.status, i.processing_stage, i.attempts, i.next_attempt_at,
        i.source_filename AS filename, i.document_sha256 AS sha256, i.last_error, i.quarantine_code,
        i.quarantine_reason, i.fields, i.duplicate_status, i.duplicate_of, i.duplicate_group_id,
-       i.match_how, i.match_reasons, i.created_at
+       i.match_how, i.match_reasons, i.review_reasons, i.created_at
 FROM invoices i WHERE i.id = %(invoice_id)s
 
 -- name: demo_outcomes
 SELECT i.source_filename AS filename, i.status, i.duplicate_status, i.duplicate_of,
        o.source_filename AS original_filename, i.match_how, coalesce(i.quarantine_code, '') AS code,
-       coalesce(i.quarantine_reason, i.last_error, '') AS reason,
+       coalesce(i.quarantine_reason, array_to_string(i.review_reasons, '; '), i.last_error, '') AS reason,
        a.decision AS approval, (l.id IS NOT NULL) AS posted
 FROM invoices i
 LEFT JOIN invoices o ON o.id = i.duplicate_of
@@ -65,13 +68,18 @@ ORDER BY g.created_at, d.seq
 SELECT i.id AS invoice_id, i.org_id, i.status, i.attempts,
        extract(epoch FROM (max(j.finished_at) - i.created_at)) AS seconds_to_done
 FROM invoices i JOIN processing_jobs j ON j.invoice_id = i.id
-WHERE i.status IN ('processed', 'quarantined', 'needs_attention')
+WHERE i.status IN ('processed', 'quarantined', 'needs_attention', 'needs_review')
 GROUP BY i.id
 
 -- Invariant checks: each returns the offending ids; empty means the invariant holds.
 
 -- name: check_posted_twice
 SELECT invoice_id::text AS id FROM ledger_postings GROUP BY invoice_id HAVING count(*) > 1
+
+-- An exact or suspected copy must never reach the ledger: that is paying one invoice twice.
+-- name: check_copies_posted
+SELECT i.id::text AS id FROM invoices i JOIN ledger_postings l ON l.invoice_id = i.id
+WHERE i.duplicate_status IN ('duplicate', 'suspected')
 
 -- name: check_stale_running_locks
 SELECT id::text AS id FROM processing_jobs

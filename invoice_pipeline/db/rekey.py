@@ -1,0 +1,52 @@
+"""Data migration: recompute the duplicate-detection keys of invoices decided by older code.
+
+Keys are computed in Python (`domain/normalize.py`, `domain/keys.py`), so a SQL migration that
+changes how they are made cannot fill them in itself. The migrator calls this right after that
+migration, in the same transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import psycopg
+
+from invoice_pipeline.db.sqlfiles import query
+from invoice_pipeline.domain.fields import InvoiceFields
+from invoice_pipeline.domain.matching import MatchCandidate
+
+log = logging.getLogger(__name__)
+
+
+def rekey_decided_invoices(conn: psycopg.Connection[Any]) -> int:
+    """Business key, vendor key and blocking key for every decided invoice, oldest first.
+
+    Two old originals that the new keys call one exact duplicate (the bug this migration
+    fixes: a VAT id with and without its country prefix) cannot both keep the unique key.
+    The later one keeps no blocking key, so it is never offered as a candidate, and is logged
+    for a person; the earlier one stays the original every new copy is matched against.
+    """
+    rekeyed = 0
+    for invoice_id, org_id, fields in conn.execute(query("decided_invoices_to_rekey")).fetchall():
+        try:
+            candidate = MatchCandidate.from_fields(str(invoice_id), org_id, InvoiceFields.from_json(fields))
+        except ValueError:
+            continue
+        params = {
+            "invoice_id": invoice_id,
+            "business_key": candidate.key.text,
+            "business_key_hash": candidate.key.hash,
+            "vendor_key": candidate.key.vendor,
+            "block_key": candidate.block.id if candidate.block else None,
+        }
+        try:
+            with conn.transaction():
+                conn.execute(query("rekey_invoice"), params)
+            rekeyed += 1
+        except psycopg.errors.UniqueViolation:
+            log.warning(
+                "invoice %s: an earlier original has the same new key; left without a blocking key",
+                invoice_id,
+            )
+    return rekeyed
