@@ -34,9 +34,12 @@ BENCHMARK_MODULES = (
     "benchmarks.contended_claims",
     "benchmarks.sweep_scaling",
     "benchmarks.dedupe_contention",
+    "benchmarks.dedupe_scaling",
+    "benchmarks.duplicate_accuracy",
     "benchmarks.sensor_tick",
     "benchmarks.end_to_end",
     "benchmarks.recovery_time",
+    "benchmarks.sandbox_overhead",
 )
 
 

@@ -269,7 +269,7 @@ class Server:
             except psycopg.Error as error:
                 print(f"warning: could not drop {url}: {error}", file=sys.stderr)
         if self._embedded is not None:
-            self._embedded.stop(mode="immediate")
+            self._embedded.destroy()
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
 

@@ -58,7 +58,7 @@ def run(ctx: BenchContext) -> BenchResult:
     labels = [f"{n:,}" for n in sizes]
     url = ctx.database("sensor_tick")
     store = InvoiceStore(url, min_size=1, max_size=1)
-    params: dict[str, Any] = {"limit": LIMIT, "request_timeout": REQUEST_TIMEOUT}
+    params: dict[str, Any] = {"limit": LIMIT, "request_timeout": REQUEST_TIMEOUT, "requested_by": None}
     try:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(ADD_DUE, (DUE,))

@@ -8,19 +8,67 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
-from dataclasses import asdict
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+import psycopg
+from psycopg_pool import PoolTimeout
 
 from invoice_pipeline.config import ConfigError, Settings
 from invoice_pipeline.db.connection import database_url, embedded_server, prepare_database
 from invoice_pipeline.db.migrate import MigrationError, migrate
 from invoice_pipeline.store import TERMINAL_STATUSES, InvoiceStore, dumps
+from invoice_pipeline.terminal import printable
+
+# Exit codes (the README's command-line section lists them).
+EXIT_OK = 0
+EXIT_INVOICES_FAILED = 1  # `process`: some invoices it ran were quarantined, failed or need attention
+EXIT_USAGE = 2  # bad arguments or settings, refused before any SQL runs
+EXIT_DATABASE = 3  # the database server cannot be reached, or the database does not exist
+# (`db status` also exits 3: the embedded server is not running.)
+
+# How `process` ends for the invoices it ran: these make it exit EXIT_INVOICES_FAILED.
+BAD_OUTCOMES = ("quarantined", "failed", "needs_attention")
 
 
 def _store(settings: Settings) -> InvoiceStore:
     return InvoiceStore(prepare_database(settings), max_size=4)
+
+
+def one_line(exc: BaseException) -> str:
+    """An error as one line: libpq's messages carry newlines and tabbed hints."""
+    return printable(" ".join(str(exc).split()) or type(exc).__name__)
+
+
+# -- argument types: refused by argparse (exit 2) before anything runs -----------------------------
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def port_number(text: str) -> int:
+    value = positive_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port (1-65535), got {value}")
+    return value
+
+
+def invoice_id_arg(text: str) -> str:
+    try:
+        return str(uuid.UUID(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invoice_id must be a UUID, got {text!r}") from None
 
 
 def progress(done: int, total: int, label: str) -> None:
@@ -39,13 +87,38 @@ def progress(done: int, total: int, label: str) -> None:
 # -- db ------------------------------------------------------------------------------------------
 
 
+@contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Send everything written to file descriptor 1 (ours and our children's) to stderr.
+
+    `db url` is meant for `$(invoice-pipeline db url)`: only the URL may reach stdout, not a
+    note from starting the server or from a tool it runs.
+    """
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def cmd_db(args: argparse.Namespace, settings: Settings) -> int:
     if not settings.uses_embedded_postgres:
+        # A note, not output: stdout stays clean for `db url`.
         print(
-            f"using the external database from INVOICE_PIPELINE_DATABASE_URL; nothing embedded to {args.action}"
+            f"using the external database from INVOICE_PIPELINE_DATABASE_URL; nothing embedded to {args.action}",
+            file=sys.stderr,
         )
         if args.action == "url":
             print(settings.database_url)
+        return 0
+    if args.action == "url":
+        with stdout_to_stderr():
+            url = database_url(settings)
+        print(url)
         return 0
     server = embedded_server(settings)
     if args.action == "start":
@@ -59,8 +132,6 @@ def cmd_db(args: argparse.Namespace, settings: Settings) -> int:
         status = server.status()
         print(f"running, pid {status.pid}, port {status.port}" if status.running else "not running")
         return 0 if status.running else 3
-    else:
-        print(database_url(settings))
     return 0
 
 
@@ -76,41 +147,70 @@ def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
-    from invoice_pipeline.ingest import ingest_paths
+    from invoice_pipeline.ingest import collect_files, ingest_files, org_problem
 
+    problem = org_problem(args.org)
+    if problem is not None:
+        raise ConfigError(f"--org: {problem}")
+    # Every argument is checked before the first file is stored: a bad one stores nothing.
+    paths = collect_files([Path(p) for p in args.paths])
     store = _store(settings)
     try:
-        files = ingest_paths(store, [Path(p) for p in args.paths], args.org)
+        files = ingest_files(store, paths, args.org)
     finally:
         store.close()
     new = sum(1 for f in files if f.result.created)
     for f in files:
-        print(f"{'new ' if f.result.created else 'same'}  {f.result.invoice_id}  {f.path}")
+        print(f"{'new ' if f.result.created else 'same'}  {f.result.invoice_id}  {printable(f.path)}")
     print(f"ingested {len(files)} file(s): {new} new invoice(s), {len(files) - new} already known")
     return 0
 
 
-def process_due(settings: Settings, *, batch_size: int = 25, label: str = "processing") -> int:
-    """Run every due invoice through the Dagster batch job on the project's Dagster instance."""
+@dataclass
+class ProcessOutcome:
+    runs: int = 0
+    failed_runs: int = 0
+    # How the invoices this command requested stand at the end, by status.
+    by_status: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def bad(self) -> int:
+        return sum(self.by_status.get(s, 0) for s in BAD_OUTCOMES)
+
+
+def process_due(settings: Settings, *, batch_size: int = 25, label: str = "processing") -> ProcessOutcome:
+    """Run every due invoice through the Dagster batch job on the project's Dagster instance.
+
+    Each batch's requests are recorded as owned by the run about to execute them (a tag on
+    that run), so if this process is killed before the run claims them, the sweep releases
+    them as soon as it finds the run dead, instead of after the request timeout.
+    """
     from dagster import DagsterInstance, execute_job, reconstructable
 
     from invoice_pipeline.dagster_home import prepare_dagster_home
     from invoice_pipeline.definitions import batch_job_for_cli
+    from invoice_pipeline.request_owner import REQUEST_TAG, RequestOwner, instance_scope
 
     url = prepare_database(settings)
     prepare_dagster_home(settings, url)
     store = InvoiceStore(url, max_size=2)
-    failed_runs = 0
+    outcome = ProcessOutcome()
+    requested: set[uuid.UUID] = set()
     try:
         summary = store.status_summary()
         total = summary.by_status.get("pending", 0) + summary.by_status.get("failed", 0)
         done = 0
         progress(done, total, label)
         with DagsterInstance.get() as instance:
+            scope = instance_scope(instance)
             while True:
-                due = store.claim_due_invoices(batch_size)
+                token = uuid.uuid4().hex
+                due = store.claim_due_invoices(
+                    batch_size, requested_by=RequestOwner.tagged(scope, token).text
+                )
                 if not due:
                     break
+                requested.update(d.invoice_id for d in due)
                 result = execute_job(
                     reconstructable(batch_job_for_cli),
                     instance=instance,
@@ -126,22 +226,35 @@ def process_due(settings: Settings, *, batch_size: int = 25, label: str = "proce
                             }
                         },
                     },
-                    tags={"invoice_count": str(len(due)), "launched_by": "invoice-pipeline process"},
+                    tags={
+                        "invoice_count": str(len(due)),
+                        "launched_by": "invoice-pipeline process",
+                        REQUEST_TAG: token,
+                    },
                 )
-                failed_runs += 0 if result.success else 1
+                outcome.runs += 1
+                outcome.failed_runs += 0 if result.success else 1
                 done = min(total, done + len(due))
                 progress(done, max(total, done), label)
+        outcome.by_status = store.status_counts_of(sorted(requested))
     finally:
         store.close()
-    return failed_runs
+    return outcome
 
 
 def cmd_process(args: argparse.Namespace, settings: Settings) -> int:
-    failed = process_due(settings, batch_size=args.batch_size)
-    print(
-        f"done; {failed} run(s) had a failing branch (quarantined or failed invoices: see `invoice-pipeline status`)"
+    outcome = process_due(settings, batch_size=args.batch_size)
+    counts = (
+        ", ".join(f"{status} {n}" for status, n in sorted(outcome.by_status.items())) or "nothing was due"
     )
-    return 0
+    print(f"done: {counts}; {outcome.runs} run(s), {outcome.failed_runs} with a failing branch")
+    if outcome.bad:
+        print(
+            f"{outcome.bad} invoice(s) were quarantined, failed or need attention: see `invoice-pipeline status`",
+            file=sys.stderr,
+        )
+        return EXIT_INVOICES_FAILED
+    return EXIT_OK
 
 
 def cmd_sweep(args: argparse.Namespace, settings: Settings) -> int:
@@ -186,7 +299,10 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         f"{summary.suspected_duplicates} suspected (held for review)"
     )
     for item in summary.attention:
-        print(f"  {item.status:<16} {item.invoice_id}  {item.filename or '':<30} {item.code}: {item.reason}")
+        print(
+            f"  {printable(item.status):<16} {item.invoice_id}  {printable(item.filename):<30} "
+            f"{printable(item.code)}: {printable(item.reason)}"
+        )
     return 0
 
 
@@ -195,7 +311,7 @@ def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
     try:
         overview = store.invoice_overview(args.invoice_id)
         if overview is None:
-            print(f"no invoice {args.invoice_id}", file=sys.stderr)
+            print(f"no invoice {printable(args.invoice_id)}", file=sys.stderr)
             return 1
         jobs = store.job_history(args.invoice_id)
         decision = store.load_duplicate_decision(args.invoice_id)
@@ -212,28 +328,32 @@ def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
         print(dumps(record))
         return 0
     o = overview
-    print(f"invoice {o.invoice_id}  org {o.org_id}  file {o.filename}")
-    print(f"status {o.status}  stage {o.processing_stage}  attempts {o.attempts}")
+    # Every value below may come from the document or its sender: printed through `printable`.
+    print(f"invoice {o.invoice_id}  org {printable(o.org_id)}  file {printable(o.filename)}")
+    print(f"status {o.status}  stage {printable(o.processing_stage)}  attempts {o.attempts}")
     if o.quarantine_reason or o.last_error:
-        print(f"problem: {o.quarantine_code or ''} {o.quarantine_reason or o.last_error}")
+        print(f"problem: {printable(o.quarantine_code)} {printable(o.quarantine_reason or o.last_error)}")
     for reason in o.review_reasons or []:
-        print(f"held for review: {reason}")
+        print(f"held for review: {printable(reason)}")
     for name, value in (o.fields or {}).items():
         if name != "sources":
-            print(f"  {name:<15} {value}")
+            print(f"  {printable(name):<15} {printable(value)}")
     if decision:
         print(
             f"duplicate status: {decision.status}"
-            + (f" of {decision.original_id} ({decision.how})" if decision.original_id else "")
+            + (f" of {decision.original_id} ({printable(decision.how)})" if decision.original_id else "")
         )
         for reason in decision.reasons:
-            print(f"  - {reason}")
+            print(f"  - {printable(reason)}")
     if posting:
-        print(f"posted {posting.amount} {posting.currency} at {posting.posted_at:%Y-%m-%d %H:%M:%S}")
+        print(
+            f"posted {posting.amount} {printable(posting.currency)} at {posting.posted_at:%Y-%m-%d %H:%M:%S}"
+        )
     print("attempts:")
     for j in jobs:
         print(
-            f"  #{j.attempt} {j.status:<9} {j.owner or '':<50} {j.started_at:%H:%M:%S} → {j.finished_at and f'{j.finished_at:%H:%M:%S}'} {j.error or ''}"
+            f"  #{j.attempt} {j.status:<9} {printable(j.owner):<50} {j.started_at:%H:%M:%S} → "
+            f"{j.finished_at and f'{j.finished_at:%H:%M:%S}'} {printable(j.error)}"
         )
     return 0
 
@@ -333,15 +453,15 @@ def print_demo_summary(outcomes: Sequence[Any], seconds: float) -> None:
     if duplicates:
         print("\nduplicates (how matched):")
         for o in duplicates:
-            print(f"  {o.filename:<40} = {o.original_filename:<40} {o.match_how}")
+            print(f"  {printable(o.filename):<40} = {printable(o.original_filename):<40} {o.match_how}")
     if review:
         print("\nneeds review (why):")
         for o in review:
-            print(f"  {o.filename:<40} {o.reason[:110]}")
+            print(f"  {printable(o.filename):<40} {printable(o.reason[:110])}")
     if quarantined or attention:
         print("\nquarantined / needs attention (reason):")
         for o in quarantined + attention:
-            print(f"  {o.filename:<40} {o.code}: {o.reason[:110]}")
+            print(f"  {printable(o.filename):<40} {printable(o.code)}: {printable(o.reason[:110])}")
 
 
 # -- wiring --------------------------------------------------------------------------------------
@@ -359,7 +479,7 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.add_argument("--org", default="default")
     ingest.set_defaults(func=cmd_ingest)
     process = sub.add_parser("process", help="process every due invoice through the Dagster jobs, headlessly")
-    process.add_argument("--batch-size", type=int, default=25)
+    process.add_argument("--batch-size", type=positive_int, default=25)
     process.set_defaults(func=cmd_process)
     sub.add_parser("sweep", help="sweep stale locks, reconcile dead runs, schedule retries").set_defaults(
         func=cmd_sweep
@@ -368,22 +488,22 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true")
     status.set_defaults(func=cmd_status)
     show = sub.add_parser("show", help="one invoice: fields, stage, attempts, duplicate group")
-    show.add_argument("invoice_id")
+    show.add_argument("invoice_id", type=invoice_id_arg)
     show.add_argument("--json", action="store_true")
     show.set_defaults(func=cmd_show)
     dev = sub.add_parser("dev", help="run the Dagster UI, daemon, sensor and schedule")
     dev.add_argument("--host", default="127.0.0.1")
-    dev.add_argument("--port", type=int, default=3000)
+    dev.add_argument("--port", type=port_number, default=3000)
     dev.set_defaults(func=cmd_dev)
     samples = sub.add_parser("samples", help="write generated sample invoices to a folder")
     samples.add_argument("out")
-    samples.add_argument("--count", type=int, default=40)
+    samples.add_argument("--count", type=positive_int, default=40)
     samples.add_argument("--seed", type=int, default=0)
     samples.set_defaults(func=cmd_samples)
     demo = sub.add_parser("demo", help="generate samples, ingest, process through Dagster, summarise")
-    demo.add_argument("--count", type=int, default=30)
+    demo.add_argument("--count", type=positive_int, default=30)
     demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--batch-size", type=int, default=25)
+    demo.add_argument("--batch-size", type=positive_int, default=25)
     demo.set_defaults(func=cmd_demo)
     return parser
 
@@ -394,8 +514,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = Settings.from_env()
         return int(args.func(args, settings))
     except (ConfigError, MigrationError, ValueError, FileNotFoundError) as exc:
-        print(f"invoice-pipeline: error: {exc}", file=sys.stderr)
-        return 2
+        print(f"invoice-pipeline: error: {one_line(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    except (psycopg.OperationalError, PoolTimeout) as exc:
+        # The server is down or unreachable, the database does not exist, or login failed:
+        # not a bug, so one line and no traceback.
+        print(f"invoice-pipeline: cannot reach the database: {one_line(exc)}", file=sys.stderr)
+        return EXIT_DATABASE
 
 
 if __name__ == "__main__":

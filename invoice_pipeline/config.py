@@ -6,7 +6,10 @@ import os
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
+
+from psycopg import ProgrammingError
+from psycopg.conninfo import conninfo_to_dict, timeout_from_conninfo
 
 
 class ConfigError(ValueError):
@@ -29,6 +32,77 @@ ENV_REQUEST_TIMEOUT = "INVOICE_PIPELINE_REQUEST_TIMEOUT_SECONDS"
 ENV_DAGSTER_DATABASE_NAME = "INVOICE_PIPELINE_DAGSTER_DATABASE_NAME"
 
 DEFAULT_PG_PORT = 54329
+# The one place for defaults: Settings (the CLI) and the Dagster resource both read these.
+# A dead holder's lock is swept this long after its last heartbeat; the heartbeat interval, when
+# not given, is a third of it (a live holder then misses two beats before it could be swept).
+DEFAULT_LOCK_TTL_SECONDS = 30
+DEFAULT_MAX_ATTEMPTS = 5
+DEFAULT_RETRY_BASE_SECONDS = 30
+DEFAULT_MAX_DOCUMENT_BYTES = 20 * 1024 * 1024
+DEFAULT_BATCH_THRESHOLD = 20
+DEFAULT_REQUEST_TIMEOUT_SECONDS = 3600
+
+
+def default_heartbeat_seconds(ttl_seconds: float) -> float:
+    return ttl_seconds / 3
+
+
+def check_lease_timing(ttl_seconds: float, heartbeat_seconds: float) -> None:
+    """A live holder must heartbeat at least twice per TTL, or one late beat gets it swept."""
+    if heartbeat_seconds * 2 > ttl_seconds:
+        raise ConfigError(
+            f"{ENV_HEARTBEAT} ({heartbeat_seconds:g}s) must be at most half of {ENV_LOCK_TTL} "
+            f"({ttl_seconds:g}s), or one late heartbeat gets a live worker swept"
+        )
+
+
+# libpq parameters whose values libpq only checks when it connects (`?sslmode=bogus` got as far
+# as a connection attempt); checked here instead, so a bad one is refused before any SQL runs.
+_LIBPQ_CHOICES = {
+    "sslmode": ("disable", "allow", "prefer", "require", "verify-ca", "verify-full"),
+    "gssencmode": ("disable", "prefer", "require"),
+    "channel_binding": ("disable", "prefer", "require"),
+    "target_session_attrs": ("any", "read-write", "read-only", "primary", "standby", "prefer-standby"),
+    "load_balance_hosts": ("disable", "random"),
+    "sslnegotiation": ("postgres", "direct"),
+    "sslcertmode": ("disable", "allow", "require"),
+}
+_LIBPQ_INTEGERS = (
+    "connect_timeout",
+    "keepalives",
+    "keepalives_idle",
+    "keepalives_interval",
+    "keepalives_count",
+    "tcp_user_timeout",
+)
+
+
+def _check_libpq_parameters(url: str) -> None:
+    """Refuse what libpq or psycopg would refuse: unknown parameters, bad values, bad syntax."""
+    secret = unquote(urlsplit(url).password or "")
+
+    def redact(message: str) -> str:
+        message = " ".join(message.split())
+        return message.replace(secret, "***") if secret else message
+
+    try:
+        params = conninfo_to_dict(url)
+        timeout_from_conninfo(params)
+    except ProgrammingError as exc:
+        raise ConfigError(f"{ENV_DATABASE_URL} is not a valid connection URL: {redact(str(exc))}") from None
+    for name, choices in _LIBPQ_CHOICES.items():
+        value = params.get(name)
+        if value is not None and str(value) not in choices:
+            raise ConfigError(
+                f"{ENV_DATABASE_URL}: {name} must be one of {', '.join(choices)}; got {value!r}"
+            )
+    for name in _LIBPQ_INTEGERS:
+        value = params.get(name)
+        if value is not None and not str(value).strip().lstrip("-").isdigit():
+            raise ConfigError(f"{ENV_DATABASE_URL}: {name} must be an integer; got {value!r}")
+    for port in str(params.get("port") or "").split(","):
+        if port and not (port.isdigit() and 1 <= int(port) <= 65535):
+            raise ConfigError(f"{ENV_DATABASE_URL}: port must be a number from 1 to 65535; got {port!r}")
 
 
 def validate_database_url(url: str) -> str:
@@ -46,6 +120,7 @@ def validate_database_url(url: str) -> str:
         raise ConfigError(
             f"{ENV_DATABASE_URL} must name a database, e.g. postgresql://user@host:5432/invoices"
         )
+    _check_libpq_parameters(url)
     return url
 
 
@@ -98,13 +173,13 @@ class Settings:
         url = env.get(ENV_DATABASE_URL) or None
         if url is not None:
             validate_database_url(url)
-        ttl = _int(env, ENV_LOCK_TTL, 120, minimum=1)
-        heartbeat = _int(env, ENV_HEARTBEAT, 15, minimum=1)
-        if heartbeat * 2 > ttl:
-            raise ConfigError(
-                f"{ENV_HEARTBEAT} ({heartbeat}s) must be at most half of {ENV_LOCK_TTL} ({ttl}s), "
-                "or one late heartbeat gets a live worker swept"
-            )
+        ttl = _int(env, ENV_LOCK_TTL, DEFAULT_LOCK_TTL_SECONDS, minimum=1)
+        heartbeat = (
+            _int(env, ENV_HEARTBEAT, 0, minimum=1)
+            if env.get(ENV_HEARTBEAT)
+            else default_heartbeat_seconds(ttl)
+        )
+        check_lease_timing(ttl, heartbeat)
         return cls(
             home=home,
             database_url=url,
@@ -113,11 +188,13 @@ class Settings:
             database_name=env.get(ENV_DATABASE_NAME) or "invoice_pipeline",
             lock_ttl=timedelta(seconds=ttl),
             heartbeat_interval=timedelta(seconds=heartbeat),
-            max_attempts=_int(env, ENV_MAX_ATTEMPTS, 5, minimum=1),
-            retry_base=timedelta(seconds=_int(env, ENV_RETRY_BASE, 30, minimum=0)),
-            max_document_bytes=_int(env, ENV_MAX_DOCUMENT_BYTES, 20 * 1024 * 1024, minimum=1),
-            batch_threshold=_int(env, ENV_BATCH_THRESHOLD, 20, minimum=1),
+            max_attempts=_int(env, ENV_MAX_ATTEMPTS, DEFAULT_MAX_ATTEMPTS, minimum=1),
+            retry_base=timedelta(seconds=_int(env, ENV_RETRY_BASE, DEFAULT_RETRY_BASE_SECONDS, minimum=0)),
+            max_document_bytes=_int(env, ENV_MAX_DOCUMENT_BYTES, DEFAULT_MAX_DOCUMENT_BYTES, minimum=1),
+            batch_threshold=_int(env, ENV_BATCH_THRESHOLD, DEFAULT_BATCH_THRESHOLD, minimum=1),
             inbox=Path(env.get(ENV_INBOX) or home / "inbox").absolute(),
-            request_timeout=timedelta(seconds=_int(env, ENV_REQUEST_TIMEOUT, 3600, minimum=1)),
+            request_timeout=timedelta(
+                seconds=_int(env, ENV_REQUEST_TIMEOUT, DEFAULT_REQUEST_TIMEOUT_SECONDS, minimum=1)
+            ),
             dagster_database_name=env.get(ENV_DAGSTER_DATABASE_NAME) or None,
         )

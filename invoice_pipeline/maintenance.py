@@ -5,12 +5,14 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
 from invoice_pipeline.jobs import PROCESS_INVOICE, PROCESS_INVOICE_BATCH
 from invoice_pipeline.ops import run_owner
+from invoice_pipeline.request_owner import RequestOwner, instance_scope
 from invoice_pipeline.resources import InvoiceDatabase
 from invoice_pipeline.store import Rescheduled
 
@@ -20,6 +22,7 @@ IN_FLIGHT = [
     DagsterRunStatus.STARTING,
     DagsterRunStatus.STARTED,
 ]
+ENDED = {DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,7 @@ class MaintenanceReport:
     reconciled_runs: list[str] = field(default_factory=list)
     rescheduled: list[Rescheduled] = field(default_factory=list)
     expired_requests: int = 0
+    released_requests: list[Rescheduled] = field(default_factory=list)
 
     @property
     def retried(self) -> int:
@@ -41,6 +45,7 @@ class MaintenanceReport:
         return (
             f"swept {self.swept} stale lock(s); marked {len(self.reconciled_runs)} dead run(s) failed; "
             f"scheduled {self.retried} retry(ies); {self.dead_lettered} invoice(s) need attention; "
+            f"released {len(self.released_requests)} request(s) of ended or dead runs; "
             f"{self.expired_requests} unclaimed request(s) expired"
         )
 
@@ -110,9 +115,51 @@ def expire_lost_requests(db: InvoiceDatabase, instance: DagsterInstance) -> list
     )
 
 
+def release_abandoned_requests(db: InvoiceDatabase, instance: DagsterInstance) -> list[Rescheduled]:
+    """Release at once the requests whose run ended or died without claiming the invoice.
+
+    Runs after reconcile_dead_runs, so a run found dead in this sweep (swept, or silent past the
+    lease TTL) already reads FAILURE here. An owner with no run at all may be a request whose
+    run is about to be created (the daemon launches a tick's runs after the evaluation, and
+    `invoice-pipeline process` right after claiming); it is released once older than the lease
+    TTL, the same silence after which a run is presumed dead. Requests of another Dagster
+    instance, or with no recorded owner, are left to that instance's sweep and to the request
+    timeout (expire_lost_requests).
+    """
+    scope = instance_scope(instance)
+    released: list[Rescheduled] = []
+    for open_requests in db.store.open_request_owners():
+        owner = RequestOwner.parse(open_requests.owner)
+        if owner is None or owner.instance_id != scope:
+            continue
+        runs = instance.get_runs(filters=owner.runs_filter())
+        if any(run.status not in ENDED for run in runs):
+            continue
+        if runs:
+            ended = ", ".join(f"{run.run_id} ({run.status.value})" for run in runs)
+            reason = f"released: the run that was to process it ended without claiming it: {ended}"
+            min_age = timedelta(0)
+        else:
+            reason = (
+                f"released: no run for the request appeared within the lock TTL ({db.lock_ttl}); "
+                f"the requester died before launching it ({owner.tag}={owner.value})"
+            )
+            min_age = db.lock_ttl
+        released += db.store.release_requests(
+            owner.text,
+            reason,
+            count_attempt=owner.burns_a_run_key,
+            min_age=min_age,
+            max_attempts=db.max_attempts,
+            retry_base=db.retry_base,
+        )
+    return released
+
+
 def run_maintenance(db: InvoiceDatabase, instance: DagsterInstance | None) -> MaintenanceReport:
     swept = db.store.release_stale_locks(stale_after=db.lock_ttl)
     reconciled = reconcile_dead_runs(db, instance) if instance is not None else []
     rescheduled = db.store.reschedule_orphans(max_attempts=db.max_attempts, retry_base=db.retry_base)
+    released = release_abandoned_requests(db, instance) if instance is not None else []
     expired = expire_lost_requests(db, instance) if instance is not None else []
-    return MaintenanceReport(swept, reconciled, rescheduled + expired, len(expired))
+    return MaintenanceReport(swept, reconciled, rescheduled + expired, len(expired), released)

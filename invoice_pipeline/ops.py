@@ -7,6 +7,7 @@ through the database, which is what lets a retry skip finished work.
 """
 
 import hashlib
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
@@ -97,10 +98,21 @@ def start(context: OpExecutionContext, config: ProcessInvoiceConfig) -> InvoiceR
 def fan_out(config: BatchConfig) -> Iterator[DynamicOutput[InvoiceRef]]:
     if config.attempts is not None and len(config.attempts) != len(config.invoice_ids):
         raise Failure("attempts must have one entry per invoice id", allow_retries=False)
-    for i, invoice_id in enumerate(dict.fromkeys(config.invoice_ids)):
-        _valid_uuid(invoice_id)
-        attempt = config.attempts[i] if config.attempts else None
-        yield DynamicOutput(InvoiceRef(invoice_id, attempt), mapping_key=invoice_id.replace("-", "_"))
+    for ref in unique_refs(config.invoice_ids, config.attempts):
+        _valid_uuid(ref.invoice_id)
+        yield DynamicOutput(ref, mapping_key=ref.invoice_id.replace("-", "_"))
+
+
+def unique_refs(invoice_ids: list[str], attempts: list[int] | None) -> list[InvoiceRef]:
+    """One ref per invoice, each with the attempt given beside its first occurrence.
+
+    Dropping repeated ids must drop their attempts with them: numbering the survivors afresh
+    gave [A, B, A, C] with [1, 2, 1, 3] to C as attempt 1.
+    """
+    refs: dict[str, InvoiceRef] = {}
+    for i, invoice_id in enumerate(invoice_ids):
+        refs.setdefault(invoice_id, InvoiceRef(invoice_id, attempts[i] if attempts else None))
+    return list(refs.values())
 
 
 def _valid_uuid(value: str) -> UUID:
@@ -212,7 +224,7 @@ def run_step(
             context.log.info(f"{step}: already done for invoice {claim.invoice_id}, fast-forwarding")
             return done
         store.record_step(lease, step, skipped=False)
-        result = work(lease)
+        result = within_deadline(lambda: work(lease), invoice_db.max_stage_seconds, step)
         if keeper.is_lost(lease.job_id):
             raise LeaseLost(lease.job_id, lease.invoice_id, "heartbeat found the job no longer running")
         return result
@@ -227,10 +239,51 @@ def run_step(
             metadata=failure_meta | {"code": exc.code},
             allow_retries=False,
         ) from exc
+    except StageTimedOut as exc:
+        # Stop vouching for the abandoned work: the failure hook finishes the lease as failed
+        # and reschedules the invoice, and should the hook not run, the sweep takes it at TTL.
+        keeper.drop(lease.job_id)
+        raise Failure(str(exc), metadata=failure_meta, allow_retries=False) from exc
     except Failure:
         raise
     except Exception as exc:
         raise Failure(f"{step} failed: {type(exc).__name__}: {exc}", metadata=failure_meta) from exc
+
+
+class StageTimedOut(RuntimeError):
+    """A stage ran past its maximum duration; its work was abandoned."""
+
+
+def within_deadline(work: Callable[[], T], seconds: float, step: str) -> T:
+    """`work()`, or StageTimedOut once it has run `seconds`.
+
+    A heartbeat says the process is alive, not that the stage makes progress: a parse stuck in
+    C code (or an OCR service that never answers) would otherwise hold its lease forever. The
+    work runs in a daemon thread that is abandoned on timeout; that is safe because every write
+    is fenced by the lease, which the failure path finishes, so a late write is refused.
+    """
+    outcome: list[tuple[bool, object]] = []
+    finished = threading.Event()
+
+    def target() -> None:
+        try:
+            outcome.append((True, work()))
+        except BaseException as exc:  # handed to the waiting thread, re-raised there
+            outcome.append((False, exc))
+        finally:
+            finished.set()
+
+    threading.Thread(target=target, name=f"stage-{step}", daemon=True).start()
+    if not finished.wait(seconds):
+        raise StageTimedOut(
+            f"{step} ran longer than its maximum of {seconds:g} s (InvoiceDatabase.max_stage_seconds); "
+            "the attempt is abandoned and the invoice rescheduled"
+        )
+    ok, value = outcome[0]
+    if not ok:
+        assert isinstance(value, BaseException)
+        raise value
+    return value  # type: ignore[return-value]
 
 
 def _materialize(context: OpExecutionContext, asset: str, claim: Claim, **metadata: object) -> None:
@@ -424,16 +477,17 @@ def post_to_ledger(context: OpExecutionContext, claim: Claim, invoice_db: Invoic
 def release(context: OpExecutionContext, claim: Claim, invoice_db: InvoiceDatabase) -> None:
     store = invoice_db.store
     lease = _resume_lease(store, claim, context.run_id)
+    # Stop heartbeating first: a beat racing the completion would find the job finished and
+    # report a live lease lost. The fenced completion proves the holder alive by itself.
+    invoice_db.lease_keeper.drop(lease.job_id)
     try:
         store.complete(lease)
     except LeaseLost as exc:
-        invoice_db.lease_keeper.drop(lease.job_id)
         raise Failure(
             f"lease lost, stopping: {exc}",
             metadata={"invoice_id": claim.invoice_id, "job_id": str(lease.job_id)},
             allow_retries=False,
         ) from exc
-    invoice_db.lease_keeper.drop(lease.job_id)
     context.log.info(f"invoice {claim.invoice_id} processed; lock released")
 
 

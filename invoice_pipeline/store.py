@@ -12,7 +12,7 @@ import json
 import logging
 import os
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import date, datetime, timedelta
@@ -37,7 +37,6 @@ from invoice_pipeline.leases import Lease, LeaseLost, LockHolder
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-JobStatus = Literal["succeeded", "failed"]
 FINISH_STATUSES = ("succeeded", "failed")
 # Where an invoice rests until a person acts: no run picks it up again by itself.
 TERMINAL_STATUSES = ("processed", "needs_review", "quarantined", "needs_attention")
@@ -158,6 +157,20 @@ class Rescheduled:
     attempts: int
     next_attempt_at: datetime
     last_error: str | None
+
+
+@dataclass(frozen=True)
+class OpenRequests:
+    """Invoices requested for one owner (see request_owner.py) and not yet claimed."""
+
+    owner: str
+    invoices: int
+    age: timedelta
+
+
+# Who a claimed invoice's request waits for: one owner for all, or one per invoice once the
+# caller has planned its runs (the sensor: one run key per invoice or per batch).
+RequestedBy = str | Callable[[list[DueInvoice]], Mapping[UUID, str]] | None
 
 
 @dataclass(frozen=True)
@@ -292,7 +305,7 @@ class InvoiceStore:
             yield conn
 
     def _why_not_running(self, conn: psycopg.Connection[Any], job_id: UUID) -> str:
-        row = conn.execute("SELECT status, error FROM processing_jobs WHERE id = %s", (job_id,)).fetchone()
+        row = conn.execute(query("job_status"), {"job_id": job_id}).fetchone()
         if row is None:
             return "no such job"
         return f"job is {row[0]}" + (f": {row[1]}" if row[1] else "")
@@ -458,22 +471,18 @@ class InvoiceStore:
         The locks come from the match rule (`domain/keys.py`): any two invoices the matcher
         could pair share one, so they decide one after the other, and the second sees the
         first. The candidates are every original in the blocking key's neighbourhood, read
-        through an index with no LIMIT. Locks, lookup and decision share one fenced transaction.
+        through an index with no LIMIT. Fence, locks, lookup and decision share one transaction,
+        of few round trips: the locks and the read are one call, and the decision returns itself.
         """
         if candidate.key.org_id != candidate.org_id or candidate.invoice_id != str(lease.invoice_id):
             raise ValueError("the candidate is not the leased invoice of its org")
         with self._fenced(lease) as conn:
-            conn.execute(query("take_dedupe_locks"), {"lock_ids": list(lock_ids(candidate.block))})
-            existing = self._one(
-                conn, DuplicateDecision, "load_duplicate_decision", {"invoice_id": lease.invoice_id}
-            )
-            if existing is not None:
-                return existing
             rows = self._all(
                 conn,
                 DuplicateCandidateRow,
-                "duplicate_candidates",
+                "locked_duplicate_candidates",
                 {
+                    "lock_ids": list(lock_ids(candidate.block)),
                     "org_id": candidate.org_id,
                     "invoice_id": lease.invoice_id,
                     "block_keys": list(search_ids(candidate.block)),
@@ -495,22 +504,12 @@ class InvoiceStore:
                 "org_id": candidate.org_id,
             }
             if outcome is None:
-                conn.execute(query("mark_original"), params)
-            elif outcome.exact:
-                group = conn.execute(
-                    query("create_group"),
-                    {
-                        "org_id": candidate.org_id,
-                        "business_key": candidate.key.text,
-                        "original_id": outcome.original_id,
-                    },
-                ).fetchone()
-                assert group is not None
-                conn.execute(query("join_group"), {"group_id": group[0], "original_id": outcome.original_id})
-                conn.execute(query("mark_duplicate"), params | outcome.params() | {"group_id": group[0]})
+                name = "mark_original"
             else:
-                conn.execute(query("mark_suspected"), params | outcome.params())
-            decided = self._one(
+                name = "mark_duplicate" if outcome.exact else "mark_suspected"
+                params |= outcome.params()
+            # None: decided already (a re-executed step); that decision stands.
+            decided = self._one(conn, DuplicateDecision, name, params) or self._one(
                 conn, DuplicateDecision, "load_duplicate_decision", {"invoice_id": lease.invoice_id}
             )
             assert decided is not None
@@ -627,15 +626,67 @@ class InvoiceStore:
 
     # -- the sensor ----------------------------------------------------------------------------
 
-    def claim_due_invoices(self, limit: int, request_timeout: timedelta | None = None) -> list[DueInvoice]:
-        """Due invoices not yet requested, marked requested; with request_timeout, also older requests."""
+    def claim_due_invoices(
+        self, limit: int, request_timeout: timedelta | None = None, *, requested_by: RequestedBy = None
+    ) -> list[DueInvoice]:
+        """Due invoices not yet requested, marked requested; with request_timeout, also older requests.
+
+        `requested_by` records whose run the requests wait for: an owner's text, or a function
+        from the claimed invoices (in seq order) to each one's owner. Either way it is written
+        in the claiming transaction, so no request exists without its owner.
+        """
         if limit < 1:
             raise ValueError(f"limit must be positive, got {limit}")
+        owner = requested_by if isinstance(requested_by, str) else None
         with self._transaction() as conn:
-            due = self._all(
-                conn, DueInvoice, "claim_due_invoices", {"limit": limit, "request_timeout": request_timeout}
+            due = sorted(
+                self._all(
+                    conn,
+                    DueInvoice,
+                    "claim_due_invoices",
+                    {"limit": limit, "request_timeout": request_timeout, "requested_by": owner},
+                ),
+                key=lambda d: d.seq,
             )
-        return sorted(due, key=lambda d: d.seq)
+            if due and callable(requested_by):
+                owners = requested_by(due)
+                ids = [d.invoice_id for d in due if d.invoice_id in owners]
+                conn.execute(
+                    query("assign_request_owners"),
+                    {"invoice_ids": ids, "owners": [owners[i] for i in ids]},
+                )
+        return due
+
+    def open_request_owners(self) -> list[OpenRequests]:
+        with self.pool.connection() as conn:
+            return self._all(conn, OpenRequests, "open_request_owners", {})
+
+    def release_requests(
+        self,
+        owner: str,
+        reason: str,
+        *,
+        count_attempt: bool,
+        min_age: timedelta,
+        max_attempts: int,
+        retry_base: timedelta,
+    ) -> list[Rescheduled]:
+        """Free the unclaimed requests of `owner`, whose run ended or died (see release_requests)."""
+        params = {
+            "owner": owner,
+            "reason": reason,
+            "count_attempt": count_attempt,
+            "min_age": min_age,
+            "max_attempts": max_attempts,
+            "retry_base": retry_base,
+        }
+        with self._transaction() as conn:
+            return self._all(conn, Rescheduled, "release_requests", params)
+
+    def status_counts_of(self, invoice_ids: list[UUID]) -> dict[str, int]:
+        with self.pool.connection() as conn:
+            rows = conn.execute(query("status_counts_of"), {"invoice_ids": invoice_ids}).fetchall()
+        return {str(r[0]): int(r[1]) for r in rows}
 
     def stale_requests(self, request_timeout: timedelta) -> list[UUID]:
         with self.pool.connection() as conn:

@@ -8,13 +8,15 @@ server instead (its database in the URL is only used to connect).
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from invoice_pipeline.config import ENV_DATABASE_URL
-from invoice_pipeline.db.embedded import EmbeddedPostgres
+from invoice_pipeline.db.embedded import ENV_SERVER_ROOT, EmbeddedPostgres
 from invoice_pipeline.db.migrate import migrate
 from invoice_pipeline.resources.invoice_database import close_shared_stores
 from invoice_pipeline.store import InvoiceStore
@@ -24,8 +26,28 @@ ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT.parent / "shared" / "corpus"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _server_root() -> Iterator[None]:
+    """As root, every embedded server the tests start (theirs, the CLI's, dagster dev's) keeps
+    its binaries and data in one folder of this session's, removed at the end: none is left
+    behind in /var/lib/invoice-pipeline. It must be reachable by the server user, so it is made
+    under /tmp, not in pytest's private tmp_path."""
+    root = Path(tempfile.mkdtemp(prefix="invoice-pipeline-server-"))
+    root.chmod(0o755)
+    previous = os.environ.get(ENV_SERVER_ROOT)
+    os.environ[ENV_SERVER_ROOT] = str(root)
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(ENV_SERVER_ROOT, None)
+        else:
+            os.environ[ENV_SERVER_ROOT] = previous
+        shutil.rmtree(root, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
-def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def server_url(_server_root: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A URL to a database on the server under test, used to create and drop test databases."""
     external = os.environ.get(ENV_DATABASE_URL)
     if external:
@@ -37,7 +59,7 @@ def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     try:
         yield server.url("postgres")
     finally:
-        server.stop(mode="immediate")
+        server.destroy()
 
 
 @pytest.fixture(scope="session")

@@ -6,13 +6,16 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 from psycopg import sql
 
+from invoice_pipeline.db.embedded import EmbeddedPostgres
 from invoice_pipeline.samples import generate_samples
+from invoice_pipeline_tests.factories import json_invoice
 from invoice_pipeline_tests.support import free_port
 
 
@@ -44,7 +47,10 @@ def test_ingest_process_status_show_on_generated_samples(
     assert f"{len(files) - len(identical)} new invoice(s), {len(identical)} already known" in ingest.stdout
 
     processed = cli("process", "--batch-size", "10", env=env)
-    assert processed.returncode == 0, processed.stderr
+    # The samples include broken files: quarantined invoices make `process` exit 1.
+    assert processed.returncode == (1 if any(f.quarantine_code for f in samples.files) else 0), (
+        processed.stderr
+    )
     assert "processing [" in processed.stderr
 
     status = json.loads(cli("status", "--json", env=env).stdout)
@@ -101,21 +107,24 @@ def test_embedded_server_outlives_its_starter_and_is_shared(tmp_path: Path) -> N
         assert cli("db", "status", env=env).stdout.startswith("running"), (
             "it outlived the process that started it"
         )
-        url = cli("db", "url", env=env).stdout.strip()
+        printed = cli("db", "url", env=env).stdout
+        assert printed.count("\n") == 1, "only the URL, even when the server has to be started"
+        url = printed.strip()
         assert url.startswith("postgresql://postgres@127.0.0.1:") and url.endswith("/invoice_pipeline")
         migrated = cli("migrate", env=env)
         assert "up to date" in migrated.stdout, migrated.stderr
-        with psycopg.connect(url) as conn:
+        with psycopg.connect(url, passfile=str(tmp_path / "home" / "pgpass")) as conn:
             listen = conn.execute("SHOW listen_addresses").fetchone()
         assert listen == ("127.0.0.1",), "loopback only by default"
-        assert (tmp_path / "home" / "pgdata" / f".s.PGSQL.{url.split(':')[2].split('/')[0]}").exists(), (
-            "and a socket in the data dir"
-        )
+        port = int(url.split(":")[2].split("/")[0])
+        data_dir = EmbeddedPostgres(tmp_path / "home" / "pgdata", port).pgdata  # elsewhere as root
+        assert (data_dir / f".s.PGSQL.{port}").exists(), "and a socket in the data dir"
         assert cli("db", "start", env=env).returncode == 0, "a second start attaches"
     finally:
         stopped = cli("db", "stop", env=env)
     assert stopped.stdout.strip() == "stopped"
     assert cli("db", "status", env=env).returncode == 3
+    EmbeddedPostgres(tmp_path / "home" / "pgdata", free_port()).destroy()
 
 
 @pytest.mark.parametrize(
@@ -138,3 +147,130 @@ def test_bad_arguments_get_clear_errors(env: dict[str, str]) -> None:
     assert shown.returncode == 2 and "invoice_id must be a UUID" in shown.stderr
     missing = cli("ingest", "/no/such/file.pdf", env=env)
     assert missing.returncode == 2 and "no such file or folder" in missing.stderr
+
+
+# -- the contract: a clear error and exit code 2 before any SQL runs ------------------------------
+
+
+def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
+    """stderr holds exactly one line, and it is no traceback."""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    "query, message",
+    [
+        ("sslmode=bogus", "sslmode must be one of"),
+        ("connect_timeout=abc", "bad value for connect_timeout"),
+        ("no_such_parameter=1", 'invalid URI query parameter: "no_such_parameter"'),
+        ("keepalives=often", "keepalives must be an integer"),
+    ],
+)
+def test_url_parameters_libpq_refuses_are_refused_in_one_line_before_any_sql(
+    tmp_path: Path, database_url: str, query: str, message: str
+) -> None:
+    url = f"{database_url}?{query}"
+    env = dict(os.environ, INVOICE_PIPELINE_HOME=str(tmp_path), INVOICE_PIPELINE_DATABASE_URL=url)
+    result = cli("status", env=env)
+    assert result.returncode == 2
+    assert message in one_line_error(result)
+
+
+def test_a_password_in_a_bad_url_is_never_echoed(tmp_path: Path) -> None:
+    url = "postgresql://u:hunter%202@localhost/db?application_name=hunter 2"
+    env = dict(os.environ, INVOICE_PIPELINE_HOME=str(tmp_path), INVOICE_PIPELINE_DATABASE_URL=url)
+    result = cli("status", env=env)
+    assert result.returncode == 2 and "hunter 2" not in one_line_error(result)
+
+
+def test_an_unreachable_server_is_one_line_and_exit_3(tmp_path: Path) -> None:
+    url = f"postgresql://postgres@127.0.0.1:{free_port()}/invoices?connect_timeout=2"
+    env = dict(os.environ, INVOICE_PIPELINE_HOME=str(tmp_path), INVOICE_PIPELINE_DATABASE_URL=url)
+    result = cli("status", env=env)
+    assert result.returncode == 3
+    assert one_line_error(result).startswith("invoice-pipeline: cannot reach the database:")
+
+
+def test_a_missing_database_is_one_line_and_exit_3(tmp_path: Path, database_url: str) -> None:
+    url = database_url.rsplit("/", 1)[0] + "/no_such_database_here"
+    env = dict(os.environ, INVOICE_PIPELINE_HOME=str(tmp_path), INVOICE_PIPELINE_DATABASE_URL=url)
+    result = cli("ingest", __file__, env=env)
+    assert result.returncode == 3
+    assert 'database "no_such_database_here" does not exist' in one_line_error(result)
+
+
+def migrated(url: str) -> bool:
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL").fetchone()
+    return bool(row and row[0])
+
+
+def test_show_refuses_a_non_uuid_before_migrating_anything(tmp_path: Path, empty_database_url: str) -> None:
+    env = dict(
+        os.environ, INVOICE_PIPELINE_HOME=str(tmp_path), INVOICE_PIPELINE_DATABASE_URL=empty_database_url
+    )
+    result = cli("show", "not-a-uuid", env=env)
+    assert result.returncode == 2 and "invoice_id must be a UUID" in result.stderr
+    assert not migrated(empty_database_url), "refused before any SQL ran"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("process", "--batch-size", "0"), ("samples", "OUT", "--count", "-1"), ("demo", "--count", "0")],
+)
+def test_impossible_numbers_are_refused_before_any_work(
+    tmp_path: Path, empty_database_url: str, args: tuple[str, ...]
+) -> None:
+    env = dict(
+        os.environ, INVOICE_PIPELINE_HOME=str(tmp_path), INVOICE_PIPELINE_DATABASE_URL=empty_database_url
+    )
+    result = cli(*[str(tmp_path / a) if a == "OUT" else a for a in args], env=env)
+    assert result.returncode == 2 and "must be at least 1" in result.stderr, result.stderr
+    assert not migrated(empty_database_url)
+    assert not (tmp_path / "OUT").exists() and not (tmp_path / "dagster_home").exists()
+
+
+def test_ingest_stores_nothing_when_any_argument_is_bad(
+    env: dict[str, str], tmp_path: Path, database_url: str
+) -> None:
+    good = tmp_path / "good.json"
+    good.write_bytes(json_invoice())
+    result = cli("ingest", str(good), str(tmp_path / "missing.json"), env=env)
+    assert result.returncode == 2 and "missing.json" in one_line_error(result)
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT count(*) FROM invoices").fetchone() == (0,)
+    blank_org = cli("ingest", str(good), "--org", " ", env=env)
+    assert blank_org.returncode == 2 and "blank" in one_line_error(blank_org)
+
+
+@pytest.fixture
+def dagster_database_dropped(database_url: str) -> Iterator[None]:
+    """`process` creates `<db>_dagster` beside the test database; drop it however the test ends."""
+    yield
+    _drop(database_url, database_url.rsplit("/", 1)[1] + "_dagster")
+
+
+@pytest.mark.usefixtures("dagster_database_dropped")
+def test_process_exit_code_says_whether_invoices_failed(env: dict[str, str], tmp_path: Path) -> None:
+    good = tmp_path / "good.json"
+    good.write_bytes(json_invoice("OK-1"))
+    assert cli("ingest", str(good), env=env).returncode == 0
+    clean = cli("process", env=env)
+    assert clean.returncode == 0, clean.stderr
+    assert "processed 1" in clean.stdout
+
+    broken = tmp_path / "broken.json"
+    broken.write_bytes(b'{"format_version": 1, "invoice_number": ')
+    assert cli("ingest", str(broken), env=env).returncode == 0
+    failed = cli("process", env=env)
+    assert failed.returncode == 1, failed.stderr
+    assert "quarantined 1" in failed.stdout and "were quarantined, failed or need attention" in failed.stderr
+
+
+def test_db_url_prints_only_the_url_on_stdout(env: dict[str, str], database_url: str) -> None:
+    result = cli("db", "url", env=env)
+    assert result.returncode == 0
+    assert result.stdout == database_url + "\n", "nothing but the URL: $(invoice-pipeline db url) must work"
+    assert "external database" in result.stderr

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import threading
-from decimal import Decimal
 from uuid import UUID
 
 import psycopg
 import pytest
 
+from benchmarks.datasets import insert_decided_originals
+from benchmarks.datasets import invoice_fields as fields_for
 from invoice_pipeline.dedupe import decide_duplicate
 from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.keys import lock_ids
-from invoice_pipeline.domain.matching import MatchCandidate
 from invoice_pipeline.domain.normalize import blocking_key
 from invoice_pipeline.store import InvoiceStore
 from invoice_pipeline_tests.support import wait_for
@@ -26,18 +25,6 @@ ROUNDS = 5
 # seller named by VAT id in some copies and by name alone in others (two business keys).
 NUMBER_SPELLINGS = ["INV-00123", "inv 123", "INV123", "Inv.#0123", "INV-123", "inv-000123"]
 VAT_IDS = ["DE123456789", None, "DE123456789"]
-
-
-def fields_for(
-    number: str, seller: str = "Acme Supplies GmbH", total: str = "1436.50", vat: str | None = "DE123456789"
-) -> InvoiceFields:
-    return InvoiceFields(
-        invoice_number=number,
-        currency="EUR",
-        payable_total=Decimal(total),
-        seller_name=seller,
-        seller_vat_id=vat,
-    )
 
 
 def _decide_all(  # type: ignore[no-untyped-def]
@@ -196,35 +183,6 @@ def test_fuzzy_copies_decided_at_the_same_moment_are_never_both_originals(databa
         assert copy[3] == original[0]
 
 
-def _bulk_originals(url: str, org: str, fields: list[InvoiceFields]) -> None:
-    """Decided originals, keyed exactly as the product keys them, written in one COPY."""
-    with psycopg.connect(url) as conn, conn.cursor() as cur:
-        with cur.copy(
-            "COPY invoices (org_id, status, fields, invoice_number, payable_total, currency, seller_name,"
-            " seller_vat_id, duplicate_status, business_key, business_key_hash, vendor_key, block_key)"
-            " FROM STDIN"
-        ) as copy:
-            for i, f in enumerate(fields):
-                c = MatchCandidate.from_fields(f"bulk-{i}", org, f)
-                copy.write_row(
-                    (
-                        org,
-                        "processed",
-                        json.dumps(f.to_json()),
-                        f.invoice_number,
-                        f.payable_total,
-                        f.currency,
-                        f.seller_name,
-                        f.seller_vat_id,
-                        "original",
-                        c.key.text,
-                        c.key.hash,
-                        c.key.vendor,
-                        c.block.id if c.block else None,
-                    )
-                )
-
-
 def test_copy_is_found_among_ten_thousand_originals_of_its_vendor_and_of_its_amount(
     database_url: str, store: InvoiceStore
 ) -> None:
@@ -233,7 +191,7 @@ def test_copy_is_found_among_ten_thousand_originals_of_its_vendor_and_of_its_amo
     same_amount = [
         fields_for(f"X-{n}", seller=f"Vendor {n}", vat=f"DE{n:09d}", total="777.70") for n in range(10_000)
     ]
-    _bulk_originals(database_url, "acme", same_vendor + same_amount)
+    insert_decided_originals(database_url, "acme", same_vendor + same_amount)
 
     original = store.store_document(b"{}", "acme", "original.json").invoice_id
     lease = store.acquire(original, 1)

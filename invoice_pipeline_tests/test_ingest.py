@@ -7,8 +7,9 @@ import multiprocessing
 from pathlib import Path
 
 import psycopg
+import pytest
 
-from invoice_pipeline.ingest import ingest_paths
+from invoice_pipeline.ingest import FileState, InboxScan, ingest_paths, scan_inbox, take_scanned
 from invoice_pipeline.store import InvoiceStore
 from invoice_pipeline_tests.factories import json_invoice
 
@@ -74,3 +75,66 @@ def test_unreadable_bytes_are_kept_for_the_pipeline_to_quarantine(
     (done,) = ingest_paths(store, [path], "acme")
     document = store.load_document(done.result.invoice_id)
     assert document is not None and document.content == path.read_bytes()
+
+
+def _ready(inbox: Path) -> tuple[InboxScan, dict[str, FileState]]:
+    """A scan, and the observation a previous scan would have made of the same files."""
+    scan = scan_inbox(inbox)
+    return scan, {str(e.relative): FileState.of(e.st) for e in scan.entries}
+
+
+def test_a_file_that_vanishes_between_the_scan_and_the_read_is_skipped_and_the_rest_goes_on(
+    store: InvoiceStore, tmp_path: Path
+) -> None:
+    inbox = tmp_path / "inbox"
+    (inbox / "acme").mkdir(parents=True)
+    (inbox / "acme" / "a.json").write_bytes(json_invoice("A-1", total="10.00"))
+    (inbox / "acme" / "gone.json").write_bytes(json_invoice("G-1", total="20.00"))
+    (inbox / "acme" / "z.json").write_bytes(json_invoice("Z-1", total="30.00"))
+    scan, seen = _ready(inbox)
+    (inbox / "acme" / "gone.json").unlink()  # listed, then gone before it is opened
+    done = take_scanned(store, scan, seen)
+    assert sorted(f.path.name for f in done.ingested) == ["a.json", "z.json"]
+    assert [(s.path.name, s.reason) for s in done.skipped] == [
+        ("gone.json", "it vanished between the scan and the read")
+    ]
+    assert done.rejected == [] and done.error is None
+
+
+def test_a_file_swapped_for_a_symlink_after_the_scan_is_never_followed(
+    store: InvoiceStore, tmp_path: Path
+) -> None:
+    inbox = tmp_path / "inbox"
+    (inbox / "acme").mkdir(parents=True)
+    victim = inbox / "acme" / "invoice.xml"
+    victim.write_bytes(b"x" * len(Path("/etc/passwd").read_bytes()))
+    scan, seen = _ready(inbox)
+    victim.unlink()
+    victim.symlink_to("/etc/passwd")  # the classic race: checked as a file, opened as a link
+    done = take_scanned(store, scan, seen)
+    assert done.ingested == []
+    (rejected,) = done.rejected
+    assert rejected.moved_to is not None and rejected.moved_to.is_symlink()
+    assert "symbolic link" in rejected.reason
+    with psycopg.connect(store.database_url) as conn:
+        assert conn.execute("SELECT count(*) FROM documents").fetchone() == (0,)
+
+
+def test_ingesting_a_folder_takes_regular_files_only(store: InvoiceStore, tmp_path: Path) -> None:
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "real.json").write_bytes(json_invoice("R-1"))
+    (folder / "link.xml").symlink_to("/etc/passwd")
+    (folder / "linked-dir").symlink_to("/etc", target_is_directory=True)
+    (folder / "upload.json.part").write_bytes(b"{")
+    done = ingest_paths(store, [folder], "acme")
+    assert [f.path.name for f in done] == ["real.json"]
+
+
+def test_a_bad_argument_stores_nothing(store: InvoiceStore, tmp_path: Path) -> None:
+    good = tmp_path / "good.json"
+    good.write_bytes(json_invoice())
+    with pytest.raises(FileNotFoundError, match="no such file or folder: .*missing.json"):
+        ingest_paths(store, [good, tmp_path / "missing.json"], "acme")
+    with psycopg.connect(store.database_url) as conn:
+        assert conn.execute("SELECT count(*) FROM invoices").fetchone() == (0,)

@@ -12,6 +12,7 @@ from dagster import DagsterEventType, DagsterInstance, ExecuteInProcessResult
 from invoice_pipeline.assets.lineage import PIPELINE_ASSET_KEYS
 from invoice_pipeline.documents import ExtractedText
 from invoice_pipeline.jobs import make_jobs
+from invoice_pipeline.ops import unique_refs
 from invoice_pipeline.resources import DocumentReader
 from invoice_pipeline.store import InvoiceStore
 from invoice_pipeline_tests.factories import json_invoice, pipeline_resources
@@ -98,7 +99,9 @@ def test_duplicate_is_rejected_and_never_posted(database_url: str, store: Invoic
     assert other is not None and other.status == "original", "another org's copy is its own original"
 
 
-def test_suspected_duplicate_is_held_for_review_and_never_posted(database_url: str, store: InvoiceStore) -> None:
+def test_suspected_duplicate_is_held_for_review_and_never_posted(
+    database_url: str, store: InvoiceStore
+) -> None:
     first = store.store_document(json_invoice("INV-00123"), "acme", "a.json").invoice_id
     # The same invoice re-keyed by hand: number without its prefix, seller by name only.
     copy = store.store_document(
@@ -172,7 +175,13 @@ class SweptWhileReading(DocumentReader):
 
 def test_lost_lease_stops_the_run_without_retries_or_writes(database_url: str, store: InvoiceStore) -> None:
     inv = store.store_document(json_invoice(), "acme", "a.json").invoice_id
-    result = run_single(database_url, inv, SweptWhileReading(database_url=database_url), heartbeat_seconds=30)
+    result = run_single(
+        database_url,
+        inv,
+        SweptWhileReading(database_url=database_url),
+        heartbeat_seconds=30,
+        lock_ttl_seconds=60,
+    )
     assert not result.success
     failures = [e for e in result.all_events if e.event_type == DagsterEventType.STEP_FAILURE]
     assert len(failures) == 1 and "lease lost" in (failures[0].message or "") + str(
@@ -321,3 +330,9 @@ def test_waiting_batch_branches_keep_their_leases_under_a_running_sweep(
         ).fetchone()
     assert span is not None and float(span[0]) > 2, "the leases really lived past the 1 s TTL"
     assert all(store.invoice_state(i).status == "processed" for i in ids)  # type: ignore[union-attr]
+
+
+def test_fan_out_keeps_each_invoice_with_its_own_attempt() -> None:
+    refs = unique_refs(["A", "B", "A", "C"], [1, 2, 1, 3])
+    assert [(r.invoice_id, r.attempt) for r in refs] == [("A", 1), ("B", 2), ("C", 3)]
+    assert [r.attempt for r in unique_refs(["A", "A"], None)] == [None]

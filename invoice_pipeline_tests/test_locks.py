@@ -15,7 +15,7 @@ import pytest
 
 from invoice_pipeline.documents import ExtractedText
 from invoice_pipeline.domain.fields import InvoiceFields
-from invoice_pipeline.domain.keys import BusinessKey
+from invoice_pipeline.domain.matching import MatchCandidate
 from invoice_pipeline.leases import LeaseLost
 from invoice_pipeline.store import InvoiceStore, MatchOutcome
 from invoice_pipeline_tests.support import db_seconds_since, wait_for
@@ -184,13 +184,14 @@ def test_zombie_cannot_write_anything(database_url: str, store: InvoiceStore) ->
     fields = InvoiceFields(
         invoice_number="INV-1", currency="EUR", payable_total=Decimal("10.00"), seller_name="Zed"
     )
-    key = BusinessKey("acme", "name:zed", "inv1")
     writes = {
         "breadcrumb": lambda: store.record_step(lease, "extract_text", skipped=False),
         "skip crumb": lambda: store.record_step(lease, "extract_text", skipped=True),
         "text": lambda: store.save_extracted_text(lease, ExtractedText("pdf", "t", None, "x", 1)),
         "fields": lambda: store.save_fields(lease, fields),
-        "dedupe": lambda: store.decide_duplicate(lease, "acme", key, "name:zed", fields, lambda rows: None),
+        "dedupe": lambda: store.decide_duplicate(
+            lease, MatchCandidate.from_fields(str(invoice), "acme", fields), lambda rows: None
+        ),
         "approval": lambda: store.record_approval(lease, "approved", "test"),
         "ledger": lambda: store.post_to_ledger(lease, "acme", Decimal("10.00"), "EUR"),
         "complete": lambda: store.complete(lease),
@@ -268,25 +269,24 @@ def test_matcher_never_sees_another_orgs_rows(database_url: str, store: InvoiceS
         seen.extend(org for _, org, _ in rows)
         return None
 
-    for org, number in (("org-a", "1"), ("org-b", "1"), ("org-a", "2")):
+    # One number, totals a cent apart: the same block neighbourhood in both orgs.
+    for org, total in (("org-a", "5.00"), ("org-b", "5.00"), ("org-a", "5.01")):
         fields = InvoiceFields(
-            invoice_number=number, currency="EUR", payable_total=Decimal("5.00"), seller_name="V"
+            invoice_number="1", currency="EUR", payable_total=Decimal(total), seller_name="V"
         )
         (inv,) = _new_invoices(database_url, 1, org)
         lease = store.acquire(inv, 1)
         assert lease is not None
         store.save_fields(lease, fields)
-        decision = store.decide_duplicate(
-            lease, org, BusinessKey(org, "name:v", number), "name:v", fields, record
-        )
+        decision = store.decide_duplicate(lease, MatchCandidate.from_fields(str(inv), org, fields), record)
         assert decision.status == "original"
     assert seen == ["org-a"], "only the first org-a invoice is a candidate for the second one"
 
 
 def test_unique_index_refuses_a_second_original_even_without_the_lock(database_url: str) -> None:
     insert = (
-        "INSERT INTO invoices (org_id, business_key, payable_total, currency, duplicate_status)"
-        " VALUES (%s, 'k', 10, 'EUR', 'original')"
+        "INSERT INTO invoices (org_id, business_key, payable_total, currency, block_key, duplicate_status)"
+        " VALUES (%s, 'k', 10, 'EUR', 42, 'original')"
     )
     with psycopg.connect(database_url) as conn:
         conn.execute(insert, ("acme",))

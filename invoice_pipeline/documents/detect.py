@@ -13,18 +13,49 @@ CII_NS = "urn:un:unece:uncefact:data:standard:CrossIndustryInvoice:100"
 # ZUGFeRD 1.0 predates CII D16B but carries the same information under older names.
 ZUGFERD1_NS = "urn:ferd:CrossIndustryDocument:invoice:1p0"
 
-_BOMS = (b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff")
+# Longest first: the UTF-32LE mark begins with the UTF-16LE one.
+_BOMS = (b"\x00\x00\xfe\xff", b"\xff\xfe\x00\x00", b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff")
+
+
+def bomless_wide_encoding(content: bytes) -> str | None:
+    """UTF-16/UTF-32 without a byte-order mark, told by where the first character's NULs are.
+
+    The detection RFC 4627 section 3 and XML 1.0 Appendix F describe; None for anything else.
+    """
+    if any(content.startswith(bom) for bom in _BOMS) or len(content) < 4:
+        return None
+    b = content[:4]
+    if b[0] == b[1] == b[2] == 0 and b[3]:
+        return "UTF-32BE"
+    if b[0] and b[1] == b[2] == b[3] == 0:
+        return "UTF-32LE"
+    if b[0] == 0 and b[1] and b[2] == 0:
+        return "UTF-16BE"
+    if b[0] and b[1] == 0 and b[3] == 0:
+        return "UTF-16LE"
+    return None
 
 
 def sniff(content: bytes) -> str:
     """'pdf', 'xml' or 'json' by content; raises BadDocument for anything else."""
+    wide = bomless_wide_encoding(content)
+    if wide is not None:
+        first = content[:64].decode(wide.lower(), errors="replace").lstrip(" \t\r\n")
+        if first.startswith("<"):
+            return "xml"  # XML may declare its encoding; xmlsafe names the problem if it cannot be read
+        if first.startswith(("{", "[")):
+            raise BadDocument(
+                "bad_encoding",
+                f"JSON is encoded as {wide} without a byte-order mark; JSON exchanged between systems "
+                "must be UTF-8 (RFC 8259): re-export it as UTF-8",
+            )
     head = content[:64]
     for bom in _BOMS:
         if head.startswith(bom):
             head = head[len(bom) :]
             break
-    if head.startswith(b"<\x00") or head.startswith(b"\x00<"):
-        return "xml"  # UTF-16 without BOM
+    if head.startswith(b"<\x00") or head.startswith(b"\x00<") or head.startswith(b"\x00\x00"):
+        return "xml"  # UTF-16/32 behind a byte-order mark
     stripped = head.lstrip(b" \t\r\n")
     if stripped.startswith(b"<"):
         return "xml"

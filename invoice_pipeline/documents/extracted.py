@@ -6,8 +6,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-FORMATS = ("ubl", "cii", "facturx-pdf", "pdf", "json")
-
 
 @dataclass(frozen=True)
 class ExtractedText:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import logging
+import math
 import shutil
 import subprocess
 import tempfile
@@ -14,9 +15,12 @@ from typing import Any
 import pdfplumber
 import pypdf
 from lxml import etree
+from pypdf.errors import LimitReachedError
+from pypdf.generic import ArrayObject, DictionaryObject, IndirectObject, NameObject
 
 from .detect import classify_xml
-from .errors import BadDocument
+from .errors import BadDocument, resource_error, too_complex
+from .limits import DEFAULT_MAX_BYTES, MAX_PDF_PAGES, MAX_TEXT_CHARS, storable_text, text_too_long
 from .xmlsafe import parse_xml, serialize
 
 log = logging.getLogger(__name__)
@@ -28,7 +32,20 @@ _PREFERRED_XML = ("factur-x.xml", "zugferd-invoice.xml", "xrechnung.xml")
 SEGMENT_GAP = "   "
 # Small enough that 7-pt prose fits, so table columns further right keep their alignment.
 POINTS_PER_COLUMN = 3.5
+# The largest page PDF allows (200 inches at UserUnit 1). Text placed beyond the page (x0 in the
+# millions) is drawn at its edge: padding to the real x0 turned a 1 kB file into 100 MB of spaces.
+MAX_PAGE_POINTS = 14_400.0
 OCR_TIMEOUT_S = 120
+# Containers visited when looking for active content; an invoice has a few thousand.
+MAX_PDF_OBJECTS = 200_000
+
+# Keys and action types that make a PDF run something when a person opens the original.
+_ACTIVE_KEYS = {"/JS": "JavaScript", "/JavaScript": "JavaScript", "/Launch": "a Launch action"}
+_ACTIVE_ACTIONS = {"/JavaScript": "JavaScript", "/Launch": "a Launch action"}
+ACTIVE_CONTENT_ADVICE = (
+    "invoices never need it and it runs when a person opens the file in a PDF viewer; "
+    "ask the vendor for a plain PDF or an e-invoice XML, and do not open this original"
+)
 
 
 @dataclass(frozen=True)
@@ -44,7 +61,7 @@ class PdfText:
     method: str
 
 
-def open_pdf(content: bytes) -> pypdf.PdfReader:
+def open_pdf(content: bytes, *, max_pages: int = MAX_PDF_PAGES) -> pypdf.PdfReader:
     # A missing %%EOF marker means the upload or mail transfer was cut off; pypdf would otherwise
     # silently "repair" the file and we would read half an invoice.
     if b"%%EOF" not in content[-2048:]:
@@ -63,29 +80,118 @@ def open_pdf(content: bytes) -> pypdf.PdfReader:
                 raise BadDocument(
                     "encrypted_pdf", "PDF is password-protected; ask the vendor for an unprotected copy"
                 )
-        _ = len(reader.pages)
+        pages = len(reader.pages)
+        if pages > max_pages:
+            raise too_complex(
+                f"PDF has {pages:,} pages, above the per-document limit of {max_pages:,} "
+                "(DocumentReader.max_pdf_pages)",
+                "send the invoice without appended documents, or as an e-invoice XML",
+            )
+        active = active_content(reader)
     except BadDocument:
         raise
     except Exception as exc:  # pypdf raises many unrelated types on damaged input
-        raise BadDocument(
-            "corrupt_pdf", f"PDF structure is damaged ({type(exc).__name__}); ask the sender to re-export it"
-        ) from None
+        raise _pdf_error(exc, "PDF structure is damaged") from None
+    if active is not None:
+        raise BadDocument("active_content", f"PDF contains {active}; {ACTIVE_CONTENT_ADVICE}")
     return reader
 
 
-def embedded_invoice_xml(reader: pypdf.PdfReader) -> EmbeddedXml | None:
+def _pdf_error(exc: Exception, what: str) -> BadDocument:
+    """The BadDocument for an exception a PDF library raised on this input."""
+    limit = resource_error(exc)
+    if isinstance(limit, MemoryError):
+        raise limit  # the sandbox reports which bound was hit; this is not damage
+    if isinstance(limit, RecursionError):
+        return too_complex(
+            "PDF objects are nested too deeply to read", "ask the sender to re-export the invoice"
+        )
+    if isinstance(exc, LimitReachedError):
+        return too_complex(
+            f"PDF exceeds a safety limit of the PDF reader ({exc})",
+            "it is probably a decompression bomb; ask the sender to re-export the invoice",
+        )
+    return BadDocument("corrupt_pdf", f"{what} ({type(exc).__name__}); ask the sender to re-export it")
+
+
+def active_content(reader: pypdf.PdfReader) -> str | None:
+    """What in the PDF would run when opened (JavaScript, a Launch action), if anything.
+
+    We never execute it, but the original is kept and shown to people, who open it in a viewer.
+    Walks every container reachable from the catalog, resolving each object once.
+    """
+    stack: list[object] = [reader.trailer.raw_get("/Root")]
+    seen: set[tuple[int, int]] = set()
+    visited = 0
+    while stack:
+        obj = stack.pop()
+        if isinstance(obj, IndirectObject):
+            ref = (obj.idnum, obj.generation)
+            if ref in seen:
+                continue
+            seen.add(ref)
+            try:
+                obj = obj.get_object()
+            except Exception as exc:  # a dangling reference is not active content
+                if resource_error(exc) is not None:
+                    raise
+                continue
+        if not isinstance(obj, (DictionaryObject, ArrayObject)):
+            continue
+        visited += 1
+        if visited > MAX_PDF_OBJECTS:
+            raise too_complex(
+                f"PDF has more than {MAX_PDF_OBJECTS:,} objects",
+                "an invoice has a few thousand; re-export it",
+            )
+        if isinstance(obj, ArrayObject):
+            stack.extend(obj)
+            continue
+        for key, value in obj.items():
+            if key in _ACTIVE_KEYS:
+                return _ACTIVE_KEYS[key]
+            if key == "/S" and isinstance(value, NameObject) and value in _ACTIVE_ACTIONS:
+                return _ACTIVE_ACTIONS[str(value)]
+            stack.append(value)
+    return None
+
+
+def embedded_invoice_xml(
+    reader: pypdf.PdfReader, *, max_bytes: int = DEFAULT_MAX_BYTES
+) -> EmbeddedXml | None:
     """The hybrid-invoice XML, parsed with the hardened parser.
 
     factur-x's get_xml_from_pdf parses attachments with lxml's default parser before we could
-    screen them, so the attachments are read here with pypdf and only ever parsed safely.
+    screen them, so the attachments are read here with pypdf and only ever parsed safely. Only
+    XML attachments are decompressed at all (an attached archive could be a bomb), each bounded
+    by the document size limit.
     """
     try:
-        attachments = [(a.name, a.content) for a in reader.attachment_list]
+        listed = [a for a in reader.attachment_list if a.name.lower().endswith(".xml")]
     except Exception as exc:  # a broken attachment tree must not hide the text layer
+        if resource_error(exc) is not None:
+            raise
         log.info("cannot list PDF attachments: %s", exc)
         return None
+    attachments: list[tuple[str, bytes]] = []
+    for a in listed:
+        try:
+            data = a.content
+        except LimitReachedError:
+            data = None
+        except Exception as exc:  # one damaged attachment must not hide the others
+            if resource_error(exc) is not None:
+                raise
+            log.info("cannot read PDF attachment %s: %s", a.name, exc)
+            continue
+        if data is None or len(data) > max_bytes:
+            raise too_complex(
+                f"the attached {a.name!r} decompresses to more than {max_bytes:,} bytes, the document size limit",
+                "it is probably a decompression bomb; ask the sender to re-export the invoice",
+            )
+        attachments.append((a.name, data))
     ranked = sorted(
-        (a for a in attachments if a[0].lower().endswith(".xml") and a[1]),
+        (a for a in attachments if a[1]),
         key=lambda a: (
             _PREFERRED_XML.index(a[0].lower()) if a[0].lower() in _PREFERRED_XML else len(_PREFERRED_XML)
         ),
@@ -103,8 +209,14 @@ def embedded_invoice_xml(reader: pypdf.PdfReader) -> EmbeddedXml | None:
     return None
 
 
-def _line_text(words: list[dict[str, Any]]) -> str:
-    words = sorted(words, key=lambda w: w["x0"])
+def _column(x0: float, width: float) -> int:
+    """Where a word starts in the layout text, clamped to the page (and to the largest page)."""
+    x = x0 if math.isfinite(x0) else width
+    return int(min(max(x, 0.0), width) / POINTS_PER_COLUMN)
+
+
+def _line_text(words: list[dict[str, Any]], width: float = MAX_PAGE_POINTS) -> str:
+    words = sorted(words, key=lambda w: w["x0"] if math.isfinite(w["x0"]) else width)
     segments: list[tuple[float, list[str]]] = []
     prev_x1: float | None = None
     for w in words:
@@ -116,7 +228,7 @@ def _line_text(words: list[dict[str, Any]]) -> str:
         prev_x1 = w["x1"]
     out = ""
     for x0, parts in segments:
-        col = int(x0 / POINTS_PER_COLUMN)
+        col = _column(x0, width)
         if out:
             out += SEGMENT_GAP
         out = out.ljust(col)
@@ -124,45 +236,64 @@ def _line_text(words: list[dict[str, Any]]) -> str:
     return out.rstrip()
 
 
-def layout_text(pdf: pdfplumber.PDF) -> str:
+def layout_text(pdf: pdfplumber.PDF, *, max_chars: int = MAX_TEXT_CHARS) -> str:
     """Text with one line per visual line and columns kept apart by >= 3 spaces.
 
     Plain text extraction glues the sender block and the address window into one line; the
-    field heuristics need to know which words belong together.
+    field heuristics need to know which words belong together. Columns are clamped to the page
+    and the whole text to `max_chars` (BadDocument too_complex beyond it), checked line by line
+    so an oversized text is never built.
     """
     pages: list[str] = []
+    total = 0
     for page in pdf.pages:
+        width = float(page.width) if math.isfinite(page.width) and page.width > 0 else MAX_PAGE_POINTS
+        width = min(width, MAX_PAGE_POINTS)
         words = page.extract_words(extra_attrs=["size"], keep_blank_chars=False, use_text_flow=False)
-        words.sort(key=lambda w: (w["top"], w["x0"]))
+        words.sort(
+            key=lambda w: (
+                w["top"] if math.isfinite(w["top"]) else 0.0,
+                w["x0"] if math.isfinite(w["x0"]) else width,
+            )
+        )
         lines: list[list[dict[str, Any]]] = []
         line_top: float | None = None
         for w in words:
-            if line_top is None or w["top"] - line_top > 3.0:
+            if line_top is None or not w["top"] - line_top <= 3.0:
                 lines.append([w])
                 line_top = w["top"]
             else:
                 lines[-1].append(w)
-        pages.append("\n".join(_line_text(line) for line in lines))
+        rendered: list[str] = []
+        for line in lines:
+            text = _line_text(line, width)
+            total += len(text) + 1
+            if total > max_chars:
+                raise text_too_long(total, max_chars)
+            rendered.append(text)
+        pages.append("\n".join(rendered))
+        # pdfplumber caches every page's objects on the PDF; without this a long file holds all
+        # of them at once (~15 MB per dense page).
+        page.close()
     return "\n\f\n".join(pages)
 
 
-def text_layer(content: bytes) -> PdfText:
+def text_layer(content: bytes, *, max_chars: int = MAX_TEXT_CHARS) -> PdfText:
     try:
         with pdfplumber.open(io.BytesIO(content), password="") as pdf:
-            text = layout_text(pdf)
+            text = layout_text(pdf, max_chars=max_chars)
             count = len(pdf.pages)
     except BadDocument:
         raise
     except Exception as exc:  # pdfminer raises many unrelated types on damaged input
-        raise BadDocument(
-            "corrupt_pdf",
-            f"PDF text could not be read ({type(exc).__name__}); ask the sender to re-export it",
-        ) from None
+        raise _pdf_error(exc, "PDF text could not be read") from None
     if text.replace("\f", "").strip():
-        return PdfText(text, count, "pdf-text-layer")
+        return PdfText(storable_text(text), count, "pdf-text-layer")
     ocr = ocr_text(content)
+    if ocr is not None and len(ocr) > max_chars:
+        raise text_too_long(len(ocr), max_chars)
     if ocr is not None and ocr.strip():
-        return PdfText(ocr, count, "ocr-tesseract")
+        return PdfText(storable_text(ocr), count, "ocr-tesseract")
     if ocr is not None:
         raise BadDocument("no_text_layer", "PDF has no text layer and OCR found no text; is it a blank scan?")
     raise BadDocument(

@@ -237,29 +237,49 @@ def first_date(text: str) -> date | None:
 
 
 _ID_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9\-/._]*")
+# A short letter prefix set apart from its digits: "INV 42", "inv.#0042", "F.#2024/7".
+_PREFIXED_NUMBER = re.compile(r"[A-Za-z]{1,5}\.?(?: ?#| )\d[A-Za-z0-9\-/._]*")
+# A further group of digits after a single space: "2025 29411".
+_SPACED_GROUP = re.compile(r" \d+(?!\S)")
 
 
 def first_identifier(text: str) -> str | None:
-    m = re.match(r"\s*(?:\(\d{1,3}\)\s*)?[:#.\-–]?\s*(?:n[°º]\.?\s*|no\.?\s*|nr\.?\s*)?[:#]?\s*", text, _I)
+    m = re.match(r"\s*(?:\(\d{1,3}\)\s*)?[:#.\-–]?\s*(?:n[°º]\.?\s*|no\.?\s*|nr\.?\s*)?[:#\-–]?\s*", text, _I)
     rest = text[m.end() :] if m else text
     t = _ID_TOKEN.match(rest)
     if not t:
         return None
     value = t.group().rstrip("._-/")
+    # A number written with spaces is still one number. Read token by token, "INV 42" gave no
+    # digit (and the label's search went on down into the table, returning a quantity) and
+    # "2025 29411" gave its first group only. Never joined into a date.
+    end = t.end()
+    if not re.search(r"\d", value) and (joined := _PREFIXED_NUMBER.match(rest)) is not None:
+        end = joined.end()
+    while (group := _SPACED_GROUP.match(rest, end)) is not None:
+        end = group.end()
+    longer = rest[:end].rstrip("._-/")
+    if longer != value and first_date(longer) is None:
+        value = longer
     if not re.search(r"\d", value) or first_date(value) == value:
         return None
     return value
 
 
 _VAT_VALUE = re.compile(r"\b([A-Z]{2,3})[ \-]?([0-9A-Z.\-]*\d[0-9A-Z.\-]*(?: [0-9A-Z.\-]*\d[0-9A-Z.\-]*)*)")
+# The same typed in lower case ("de 123.456.789"); tried only when no upper-case id is there.
+_VAT_VALUE_LOWER = re.compile(
+    r"\b([a-z]{2})[ \-]?([0-9a-z.\-]*\d[0-9a-z.\-]*(?: [0-9a-z.\-]*\d[0-9a-z.\-]*)*)"
+)
 
 
 def vat_value(text: str) -> str | None:
-    for m in _VAT_VALUE.finditer(text):
-        value = (m.group(1) + m.group(2).replace(" ", "")).rstrip(".-")
-        alnum = re.sub(r"[^0-9A-Z]", "", value)
-        if 8 <= len(alnum) <= 16 and sum(ch.isdigit() for ch in alnum) >= 6:
-            return value
+    for pattern in (_VAT_VALUE, _VAT_VALUE_LOWER):
+        for m in pattern.finditer(text):
+            value = (m.group(1) + m.group(2).replace(" ", "")).rstrip(".-")
+            alnum = re.sub(r"[^0-9A-Z]", "", value.upper())
+            if 8 <= len(alnum) <= 16 and sum(ch.isdigit() for ch in alnum) >= 6:
+                return value
     return None
 
 

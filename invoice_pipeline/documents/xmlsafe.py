@@ -11,12 +11,21 @@ import re
 
 from lxml import etree
 
-from .errors import BadDocument
+from .detect import bomless_wide_encoding
+from .errors import BadDocument, too_complex
 
 # Screened before parsing: declarations are rejected before libxml2 ever sees them, whatever
 # the parser settings. The tree check below catches encodings this byte scan cannot see.
 _ENTITY_DECL = re.compile(rb"<!\s*ENTITY", re.IGNORECASE)
 _ENTITY_DECL_TEXT = re.compile(r"<!\s*ENTITY", re.IGNORECASE)
+
+# libxml2's own bounds without XML_PARSE_HUGE (huge_tree stays off on purpose): a text node or
+# attribute over 10 MB, nesting deeper than 256 levels, a name over 50,000 characters.
+_LIBXML_LIMITS = ("resource limit exceeded", "excessive depth", "xml_parse_huge", "huge input lookup")
+
+# A UBL invoice line is 20-40 elements: this is ~30,000 lines. Millions of empty elements fit in
+# the size limit and cost ~150 bytes of libxml2 memory each, and are never an invoice.
+MAX_XML_ELEMENTS = 1_000_000
 
 ENTITY_REASON = (
     "XML declares entities in a DOCTYPE (possible XXE or entity-expansion attack); "
@@ -59,8 +68,24 @@ def parse_xml(content: bytes) -> etree._Element:
     try:
         root = etree.fromstring(content, parser=_parser())
     except etree.XMLSyntaxError as exc:
-        msg = str(exc)
+        if any(entry.type_name == "ERR_NO_MEMORY" for entry in exc.error_log):
+            # libxml2 could not allocate: the sandbox's memory bound, not a malformed file.
+            raise MemoryError("libxml2: out of memory") from None
+        msg = " ".join(str(exc).split())  # libxml2 messages carry line breaks
         lowered = msg.lower()
+        if any(limit in lowered for limit in _LIBXML_LIMITS):
+            raise too_complex(
+                f"XML exceeds a parser safety limit ({msg})",
+                "e-invoices never need a text over 10 MB or nesting deeper than 256 levels; "
+                "ask the sender for a plain UBL/CII export",
+            ) from None
+        wide = bomless_wide_encoding(content)
+        if wide is not None:
+            raise BadDocument(
+                "bad_encoding",
+                f"XML is encoded as {wide} without a byte-order mark and cannot be read ({msg}); "
+                "re-export it as UTF-8",
+            ) from None
         if "encoding" in lowered or "utf-8" in lowered or "utf-16" in lowered or "char 0x" in lowered:
             raise BadDocument(
                 "bad_encoding",
@@ -77,6 +102,12 @@ def parse_xml(content: bytes) -> etree._Element:
     tree = root.getroottree()
     if _has_entities(tree):
         raise BadDocument("xml_entities_forbidden", ENTITY_REASON)
+    for count, _ in enumerate(root.iter(), 1):
+        if count > MAX_XML_ELEMENTS:
+            raise too_complex(
+                f"XML has more than {MAX_XML_ELEMENTS:,} elements, the per-document limit",
+                "an e-invoice has a few thousand; ask the sender for the invoice alone",
+            )
     return root
 
 

@@ -97,22 +97,60 @@ def normalize_invoice_number(raw: str) -> str:
 OCR_CONFUSABLES: dict[str, str] = {"O": "0", "Q": "0", "I": "1", "L": "1", "B": "8", "S": "5", "Z": "2"}
 
 
+_DIGITS_OCR_MAKES_OF_LETTERS = frozenset(OCR_CONFUSABLES.values())
+# A word a scan began with a digit: "1NV" for "INV" (a confusable digit, then two or more
+# letters of which at least two no confusion explains).
+_DIGIT_STARTED_WORD = re.compile(r"^[0-9][A-Z]{2,}")
+
+
+def _strip_word(token: str) -> tuple[str, bool]:
+    """(the token without a leading word a scan began with a digit, whether one was removed)."""
+    m = _DIGIT_STARTED_WORD.match(token)
+    if m and token[0] in _DIGITS_OCR_MAKES_OF_LETTERS:
+        if sum(ch not in OCR_CONFUSABLES for ch in m.group()[1:]) >= 2:
+            return token[m.end() :], True
+    return token, False
+
+
+def _lead_as_digits(lead: str, preceded: bool) -> str:
+    """Digits hidden in the letters before a token's first digit: "" when they are a prefix.
+
+    Up to two confusable letters right before the digits are digits when something precedes
+    them ("INV-B7019", "INVB7019"); a token that starts the number keeps its leading letter as
+    a series ("B7019"), unless it starts like a zero ("OS7224" for "057224").
+    """
+    tail = ""
+    for ch in reversed(lead):
+        if ch not in OCR_CONFUSABLES or len(tail) == 2:
+            break
+        tail = ch + tail
+    if not tail:
+        return ""
+    if preceded or len(tail) < len(lead) or OCR_CONFUSABLES[tail[0]] == "0":
+        return "".join(OCR_CONFUSABLES[ch] for ch in tail)
+    return ""
+
+
 def number_skeleton(raw: str) -> str:
     """The digits an invoice number is made of, read the way a person would read a bad scan.
 
-    "INV-1O01", "1001", "inv 01001" and "RE/1001" all give "1001"; "2020-1" gives "2020-1".
-    Per alphanumeric token: letters before its first digit are a prefix and dropped; inside the
-    rest, a run made only of confusable letters (O/Q->0, I/L->1, B->8, S->5, Z->2) becomes
-    digits, any other letters separate digit groups. Groups lose leading zeros and are joined
-    with "-". "" when there is no digit at all.
+    "INV-1O01", "1001", "inv 01001", "1NV-1001", "INV1001" and "RE/1001" all give "1001";
+    "2020-1" gives "2020-1". Words (tokens without digits, or a word a scan began with a
+    digit: "1NV") are prefixes and dropped. Inside a token, a run made only of confusable
+    letters (O/Q->0, I/L->1, B->8, S->5, Z->2) becomes digits, and so do up to two confusable
+    letters right before its first digit (see `_lead_as_digits`); other letters separate digit
+    groups. Groups lose leading zeros and are joined with "-". "" when there is no digit.
     """
     groups: list[str] = []
+    preceded = False
     for token in re.findall(r"[^\W_]+", _fold(raw).upper()):
-        first_digit = next((i for i, ch in enumerate(token) if ch.isdigit()), None)
+        body, had_word = _strip_word(token)
+        first_digit = next((i for i, ch in enumerate(body) if ch.isdigit()), None)
         if first_digit is None:
+            preceded = True
             continue
-        current = ""
-        for run in re.findall(r"\d+|\D+", token[first_digit:]):
+        current = _lead_as_digits(body[:first_digit], preceded or had_word)
+        for run in re.findall(r"\d+|\D+", body[first_digit:]):
             if run.isdigit():
                 current += run
             elif all(ch in OCR_CONFUSABLES for ch in run):
@@ -121,6 +159,7 @@ def number_skeleton(raw: str) -> str:
                 groups.append(current)
                 current = ""
         groups.append(current)
+        preceded = True
     return "-".join(g.lstrip("0") or "0" for g in groups if g)
 
 

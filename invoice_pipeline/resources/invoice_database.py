@@ -4,10 +4,21 @@ import os
 import threading
 from datetime import timedelta
 
-from dagster import ConfigurableResource
-from pydantic import Field
+from dagster import ConfigurableResource, EnvVar
+from pydantic import Field, model_validator
 
-from invoice_pipeline.config import Settings
+from invoice_pipeline.config import (
+    DEFAULT_BATCH_THRESHOLD,
+    DEFAULT_LOCK_TTL_SECONDS,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_MAX_DOCUMENT_BYTES,
+    DEFAULT_REQUEST_TIMEOUT_SECONDS,
+    DEFAULT_RETRY_BASE_SECONDS,
+    ENV_DATABASE_URL,
+    Settings,
+    check_lease_timing,
+    default_heartbeat_seconds,
+)
 from invoice_pipeline.db.connection import prepare_database
 from invoice_pipeline.leases import LeaseKeeper
 from invoice_pipeline.store import InvoiceStore
@@ -55,34 +66,56 @@ def close_shared_stores() -> None:
 class InvoiceDatabase(ConfigurableResource):
     """Durable locks, leases, fencing and advisory-locked dedupe on PostgreSQL.
 
-    Leave `database_url` unset to use INVOICE_PIPELINE_DATABASE_URL or, without it, the
-    embedded PostgreSQL (started on first use, migrated).
+    Leave `database_url` unset to use the embedded PostgreSQL (started on first use, migrated).
+    The code location passes `EnvVar("INVOICE_PIPELINE_DATABASE_URL")` when that variable is
+    set: Dagster then keeps the variable's name in its storage and shows it in its UI, never the
+    URL and its password.
     """
 
-    database_url: str | None = Field(default=None, description="PostgreSQL URL; unset: environment/embedded")
-    lock_ttl_seconds: int = Field(
-        default=120, ge=1, description="A running job without heartbeat this long is swept"
+    database_url: str | None = Field(
+        default=None, description="PostgreSQL URL (give an EnvVar); unset: the embedded server"
     )
-    heartbeat_seconds: float = Field(
-        default=15, gt=0, description="How often a working step heartbeats its lease"
+    lock_ttl_seconds: int = Field(
+        default=DEFAULT_LOCK_TTL_SECONDS,
+        ge=1,
+        description="A running job without heartbeat this long is swept",
+    )
+    heartbeat_seconds: float | None = Field(
+        default=None, gt=0, description="How often a holder heartbeats its leases; unset: a third of the TTL"
     )
     max_attempts: int = Field(
-        default=5, ge=1, description="Attempts before an invoice goes to needs_attention"
+        default=DEFAULT_MAX_ATTEMPTS, ge=1, description="Attempts before an invoice goes to needs_attention"
     )
-    retry_base_seconds: float = Field(default=30, ge=0, description="First retry delay; doubles per attempt")
-    max_document_bytes: int = Field(default=20 * 1024 * 1024, ge=1)
-    batch_threshold: int = Field(default=20, ge=1, description="Backlog size from which the sensor batches")
+    retry_base_seconds: float = Field(
+        default=DEFAULT_RETRY_BASE_SECONDS, ge=0, description="First retry delay; doubles per attempt"
+    )
+    max_document_bytes: int = Field(default=DEFAULT_MAX_DOCUMENT_BYTES, ge=1)
+    batch_threshold: int = Field(
+        default=DEFAULT_BATCH_THRESHOLD, ge=1, description="Backlog size from which the sensor batches"
+    )
     batch_size: int = Field(default=50, ge=1, description="Invoices per batched run")
     request_timeout_seconds: float = Field(
-        default=3600,
+        default=DEFAULT_REQUEST_TIMEOUT_SECONDS,
         gt=0,
         description="A requested invoice no run has claimed after this long counts as a failed attempt",
     )
+    max_stage_seconds: float = Field(
+        # Above the document sandbox's wall-clock limit (60 s by default, per parse), so a slow
+        # document is quarantined as too_complex before its stage is abandoned as stuck.
+        default=600,
+        gt=0,
+        description="A stage running longer fails its attempt (lease released, invoice rescheduled)",
+    )
+
+    @model_validator(mode="after")
+    def _lease_timing(self) -> "InvoiceDatabase":
+        check_lease_timing(self.lock_ttl_seconds, self.heartbeat_interval.total_seconds())
+        return self
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "InvoiceDatabase":
         return cls(
-            database_url=settings.database_url,
+            database_url=EnvVar(ENV_DATABASE_URL) if settings.database_url else None,
             lock_ttl_seconds=int(settings.lock_ttl.total_seconds()),
             heartbeat_seconds=settings.heartbeat_interval.total_seconds(),
             max_attempts=settings.max_attempts,
@@ -93,12 +126,20 @@ class InvoiceDatabase(ConfigurableResource):
         )
 
     @property
+    def url(self) -> str | None:
+        """The URL itself: Dagster resolves an EnvVar for a run; code that builds the resource
+        directly (the CLI) resolves it here."""
+        if isinstance(self.database_url, EnvVar):
+            return self.database_url.get_value()
+        return self.database_url
+
+    @property
     def store(self) -> InvoiceStore:
-        return shared_store(self.database_url)
+        return shared_store(self.url)
 
     @property
     def lease_keeper(self) -> LeaseKeeper:
-        return shared_lease_keeper(self.database_url, self.heartbeat_interval)
+        return shared_lease_keeper(self.url, self.heartbeat_interval)
 
     @property
     def lock_ttl(self) -> timedelta:
@@ -106,6 +147,8 @@ class InvoiceDatabase(ConfigurableResource):
 
     @property
     def heartbeat_interval(self) -> timedelta:
+        if self.heartbeat_seconds is None:
+            return timedelta(seconds=default_heartbeat_seconds(self.lock_ttl_seconds))
         return timedelta(seconds=self.heartbeat_seconds)
 
     @property

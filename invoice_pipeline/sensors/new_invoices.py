@@ -1,18 +1,26 @@
 """Turn invoices that need processing into runs, without ever losing one.
 
-There is no cursor. A sequence or timestamp cursor loses an invoice whose INSERT commits
-after a later one was already seen; instead the sensor asks the database for every invoice
-that is due (new, or failed with its retry due) and not yet requested, and marks what it
-requests. Dagster skips a run key it has already seen (failures included), so the key carries
-the attempt: a retry is a new key, a redelivered request for the same attempt is not.
+No cursor decides which invoices to request. A sequence or timestamp cursor loses an invoice
+whose INSERT commits after a later one was already seen; instead the sensor asks the database
+for every invoice that is due (new, or failed with its retry due) and not yet requested, and
+marks what it requests, with the run key it is requested under (its owner: see
+request_owner.py). Dagster skips a run key it has already seen (failures included), so the key
+carries the attempt: a retry is a new key, a redelivered request for the same attempt is not.
+
+The sensor's cursor holds only what the last inbox scan saw of the files it did not take yet
+(size and mtime): a file is taken when it is unchanged in two scans. That observation belongs
+with the sensor: losing it (a reset cursor) only delays each waiting file by one tick, and a
+table would cost a write per waiting file per tick for nothing more.
 """
 
-from collections.abc import Iterator
+import json
+from collections.abc import Iterator, Mapping
+from uuid import UUID
 
 from dagster import DefaultSensorStatus, RunRequest, SensorEvaluationContext, SkipReason, sensor
 
 from invoice_pipeline.config import Settings
-from invoice_pipeline.ingest import ingest_inbox
+from invoice_pipeline.ingest import FileState, InboxPass, display_name, ingest_inbox
 from invoice_pipeline.jobs import (
     PROCESS_INVOICE,
     PROCESS_INVOICE_BATCH,
@@ -20,8 +28,11 @@ from invoice_pipeline.jobs import (
     process_invoice_batch,
 )
 from invoice_pipeline.ops import InvoiceRef, batch_run_key
+from invoice_pipeline.request_owner import RequestOwner, instance_scope
 from invoice_pipeline.resources import InvoiceDatabase
 from invoice_pipeline.store import DueInvoice
+
+CURSOR_VERSION = 1
 
 
 def plan_run_requests(due: list[DueInvoice], batch_threshold: int, batch_size: int) -> Iterator[RunRequest]:
@@ -63,6 +74,44 @@ def plan_run_requests(due: list[DueInvoice], batch_threshold: int, batch_size: i
         )
 
 
+def invoices_of(request: RunRequest) -> list[str]:
+    """The invoice ids a planned run will claim, from its run config."""
+    ops = (request.run_config or {}).get("ops", {})
+    single = ops.get("start", {}).get("config", {}).get("invoice_id")
+    return [single] if single else list(ops.get("fan_out", {}).get("config", {}).get("invoice_ids", []))
+
+
+def load_cursor(cursor: str | None) -> dict[str, FileState]:
+    """The files the last scan saw; a missing or unreadable cursor is an empty one (costs one tick)."""
+    try:
+        data = json.loads(cursor or "{}")
+        if data.get("v") != CURSOR_VERSION:
+            return {}
+        return {str(k): FileState(int(v[0]), int(v[1])) for k, v in data.get("inbox", {}).items()}
+    except (ValueError, TypeError, AttributeError, IndexError, KeyError):
+        return {}
+
+
+def dump_cursor(waiting: Mapping[str, FileState]) -> str:
+    # ensure_ascii keeps a name with undecodable bytes (lone surrogates) as a \udcXX escape.
+    return json.dumps(
+        {"v": CURSOR_VERSION, "inbox": {k: [s.size, s.mtime_ns] for k, s in sorted(waiting.items())}},
+        ensure_ascii=True,
+    )
+
+
+def _log_pass(context: SensorEvaluationContext, done: InboxPass) -> None:
+    if done.ingested:
+        context.log.info(f"ingested {len(done.ingested)} file(s) from the inbox")
+    for r in done.rejected:
+        where = f"moved to {display_name(str(r.moved_to))}" if r.moved_to else "left where it is"
+        context.log.warning(f"inbox: rejected {display_name(str(r.path))} ({where}): {r.reason}")
+    for s in done.skipped:
+        context.log.warning(f"inbox: skipped {display_name(str(s.path))}: {s.reason}")
+    if done.error:
+        context.log.error(f"inbox: intake stopped early: {done.error}")
+
+
 @sensor(
     jobs=[process_invoice, process_invoice_batch],
     default_status=DefaultSensorStatus.RUNNING,
@@ -73,11 +122,28 @@ def new_invoices_sensor(
     context: SensorEvaluationContext, invoice_db: InvoiceDatabase
 ) -> Iterator[RunRequest | SkipReason]:
     store = invoice_db.store
-    ingested = ingest_inbox(store, Settings.from_env().inbox)
-    if ingested:
-        context.log.info(f"ingested {len(ingested)} file(s) from the inbox")
-    due = store.claim_due_invoices(limit=invoice_db.batch_size * 4)
-    if not due:
+    try:
+        done = ingest_inbox(store, Settings.from_env().inbox, load_cursor(context.cursor))
+    except Exception as exc:  # intake trouble must never stop the planning below
+        context.log.error(f"inbox: intake failed this tick, planning goes on: {type(exc).__name__}: {exc}")
+    else:
+        _log_pass(context, done)
+        context.update_cursor(dump_cursor(done.waiting))
+
+    planned: list[RunRequest] = []
+    scope = instance_scope(context.instance)
+
+    def owners(due: list[DueInvoice]) -> dict[UUID, str]:
+        # Planned inside the claiming transaction, so each request is recorded with its run key.
+        planned.extend(plan_run_requests(due, invoice_db.batch_threshold, invoice_db.batch_size))
+        return {
+            UUID(invoice_id): RequestOwner.run_key(scope, str(request.run_key)).text
+            for request in planned
+            for invoice_id in invoices_of(request)
+        }
+
+    store.claim_due_invoices(limit=invoice_db.batch_size * 4, requested_by=owners)
+    if not planned:
         yield SkipReason("no invoices due")
         return
-    yield from plan_run_requests(due, invoice_db.batch_threshold, invoice_db.batch_size)
+    yield from planned

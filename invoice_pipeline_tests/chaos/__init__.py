@@ -76,6 +76,14 @@ SCENARIOS: dict[str, Scenario] = {
             long={"trials": 600},
         ),
         Scenario(
+            "dedupe_race_storm",
+            "invoice_pipeline_tests.chaos.dedupe_race",
+            # pairs per variation kind (four kinds); lanes: pairs raced at once, two processes each.
+            fast={"pairs": 8, "lanes": 1},
+            long={"pairs": 1000, "lanes": 1},
+            scaled=("pairs",),
+        ),
+        Scenario(
             "security",
             "invoice_pipeline_tests.chaos.security",
             fast={"trials": 1, "dev_server": 1},

@@ -60,7 +60,7 @@ def server(workdir: Path) -> Iterator[str]:
     try:
         yield pg.url("postgres")
     finally:
-        pg.stop(mode="immediate")
+        pg.destroy()
 
 
 def merge(out: Path, results: list[ScenarioResult], meta: dict[str, Any]) -> None:

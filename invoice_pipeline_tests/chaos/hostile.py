@@ -1,13 +1,22 @@
 """Scenario 6, the hostile input catalogue through the real pipeline.
 
-Every bad-input class of the sample generator (empty, truncated, encrypted, cover letter, XXE,
-purchase order, schema violation, wrong encoding, missing total, negative total, unknown
-currency, impossible date) plus seeded fuzzed variants of valid PDF/XML/JSON invoices (byte
-flips, truncations, inserted garbage, repeated slices, structure-aware edits) are ingested and
-processed by the batch job in a worker process. The run must complete (it runs under a
-timeout), every invoice must end processed, quarantined with a reason, or — when a parser
-raised something unexpected — needs_attention with its error (max_attempts 1 so that
-happens in one run), nothing may stay processing, and the original bytes must be kept.
+Three sources, ingested and processed by the batch job in a worker process:
+
+- every class of `documents/hostile_corpus.py` (bombs, nested and huge PDFs, JavaScript,
+  attachments, a 19 MB text node, BOM-less UTF-16/32, NULs, duplicate JSON keys, a zip bomb
+  named .pdf, a 5,000-digit integer, ...): each must end quarantined with its own code and a
+  reason that says what its class needs said (which bound, which encoding, which key);
+- every bad-input class of the sample generator (empty, truncated, encrypted, cover letter, XXE,
+  purchase order, schema violation, wrong encoding, missing total, negative total, unknown
+  currency, impossible date), each with its expected code;
+- seeded fuzzed variants of valid PDF/XML/JSON invoices (byte flips, truncations, inserted
+  garbage, repeated slices, structure-aware edits).
+
+The run must complete (it runs under a timeout), every invoice must end processed, quarantined
+with a reason, or — when a parser raised something unexpected — needs_attention with its error
+(max_attempts 1 so that happens in one run), nothing may stay processing, and the original bytes
+must be kept. Parsing runs in the DocumentReader sandbox with tight limits, so a bomb costs
+seconds; `corpus_classes` and `quarantined_by_code` in the figures count what was refused how.
 """
 
 from __future__ import annotations
@@ -16,6 +25,7 @@ import hashlib
 import json
 import random
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
@@ -30,8 +40,20 @@ from invoice_pipeline_tests.chaos.common import (
     worker_context,
 )
 from invoice_pipeline_tests.chaos.worker import batch_worker
+from invoice_pipeline_tests.documents import hostile_corpus
 
 CHUNK = 60  # invoices per batch run
+# Sandbox bounds for this scenario: a bomb ends too_complex after ~2 s of CPU, not 30.
+READER = {"parse_cpu_seconds": 2, "parse_memory_mb": 512, "parse_timeout_seconds": 120}
+
+
+@dataclass(frozen=True)
+class Doc:
+    label: str
+    content: bytes
+    code: str = ""  # the quarantine code it must end with ("" for fuzz: any clear outcome)
+    says: str = ""  # what its reason must mention
+    filename: str | None = None
 
 
 def mutate(rng: random.Random, content: bytes, fmt: str) -> tuple[bytes, str]:
@@ -73,11 +95,12 @@ def run(ctx: ChaosContext, params: dict[str, int], seed: int) -> ScenarioResult:
     url = ctx.new_database()
     work = ctx.scratch_dir("hostile")
     with timed(result):
+        corpus = hostile_corpus.build(seed)
+        docs = [Doc(f"corpus:{c.name}", c.content, c.code, c.says, c.filename) for c in corpus]
         catalogue = generate_samples(work / "catalogue", count=5, seed=seed % 1000)
-        docs: list[tuple[str, bytes, str]] = []  # (label, content, expected code or "")
         for f in catalogue.files:
             docs.append(
-                (f"catalogue:{f.quarantine_code or 'valid'}", f.path.read_bytes(), f.quarantine_code or "")
+                Doc(f"catalogue:{f.quarantine_code or 'valid'}", f.path.read_bytes(), f.quarantine_code or "")
             )
         valid = [f for f in generate_samples(work / "valid", count=10, seed=seed % 1000 + 1, bad=False).files]
         kinds: Counter[str] = Counter()
@@ -85,13 +108,17 @@ def run(ctx: ChaosContext, params: dict[str, int], seed: int) -> ScenarioResult:
             f = rng.choice(valid)
             content, kind = mutate(rng, f.path.read_bytes(), f.format)
             kinds[f"{f.format}:{kind}"] += 1
-            docs.append((f"fuzz:{f.format}:{kind}:{i}", content, ""))
+            docs.append(Doc(f"fuzz:{f.format}:{kind}:{i}", content))
         store = InvoiceStore(url, max_size=2)
-        ids: dict[str, tuple[str, bytes, str]] = {}
-        for n, (label, content, code) in enumerate(docs):
+        ids: dict[str, Doc] = {}
+        for n, doc in enumerate(docs):
             # One org per document: a byte-identical fuzz result must still be its own invoice.
-            ingested = store.store_document(content, f"hostile-{n}", label)
-            ids[str(ingested.invoice_id)] = (label, content, code)
+            ingested = store.store_document(doc.content, f"hostile-{n}", doc.filename or doc.label)
+            ids[str(ingested.invoice_id)] = doc
+        result.figures["corpus_classes"] = len(corpus)
+        result.figures["catalogue_classes"] = len(
+            {d.code for d in docs if d.label.startswith("catalogue:") and d.code}
+        )
         store.close()
         result.failures_injected = len(docs)
         mp = worker_context()
@@ -100,7 +127,8 @@ def run(ctx: ChaosContext, params: dict[str, int], seed: int) -> ScenarioResult:
             chunk = invoice_ids[c : c + CHUNK]
             out = work / f"run-{c}.json"
             proc = mp.Process(
-                target=batch_worker, args=(url, chunk, str(out), {"max_attempts": 1, "lock_ttl_seconds": 30})
+                target=batch_worker,
+                args=(url, chunk, str(out), {"max_attempts": 1, "lock_ttl_seconds": 30}, READER),
             )
             proc.start()
             proc.join(120 + 10 * len(chunk))
@@ -121,8 +149,9 @@ def run(ctx: ChaosContext, params: dict[str, int], seed: int) -> ScenarioResult:
     return result
 
 
-def _check_outcomes(url: str, ids: dict[str, tuple[str, bytes, str]], result: ScenarioResult) -> None:
+def _check_outcomes(url: str, ids: dict[str, Doc], result: ScenarioResult) -> None:
     codes: Counter[str] = Counter()
+    corpus_codes: Counter[str] = Counter()
     unexpected: Counter[str] = Counter()
     with psycopg.connect(url) as conn:
         rows = conn.execute(
@@ -130,7 +159,8 @@ def _check_outcomes(url: str, ids: dict[str, tuple[str, bytes, str]], result: Sc
             "FROM invoices i LEFT JOIN documents d ON d.sha256 = i.document_sha256"
         ).fetchall()
     for inv, status, code, reason, error, sha, content in rows:
-        label, original, expected = ids[inv]
+        doc = ids[inv]
+        label, original, expected = doc.label, doc.content, doc.code
         if sha is None or bytes(content) != original or hashlib.sha256(bytes(content)).hexdigest() != sha:
             result.violate(f"{label}: original bytes not kept intact")
         if status == "quarantined":
@@ -146,8 +176,16 @@ def _check_outcomes(url: str, ids: dict[str, tuple[str, bytes, str]], result: Sc
         elif status != "processed":
             result.violate(f"{label}: ended {status}")
         if expected and (status != "quarantined" or code != expected):
-            result.violate(f"{label}: expected quarantine {expected}, got {status} {code}")
+            result.violate(
+                f"{label}: expected quarantine {expected}, got {status} {code}: {(reason or error or '')[:200]}"
+            )
+        elif doc.says and doc.says.lower() not in (reason or "").lower():
+            result.violate(f"{label}: reason does not say {doc.says!r}: {(reason or '')[:200]}")
+        if label.startswith("corpus:") and status == "quarantined":
+            corpus_codes[code] += 1
     result.figures["quarantine_codes"] = dict(sorted(codes.items()))
+    result.figures["corpus_quarantined"] = sum(corpus_codes.values())
+    result.figures["corpus_quarantined_by_code"] = dict(sorted(corpus_codes.items()))
     result.figures["unexpected_errors"] = dict(sorted(unexpected.items()))
 
 

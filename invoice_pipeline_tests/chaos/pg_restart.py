@@ -136,7 +136,7 @@ def run(ctx: ChaosContext, params: dict[str, int], seed: int) -> ScenarioResult:
         result.figures["invoices"] = trials * per_trial
         result.figures["invoices_by_status"] = check_common_invariants(url, result)
     finally:
-        server.stop(mode="immediate")
+        server.destroy()
     return result
 
 

@@ -39,7 +39,8 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
     tmp.rename(path)  # atomic: the parent never reads half a file
 
 
-def resources(url: str, **db: Any) -> dict[str, object]:
+def resources(url: str, reader: dict[str, Any] | None = None, **db: Any) -> dict[str, object]:
+    """`reader` configures the DocumentReader (its sandbox limits); `db` the InvoiceDatabase."""
     config: dict[str, Any] = {
         "heartbeat_seconds": 0.2,
         "lock_ttl_seconds": 1,
@@ -47,7 +48,10 @@ def resources(url: str, **db: Any) -> dict[str, object]:
         "max_attempts": 50,
     }
     config.update(db)
-    return {"invoice_db": InvoiceDatabase(database_url=url, **config), "document_reader": DocumentReader()}
+    return {
+        "invoice_db": InvoiceDatabase(database_url=url, **config),
+        "document_reader": DocumentReader(**(reader or {})),
+    }
 
 
 def single_run_config(invoice_id: str) -> dict[str, Any]:
@@ -242,10 +246,12 @@ def _storm_request(
     )
 
 
-def batch_worker(url: str, invoice_ids: list[str], out: str, db: dict[str, Any]) -> None:
+def batch_worker(
+    url: str, invoice_ids: list[str], out: str, db: dict[str, Any], reader: dict[str, Any] | None = None
+) -> None:
     """One process_invoice_batch run on an ephemeral instance."""
     try:
-        _, batch = make_jobs(resources(url, **db))
+        _, batch = make_jobs(resources(url, reader, **db))
         result = batch.execute_in_process(
             run_config=batch_run_config(invoice_ids),
             instance=DagsterInstance.ephemeral(),

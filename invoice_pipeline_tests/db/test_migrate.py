@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import multiprocessing
 import shutil
 from pathlib import Path
@@ -9,6 +10,10 @@ import pytest
 
 from invoice_pipeline.db.migrate import MigrationError, migrate
 from invoice_pipeline.db.sqlfiles import migration_files, sql_dir
+from invoice_pipeline.dedupe import decide_duplicate
+from invoice_pipeline.domain.fields import InvoiceFields
+from invoice_pipeline.store import InvoiceStore
+from invoice_pipeline_tests.factories import json_invoice
 
 
 def _tables(url: str) -> set[str]:
@@ -83,3 +88,38 @@ def test_new_file_is_applied_and_a_failing_one_changes_nothing(
     assert "extra_ok" not in _tables(empty_database_url)
     (copy / "9002_broken.sql").unlink()
     assert migrate(empty_database_url, copy).applied == ["9001_extra.sql"]
+
+
+def test_invoices_decided_before_blocking_keys_are_rekeyed_and_still_found(
+    empty_database_url: str, tmp_path: Path
+) -> None:
+    """0003 changed how keys are made; its data migration recomputes them for decided invoices."""
+    old = tmp_path / "sql"
+    old.mkdir()
+    for path in migration_files():
+        if path.name < "0003":
+            shutil.copy(path, old / path.name)
+    migrate(empty_database_url, old)
+    fields = json.loads(json_invoice("INV-77", vat_id="DE123456789"))
+    with psycopg.connect(empty_database_url) as conn:
+        # What the old code stored: the VAT id with its prefix in the key, no blocking key.
+        row = conn.execute(
+            "INSERT INTO invoices (org_id, status, fields, payable_total, currency, duplicate_status,"
+            " business_key, vendor_key) VALUES ('acme', 'processed', %s, 119.00, 'EUR', 'original',"
+            " 'acme\x1fvat:DE123456789\x1fINV77\x1finvoice', 'vat:DE123456789') RETURNING id",
+            (json.dumps(fields),),
+        ).fetchone()
+        assert row is not None
+        old_original = row[0]
+    assert migrate(empty_database_url).applied[0].startswith("0003")
+    store = InvoiceStore(empty_database_url, max_size=2)
+    try:
+        copy = store.store_document(json_invoice("INV-0077", vat_id="123456789"), "acme").invoice_id
+        lease = store.acquire(copy, 1)
+        assert lease is not None
+        new_fields = InvoiceFields.from_json(json.loads(json_invoice("INV-0077", vat_id="123456789")))
+        store.save_fields(lease, new_fields)
+        decision = decide_duplicate(store, lease, "acme", new_fields)
+    finally:
+        store.close()
+    assert decision.status == "duplicate" and decision.original_id == old_original

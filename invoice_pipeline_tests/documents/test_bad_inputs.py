@@ -12,9 +12,18 @@ import pypdf
 import pytest
 from fpdf import FPDF
 
-from invoice_pipeline.documents import BadDocument, ExtractedText, extract_fields, extract_text
+from invoice_pipeline.documents import (
+    DEFAULT_MAX_BYTES,
+    BadDocument,
+    ExtractedText,
+    extract_fields,
+    extract_text,
+)
+from invoice_pipeline.documents.pdf import text_layer
 from invoice_pipeline.domain.validation import validate_fields
+from invoice_pipeline.resources import DocumentReader
 from invoice_pipeline.samples.render import letter_pdf
+from invoice_pipeline_tests.documents import hostile_corpus
 
 UBL_HEAD = (
     '<Invoice xmlns="urn:oasis:names:specification:ubl:schema:xsd:Invoice-2" '
@@ -227,3 +236,82 @@ def test_entity_bomb_is_rejected_quickly() -> None:
     start = time.perf_counter()
     _bad(doc.encode(), "xml_entities_forbidden")
     assert time.perf_counter() - start < 1.0
+
+
+# -- documents cannot exhaust a worker (issue 11) ------------------------------------------------
+
+# Tight bounds, so each bomb costs seconds; the classes end too_complex under the defaults too.
+TEST_LIMITS = {"parse_cpu_seconds": 2, "parse_memory_mb": 512, "parse_timeout_seconds": 60}
+CORPUS = hostile_corpus.build(seed=11)
+
+
+@pytest.fixture(scope="module")
+def reader() -> DocumentReader:
+    return DocumentReader(**TEST_LIMITS)  # type: ignore[arg-type]
+
+
+def test_the_hostile_corpus_covers_at_least_40_classes() -> None:
+    names = [item.name for item in CORPUS]
+    assert len(names) == len(set(names)) >= 40
+    again = hostile_corpus.build.__wrapped__(seed=11)  # past the cache: really generated again
+    assert [i.content for i in again] == [i.content for i in CORPUS], "the same seed gives the same bytes"
+
+
+@pytest.mark.parametrize("item", CORPUS, ids=[item.name for item in CORPUS])
+def test_every_hostile_class_is_refused_with_its_code_and_an_actionable_reason(
+    reader: DocumentReader, item: hostile_corpus.HostileInput
+) -> None:
+    with pytest.raises(BadDocument) as info:
+        reader.read_fields(reader.read_text(item.content, item.filename, DEFAULT_MAX_BYTES))
+    assert info.value.code == item.code, info.value.reason
+    assert item.says.lower() in info.value.reason.lower()
+    assert 20 < len(info.value.reason) <= 2000
+
+
+def test_text_placed_far_right_is_clamped_to_the_page() -> None:
+    # The old layout padded every line to x0 / 3.5 columns: this 1 kB file gave 100 MB of spaces.
+    content = hostile_corpus.one_page_pdf(
+        hostile_corpus.text_ops([(350_000_000, 700, "Invoice No: FR-1"), (72, 680, "Amount due: 10.00 EUR")])
+    )
+    extracted = extract_text(content)
+    assert len(extracted.text) < 1000
+    assert "Invoice No: FR-1" in extracted.text
+    assert extract_fields(extracted).invoice_number == "FR-1"
+
+
+def test_text_over_the_character_cap_is_too_complex() -> None:
+    lines = [(72, 800 - 12 * i, f"line {i} " + "x" * 80) for i in range(60)]
+    content = hostile_corpus.one_page_pdf(hostile_corpus.text_ops(lines))
+    assert len(text_layer(content, max_chars=100_000).text) <= 100_000
+    with pytest.raises(BadDocument) as info:
+        text_layer(content, max_chars=2_000)
+    assert info.value.code == "too_complex" and "2,000 characters" in info.value.reason
+
+
+def test_a_5000_digit_json_integer_is_bad_input_not_a_crash() -> None:
+    # It raised ValueError, which the pipeline retried as transient until needs_attention.
+    content = b'{"invoice_number": "A1", "payable_total": ' + b"9" * 5000 + b"}"
+    with pytest.raises(BadDocument) as info:
+        extract_text(content)
+    assert info.value.code == "json_number_too_long"
+
+
+def test_stored_pdf_text_holds_no_nul() -> None:
+    item = hostile_corpus.by_name(seed=11)["pdf_nul_bytes_in_text"]
+    raw = pdfplumber_text(item.content)
+    assert "\x00" in raw, "the PDF really carries NULs"
+    layer = text_layer(item.content)
+    assert "\x00" not in layer.text and "\ud800" not in layer.text and "Sir" in layer.text
+    assert "\x1b" in layer.text, "other control characters are kept verbatim (escaped on output)"
+
+
+def test_a_reason_quoting_a_huge_value_is_shortened() -> None:
+    assert len(BadDocument("json_schema", "x" * 50_000).reason) == 2000
+    assert BadDocument("c", "a\x00b").reason == "a\ufffdb"
+
+
+def pdfplumber_text(content: bytes) -> str:
+    import pdfplumber
+
+    with pdfplumber.open(io.BytesIO(content)) as pdf:
+        return "".join(page.extract_text() or "" for page in pdf.pages)

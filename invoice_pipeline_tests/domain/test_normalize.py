@@ -127,7 +127,11 @@ def test_vat_id_written_with_or_without_its_country_prefix_is_one_seller(raw: st
         ("inv 01001", "1001"),
         ("INV-1O01", "1001"),  # OCR: O for 0
         ("INV-1OO1", "1001"),
-        ("INV-I001", "1"),  # a leading confusable is a prefix letter, not a digit
+        ("INV-I001", "1001"),  # a confusable starting a later token is a digit
+        ("INV-B7019", "87019"),
+        ("B7019", "7019"),  # ... but the first token's leading letter is its series
+        ("1NV-26137", "26137"),  # a word OCR began with a digit is still a word
+        ("INV1", "1"),
         ("INV-10l1", "1011"),
         ("RE-2024-0042", "2024-42"),
         ("2024INV042", "2024-42"),  # a word between digit groups separates them

@@ -13,10 +13,10 @@ from invoice_pipeline.store import InvoiceStore
 from invoice_pipeline_tests.factories import json_invoice, pipeline_resources
 
 
-def tick(database_url: str, **db: object):  # type: ignore[no-untyped-def]
+def tick(database_url: str, cursor: str | None = None, **db: object):  # type: ignore[no-untyped-def]
     resources = pipeline_resources(database_url, **db)
     context = build_sensor_context(
-        instance=DagsterInstance.ephemeral(), resources={"invoice_db": resources["invoice_db"]}
+        instance=DagsterInstance.ephemeral(), resources={"invoice_db": resources["invoice_db"]}, cursor=cursor
     )
     return new_invoices_sensor.evaluate_tick(context)
 
@@ -102,8 +102,10 @@ def test_inbox_files_are_ingested_per_org_and_moved_aside(
     (empty_inbox / "acme").mkdir(parents=True)
     (empty_inbox / "acme" / "x.json").write_bytes(json_invoice("X-1"))
     (empty_inbox / "loose.json").write_bytes(json_invoice("L-1"))
-    data = tick(database_url)
+    first = tick(database_url)
+    assert first.run_requests == [], "a file is taken only when it is unchanged in two scans"
+    data = tick(database_url, first.cursor)
     assert sorted(r.tags["org_id"] for r in data.run_requests) == ["acme", "default"]
     assert (empty_inbox / "acme" / ".ingested" / "x.json").exists()
     assert not (empty_inbox / "acme" / "x.json").exists()
-    assert tick(database_url).run_requests == [], "moved files are not ingested again"
+    assert tick(database_url, data.cursor).run_requests == [], "moved files are not ingested again"

@@ -9,6 +9,7 @@ SELECT acquire_processing_lock(%(invoice_id)s, %(attempt)s, %(owner)s) AS job_id
 -- name: mark_invoice_processing
 UPDATE invoices
 SET status = 'processing', attempts = GREATEST(attempts, %(attempt)s), requested_at = NULL,
+    requested_by = NULL,
     updated_at = now()
 WHERE id = %(invoice_id)s AND status NOT IN ('processed', 'quarantined', 'needs_attention')
 RETURNING id
@@ -54,3 +55,7 @@ ORDER BY started_at
 UPDATE processing_jobs SET heartbeat_at = clock_timestamp()
 WHERE id = %(job_id)s AND invoice_id = %(invoice_id)s AND status = 'running'
 RETURNING id
+
+-- Why a fence refused: for the LeaseLost message.
+-- name: job_status
+SELECT status, error FROM processing_jobs WHERE id = %(job_id)s

@@ -59,50 +59,52 @@ WHERE id = %(invoice_id)s
 -- name: load_fields
 SELECT fields FROM invoices WHERE id = %(invoice_id)s AND fields IS NOT NULL
 
--- name: take_dedupe_locks
-SELECT take_dedupe_locks(%(lock_ids)s::bigint[])
-
 -- name: load_duplicate_decision
 SELECT id AS invoice_id, duplicate_status AS status, duplicate_group_id AS group_id,
        duplicate_of AS original_id, business_key, match_how AS how, match_score AS score,
        coalesce(match_reasons, '{}') AS reasons
 FROM invoices WHERE id = %(invoice_id)s AND duplicate_status IS NOT NULL
 
--- Candidates for matching: every original of the org whose blocking key is in the new
--- invoice's neighbourhood (domain/keys.py). Each pair the matcher can accept is in it, and no
--- LIMIT hides one; the index on (org_id, block_key) keeps it flat however large the org grows.
--- Never another org's rows: org_id is part of the key and filtered again here.
--- name: duplicate_candidates
+-- Takes the decision's advisory locks, then reads its candidates (see the function in sql/0003).
+-- name: locked_duplicate_candidates
 SELECT id, org_id, fields
-FROM invoices
-WHERE org_id = %(org_id)s AND duplicate_status = 'original' AND block_key = ANY(%(block_keys)s::bigint[])
-  AND id <> %(invoice_id)s AND fields IS NOT NULL
-ORDER BY seq
+FROM locked_duplicate_candidates(%(lock_ids)s::bigint[], %(org_id)s, %(invoice_id)s, %(block_keys)s::bigint[])
 
+-- The three decisions. Each applies only to an undecided invoice (a re-executed step finds its
+-- decision made and keeps it) and returns the decision as load_duplicate_decision reads it, so
+-- deciding costs no extra round trip inside the locked transaction.
 -- name: mark_original
 UPDATE invoices
 SET duplicate_status = 'original', duplicate_of = NULL, business_key = %(business_key)s,
     business_key_hash = %(business_key_hash)s, vendor_key = %(vendor_key)s, block_key = %(block_key)s,
     match_how = NULL, match_score = NULL, match_reasons = NULL, updated_at = now()
-WHERE id = %(invoice_id)s
+WHERE id = %(invoice_id)s AND duplicate_status IS NULL
+RETURNING id AS invoice_id, duplicate_status AS status, duplicate_group_id AS group_id,
+          duplicate_of AS original_id, business_key, match_how AS how, match_score AS score,
+          coalesce(match_reasons, '{}') AS reasons
 
--- name: create_group
-INSERT INTO duplicate_groups (org_id, business_key, original_invoice_id)
-VALUES (%(org_id)s, %(business_key)s, %(original_id)s)
-ON CONFLICT (original_invoice_id) DO UPDATE SET org_id = EXCLUDED.org_id
-RETURNING id
-
--- name: join_group
-UPDATE invoices SET duplicate_group_id = %(group_id)s, updated_at = now()
-WHERE id = %(original_id)s
-
+-- An exact copy joins its original's group (made on first use; the original joins it too).
 -- name: mark_duplicate
+WITH undecided AS (
+    SELECT id FROM invoices WHERE id = %(invoice_id)s AND duplicate_status IS NULL
+), grp AS (
+    INSERT INTO duplicate_groups (org_id, business_key, original_invoice_id)
+    SELECT %(org_id)s, %(business_key)s, %(original_id)s FROM undecided
+    ON CONFLICT (original_invoice_id) DO UPDATE SET org_id = EXCLUDED.org_id
+    RETURNING id
+), original AS (
+    UPDATE invoices SET duplicate_group_id = grp.id, updated_at = now()
+    FROM grp WHERE invoices.id = %(original_id)s
+)
 UPDATE invoices
-SET duplicate_status = 'duplicate', duplicate_of = %(original_id)s, duplicate_group_id = %(group_id)s,
+SET duplicate_status = 'duplicate', duplicate_of = %(original_id)s, duplicate_group_id = (SELECT id FROM grp),
     business_key = %(business_key)s, business_key_hash = %(business_key_hash)s,
     vendor_key = %(vendor_key)s, block_key = %(block_key)s,
     match_how = %(how)s, match_score = %(score)s, match_reasons = %(reasons)s, updated_at = now()
-WHERE id = %(invoice_id)s
+WHERE id = %(invoice_id)s AND duplicate_status IS NULL
+RETURNING id AS invoice_id, duplicate_status AS status, duplicate_group_id AS group_id,
+          duplicate_of AS original_id, business_key, match_how AS how, match_score AS score,
+          coalesce(match_reasons, '{}') AS reasons
 
 -- A copy only by tolerance: it names its original but joins no group until a person confirms it.
 -- name: mark_suspected
@@ -111,7 +113,10 @@ SET duplicate_status = 'suspected', duplicate_of = %(original_id)s, duplicate_gr
     business_key = %(business_key)s, business_key_hash = %(business_key_hash)s,
     vendor_key = %(vendor_key)s, block_key = %(block_key)s,
     match_how = %(how)s, match_score = %(score)s, match_reasons = %(reasons)s, updated_at = now()
-WHERE id = %(invoice_id)s
+WHERE id = %(invoice_id)s AND duplicate_status IS NULL
+RETURNING id AS invoice_id, duplicate_status AS status, duplicate_group_id AS group_id,
+          duplicate_of AS original_id, business_key, match_how AS how, match_score AS score,
+          coalesce(match_reasons, '{}') AS reasons
 
 -- name: save_approval
 INSERT INTO approvals (invoice_id, job_id, decision, rule)
@@ -177,7 +182,9 @@ RETURNING i.id AS invoice_id, i.status, i.attempts, i.next_attempt_at, i.last_er
 -- the run died before claiming), the sweep schedule expires the request as a failed attempt
 -- (expire_requests), and the retry is requested under the next attempt's run key — Dagster
 -- would skip the same key forever, failures included. A caller may pass request_timeout to
--- re-request sooner (NULL: never).
+-- re-request sooner (NULL: never). requested_by names the run the request waits for (see
+-- 0004_request_owner.sql); a caller that knows it per invoice only after planning sets it with
+-- assign_request_owners in the same transaction.
 -- name: claim_due_invoices
 WITH due AS (
     SELECT id FROM invoices
@@ -187,9 +194,47 @@ WITH due AS (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
-UPDATE invoices i SET requested_at = now()
+UPDATE invoices i SET requested_at = now(), requested_by = %(requested_by)s
 FROM due WHERE i.id = due.id
 RETURNING i.id AS invoice_id, i.org_id, i.attempts + 1 AS attempt, i.seq
+
+-- name: assign_request_owners
+UPDATE invoices i SET requested_by = o.owner
+FROM unnest(%(invoice_ids)s::uuid[], %(owners)s::text[]) AS o(id, owner)
+WHERE i.id = o.id
+
+-- Open requests, one row per owner: the sweep asks Dagster about each owner's run once.
+-- name: open_request_owners
+SELECT requested_by AS owner, count(*) AS invoices, now() - min(requested_at) AS age
+FROM invoices
+WHERE requested_at IS NOT NULL AND status IN ('pending', 'failed') AND requested_by IS NOT NULL
+GROUP BY requested_by
+ORDER BY min(requested_at)
+
+-- Release the unclaimed requests of a run that ended or died. With count_attempt (the request
+-- used a run key, which Dagster never runs twice) it is a failed attempt, retried under the
+-- next attempt's key with backoff, or dead-lettered; without, the invoice is simply due again.
+-- min_age spares a request whose run may still be about to appear.
+-- name: release_requests
+UPDATE invoices i
+SET requested_at = NULL,
+    requested_by = NULL,
+    attempts = i.attempts + CASE WHEN %(count_attempt)s THEN 1 ELSE 0 END,
+    status = CASE WHEN NOT %(count_attempt)s THEN i.status
+                  WHEN i.attempts + 1 >= %(max_attempts)s THEN 'needs_attention'
+                  ELSE 'failed' END,
+    next_attempt_at = CASE WHEN %(count_attempt)s THEN now() + %(retry_base)s * power(2, i.attempts)
+                           ELSE i.next_attempt_at END,
+    last_error = %(reason)s,
+    updated_at = now()
+WHERE i.requested_by = %(owner)s AND i.requested_at IS NOT NULL AND i.status IN ('pending', 'failed')
+  AND i.requested_at < now() - %(min_age)s::interval
+  AND NOT EXISTS (SELECT 1 FROM processing_jobs j WHERE j.invoice_id = i.id AND j.status = 'running')
+RETURNING i.id AS invoice_id, i.status, i.attempts, i.next_attempt_at, i.last_error
+
+-- How the given invoices stand now: `invoice-pipeline process` reports and exits by it.
+-- name: status_counts_of
+SELECT status, count(*) AS n FROM invoices WHERE id = ANY(%(invoice_ids)s::uuid[]) GROUP BY status ORDER BY status
 
 -- Requests older than the timeout whose invoice no run has claimed.
 -- name: stale_requests
@@ -202,6 +247,7 @@ LIMIT 1000
 -- name: expire_requests
 UPDATE invoices i
 SET requested_at = NULL,
+    requested_by = NULL,
     attempts = i.attempts + 1,
     status = CASE WHEN i.attempts + 1 >= %(max_attempts)s THEN 'needs_attention' ELSE 'failed' END,
     next_attempt_at = now() + %(retry_base)s * power(2, i.attempts),

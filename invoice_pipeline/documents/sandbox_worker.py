@@ -1,0 +1,94 @@
+"""The parse worker process: `python -m invoice_pipeline.documents.sandbox_worker LIMITS_JSON`.
+
+Reads requests from stdin and answers on stdout, one document at a time, until end of input
+(its parent closed the pipe or died). See `documents.sandbox` for the protocol and the bounds.
+Kept apart from `sandbox` so that running it as __main__ does not import that module twice.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import resource
+import sys
+import warnings
+from functools import partial
+from typing import Any
+
+from invoice_pipeline.documents import ExtractedText, extract_fields, extract_text
+from invoice_pipeline.documents.errors import BadDocument
+from invoice_pipeline.documents.sandbox import EXIT_OUT_OF_MEMORY, MIB, read_frame, run_parser, write_frame
+
+# Built before any document: answering "out of memory" must not need memory.
+_OUT_OF_MEMORY = json.dumps({"limit": "memory"}).encode()
+
+
+def _cpu_budget(seconds: int) -> None:
+    """RLIMIT_CPU counts the whole process life: allow `seconds` more from now.
+
+    Past the soft limit the kernel sends SIGXCPU, whose default action ends the worker; the
+    parent sees the signal and names the bound. The hard limit stays where it was, so the next
+    document can be given its own budget.
+    """
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    soft = int(usage.ru_utime + usage.ru_stime) + 1 + seconds
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    if hard != resource.RLIM_INFINITY:
+        soft = min(soft, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+
+
+def _handle(header: dict[str, Any], payload: bytes) -> dict[str, Any]:
+    op = header["op"]
+    if op == "text":
+        extracted = extract_text(
+            payload,
+            header.get("filename"),
+            max_bytes=int(header["max_bytes"]),
+            max_text_chars=int(header["max_text_chars"]),
+            max_pdf_pages=int(header["max_pdf_pages"]),
+        )
+        return extracted.to_json()
+    if op == "fields":
+        return extract_fields(ExtractedText.from_json(json.loads(payload))).to_json()
+    if op == "ping":
+        return {"pid": os.getpid()}
+    raise ValueError(f"unknown sandbox operation {op!r}")
+
+
+def main() -> int:
+    limits = json.loads(sys.argv[1])
+    memory = int(limits["memory_mib"]) * MIB
+    cpu_seconds = int(limits["cpu_seconds"])
+    # The protocol owns the real stdout; anything a library prints goes to stderr instead.
+    inp, out = sys.stdin.fileno(), os.dup(sys.stdout.fileno())
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    # The parent reports what matters; parser chatter about damaged files is noise here.
+    logging.disable(logging.WARNING)
+    warnings.simplefilter("ignore")
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # SIGXCPU would otherwise dump core
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    write_frame(out, json.dumps({"ready": os.getpid()}).encode())
+    while True:
+        header_frame = read_frame(inp)
+        payload = read_frame(inp) if header_frame is not None else None
+        if header_frame is None or payload is None:
+            return 0
+        header = json.loads(header_frame)
+        _cpu_budget(cpu_seconds)
+        try:
+            try:
+                reply: dict[str, Any] = {"ok": run_parser(partial(_handle, header, payload))}
+            except BadDocument as exc:
+                reply = {"bad": {"code": exc.code, "reason": exc.reason}}
+            encoded = json.dumps(reply).encode()
+        except MemoryError:
+            write_frame(out, _OUT_OF_MEMORY)
+            os._exit(EXIT_OUT_OF_MEMORY)
+        del reply
+        write_frame(out, encoded)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,186 @@
+"""Documents cannot exhaust a worker (issue 11), through the real job on a real PostgreSQL.
+
+A bomb is quarantined as too_complex with its lease released; input a parser cannot read is a
+quarantine, not a transient retry; a stage stuck past its maximum duration fails its attempt
+(lease released, invoice rescheduled) however healthy the heartbeat; and what a document says
+reaches the terminal escaped. Outcomes only, no timing assertions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dagster import DagsterEventType, DagsterInstance, ExecuteInProcessResult
+
+from invoice_pipeline.documents import ExtractedText
+from invoice_pipeline.jobs import make_jobs
+from invoice_pipeline.resources import DocumentReader
+from invoice_pipeline.store import InvoiceStore
+from invoice_pipeline.terminal import printable
+from invoice_pipeline_tests.documents import hostile_corpus
+from invoice_pipeline_tests.factories import json_invoice, pipeline_resources
+
+INSTANCE = DagsterInstance.ephemeral()
+TIGHT = DocumentReader(parse_cpu_seconds=1, parse_memory_mb=400, parse_timeout_seconds=120)
+
+
+def run_single(
+    database_url: str, invoice_id: object, reader: DocumentReader | None = None, **db: Any
+) -> ExecuteInProcessResult:
+    job, _ = make_jobs(pipeline_resources(database_url, reader or TIGHT, **db))
+    return job.execute_in_process(
+        run_config={"ops": {"start": {"config": {"invoice_id": str(invoice_id)}}}},
+        raise_on_error=False,
+        instance=INSTANCE,
+    )
+
+
+def retries(result: ExecuteInProcessResult) -> list[Any]:
+    return [e for e in result.all_events if e.event_type == DagsterEventType.STEP_UP_FOR_RETRY]
+
+
+def assert_quarantined(store: InvoiceStore, inv: Any, code: str, content: bytes) -> str:
+    state = store.invoice_state(inv)
+    assert state is not None and state.status == "quarantined", state
+    assert state.quarantine_code == code, state.quarantine_reason
+    (job,) = store.job_history(inv)
+    assert job.status == "failed", "the lease was released with the quarantine"
+    assert store.current_holder(inv) is None
+    document = store.load_document(inv)
+    assert document is not None and document.content == content, "the original bytes are kept"
+    return state.quarantine_reason or ""
+
+
+def test_a_decompression_bomb_is_quarantined_too_complex_and_releases_its_lease(
+    database_url: str, store: InvoiceStore
+) -> None:
+    bomb = hostile_corpus.by_name(seed=11)["pdf_decompression_bomb"].content
+    inv = store.store_document(bomb, "acme", "bomb.pdf").invoice_id
+    result = run_single(database_url, inv)
+    assert not result.success
+    reason = assert_quarantined(store, inv, "too_complex", bomb)
+    assert "1 s of CPU" in reason
+    assert retries(result) == [], "a bound is not transient"
+    # The pipeline's process is fine and so is the next invoice.
+    good = store.store_document(json_invoice(), "acme", "good.json").invoice_id
+    assert run_single(database_url, good).success
+
+
+@pytest.mark.parametrize(
+    ("content", "code"),
+    [
+        # Raised ValueError before: retried as transient until needs_attention.
+        (
+            b'{"invoice_number": "A1", "currency": "EUR", "payable_total": ' + b"9" * 5000 + b"}",
+            "json_number_too_long",
+        ),
+        # Parsed, then failed to save (PostgreSQL refuses NUL and a 10^999999999 numeric): retried.
+        (json_invoice("A\u00001"), "unstorable_character"),
+        (b'{"invoice_number": "A1", "currency": "EUR", "payable_total": 1e999999999}', "amount_out_of_range"),
+    ],
+    ids=["5000_digit_integer", "nul_in_a_field", "huge_exponent"],
+)
+def test_input_a_parser_cannot_use_is_quarantined_not_retried(
+    database_url: str, store: InvoiceStore, content: bytes, code: str
+) -> None:
+    inv = store.store_document(content, "acme", "bad.json").invoice_id
+    result = run_single(database_url, inv)
+    assert not result.success
+    assert_quarantined(store, inv, code, content)
+    assert retries(result) == []
+
+
+# -- a stage past its maximum duration ---------------------------------------------------------
+
+ENTERED: dict[str, threading.Event] = {}
+RELEASE: dict[str, threading.Event] = {}
+
+
+class StuckReader(DocumentReader):
+    """A read that does not finish by itself: an OCR service that stopped answering, a parse
+    stuck in C code. It heartbeats happily all the while (the process is alive)."""
+
+    gate: str
+
+    def read_text(self, content: bytes, filename: str | None, max_bytes: int) -> ExtractedText:
+        ENTERED[self.gate].set()
+        # The test releases it once the run has returned. Without a stage deadline the run never
+        # returns; this guard turns that hang into a failure instead of a stuck suite.
+        if not RELEASE[self.gate].wait(60):
+            raise RuntimeError("the stage was never abandoned: no maximum duration")
+        return super().read_text(content, filename, max_bytes)
+
+
+def test_a_stuck_stage_fails_its_attempt_and_its_late_write_is_refused(
+    database_url: str, store: InvoiceStore
+) -> None:
+    gate = "stuck"
+    ENTERED[gate], RELEASE[gate] = threading.Event(), threading.Event()
+    inv = store.store_document(json_invoice(), "acme", "a.json").invoice_id
+    try:
+        result = run_single(
+            database_url, inv, StuckReader(gate=gate), max_stage_seconds=0.5, heartbeat_seconds=0.05
+        )
+    finally:
+        RELEASE[gate].set()
+    assert ENTERED[gate].is_set(), "the stage really started its read"
+    assert not result.success
+    assert retries(result) == [], "not retried inside the run: the attempt fails"
+    (job,) = store.job_history(inv)
+    assert job.status == "failed" and "maximum of 0.5 s" in (job.error or "")
+    assert store.current_holder(inv) is None, "the lease is released"
+    state = store.invoice_state(inv)
+    assert state is not None and state.status == "failed" and state.attempts == 1
+    assert state.next_attempt_at is not None, "rescheduled by the existing failure path"
+    # The abandoned read now completes; its write carries the dead lease and is refused.
+    for thread in threading.enumerate():
+        if thread.name == "stage-extract_text":
+            thread.join()
+    assert store.load_extracted_text(inv) is None
+    # The next attempt processes it.
+    assert run_single(database_url, inv).success
+    assert store.invoice_state(inv).status == "processed"  # type: ignore[union-attr]
+
+
+# -- what a document says reaches the terminal escaped -----------------------------------------
+
+
+def cli(*args: str, env: dict[str, str]) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "invoice_pipeline.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    return done.stdout
+
+
+def test_show_and_status_escape_control_characters_and_json_stays_verbatim(
+    database_url: str, store: InvoiceStore, tmp_path: Path
+) -> None:
+    attack = hostile_corpus.TERMINAL_ATTACK
+    good = store.store_document(json_invoice(seller=f"ACME {attack}"), "acme", f"{attack}.json").invoice_id
+    bad = store.store_document(b"\x1b[2J", "acme", f"{attack}.bin").invoice_id
+    assert run_single(database_url, good).success
+    assert not run_single(database_url, bad).success
+    env = dict(
+        os.environ, INVOICE_PIPELINE_HOME=str(tmp_path / "home"), INVOICE_PIPELINE_DATABASE_URL=database_url
+    )
+
+    for out in (cli("show", str(good), env=env), cli("status", env=env)):
+        for raw in ("\x1b", "\x07", "\u202e"):
+            assert raw not in out, f"{raw!r} reached the terminal"
+    shown = cli("show", str(good), env=env)
+    assert printable(attack) in shown and "\\x1b]52;c;" in shown
+    assert f"{printable(attack)}.bin" in cli("status", env=env)
+    record = json.loads(cli("show", str(good), "--json", env=env))
+    assert record["invoice"]["fields"]["seller_name"] == f"ACME {attack}", "stored and exported verbatim"
