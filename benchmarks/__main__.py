@@ -39,6 +39,7 @@ BENCHMARK_MODULES = (
     "benchmarks.sensor_tick",
     "benchmarks.end_to_end",
     "benchmarks.recovery_time",
+    "benchmarks.recovery_default",
     "benchmarks.sandbox_overhead",
 )
 

@@ -172,7 +172,9 @@ def bare_process(store: InvoiceStore, db: InvoiceDatabase, invoice_id: UUID, own
     def approve(lease: Lease) -> None:
         decision = store.load_duplicate_decision(invoice_id)
         assert decision is not None
-        if decision.is_duplicate:
+        if decision.is_suspected:
+            store.hold_for_review(lease, [f"suspected_duplicate of {decision.original_id}"])
+        elif decision.is_duplicate:
             store.record_approval(lease, "rejected", f"duplicate of {decision.original_id}")
         else:
             store.record_approval(lease, "approved", "auto-approved: valid, not a duplicate")
@@ -181,7 +183,7 @@ def bare_process(store: InvoiceStore, db: InvoiceDatabase, invoice_id: UUID, own
         if store.load_ledger_posting(invoice_id) is not None:
             return True
         approval = store.load_approval(invoice_id)
-        return True if approval is not None and approval.decision != "approved" else None
+        return True if approval is None or approval.decision != "approved" else None
 
     def post(lease: Lease) -> None:
         loaded = store.load_fields(invoice_id)

@@ -34,6 +34,16 @@ class MaintenanceReport:
     released_requests: list[Rescheduled] = field(default_factory=list)
 
     @property
+    def changed_anything(self) -> bool:
+        return bool(
+            self.swept
+            or self.reconciled_runs
+            or self.rescheduled
+            or self.expired_requests
+            or self.released_requests
+        )
+
+    @property
     def retried(self) -> int:
         return sum(1 for r in self.rescheduled if r.status == "failed")
 
@@ -159,7 +169,9 @@ def release_abandoned_requests(db: InvoiceDatabase, instance: DagsterInstance) -
 def run_maintenance(db: InvoiceDatabase, instance: DagsterInstance | None) -> MaintenanceReport:
     swept = db.store.release_stale_locks(stale_after=db.lock_ttl)
     reconciled = reconcile_dead_runs(db, instance) if instance is not None else []
-    rescheduled = db.store.reschedule_orphans(max_attempts=db.max_attempts, retry_base=db.retry_base)
+    # A holder that died left no error to back off from: its invoice is due again at once.
+    # (A step that failed is rescheduled with backoff by the failure hook, not here.)
+    rescheduled = db.store.reschedule_orphans(max_attempts=db.max_attempts, retry_base=timedelta(0))
     released = release_abandoned_requests(db, instance) if instance is not None else []
     expired = expire_lost_requests(db, instance) if instance is not None else []
     return MaintenanceReport(swept, reconciled, rescheduled + expired, len(expired), released)

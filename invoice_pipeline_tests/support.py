@@ -78,11 +78,16 @@ def stop_process_group(proc: subprocess.Popen[Any]) -> None:
         try:
             os.killpg(proc.pid, sig)
             proc.wait(wait)
-            return
+            break
         except ProcessLookupError:
             return
         except subprocess.TimeoutExpired:
             continue
+    # The leader may exit before its children (webserver, daemon, code server): no stragglers.
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def answers(url: str) -> bool:

@@ -27,6 +27,7 @@ import pwd
 import secrets
 import shutil
 import subprocess
+import tempfile
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -196,8 +197,25 @@ class EmbeddedPostgres:
         return f"postgresql://{SUPERUSER}@{self.listen}:{port}/{database}"
 
     def use_password_file(self) -> None:
-        """Point this process (and the processes it starts) at the password file."""
-        os.environ["PGPASSFILE"] = str(self.password_file)
+        """Point this process (and the processes it starts) at the password file.
+
+        A process normally talks to one embedded server. Tests and benchmarks start several;
+        then PGPASSFILE points at a file private to the process with every server's entries
+        (each entry names its port, so no server is offered another's password).
+        """
+        self._write_password_file()
+        current = os.environ.get("PGPASSFILE")
+        if not current or current == str(self.password_file) or not Path(current).is_file():
+            os.environ["PGPASSFILE"] = str(self.password_file)
+            return
+        ours = self.password_file.read_text()
+        combined = Path(tempfile.gettempdir()) / f"invoice-pipeline-pgpass-{os.getpid()}"
+        theirs = Path(current).read_text()
+        merged = "".join(dict.fromkeys((theirs + ours).splitlines(keepends=True)))
+        fd = os.open(combined, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(merged)
+        os.environ["PGPASSFILE"] = str(combined)
 
     def destroy(self) -> None:
         """Stop the server and delete its data directory (temporary servers: tests, benchmarks)."""
@@ -247,13 +265,27 @@ class EmbeddedPostgres:
     def _password(self) -> str:
         """The superuser's password, generated on first use and kept 0600 in the project's home."""
         if self.password_file.exists():
-            return self.password_file.read_text().strip().rsplit(":", 1)[-1]
-        password = secrets.token_urlsafe(32)  # no ':' or '\\', so the pgpass line needs no escaping
+            return self.password_file.read_text().split("\n", 1)[0].rsplit(":", 1)[-1]
+        password = secrets.token_urlsafe(32)  # no ':' or '\\', so pgpass lines need no escaping
         self.home.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.password_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as handle:
-            handle.write(f"*:*:*:{SUPERUSER}:{password}\n")
+            handle.write(self._pgpass_lines(password))
         return password
+
+    def _pgpass_lines(self, password: str) -> str:
+        """This server's entries only (its address and port; `localhost` is also its socket), so
+        a password file never offers this password to another server."""
+        hosts = dict.fromkeys((self.listen, "127.0.0.1", "localhost"))
+        return "".join(f"{host}:{self.port}:*:{SUPERUSER}:{password}\n" for host in hosts)
+
+    def _write_password_file(self) -> None:
+        """Keep the entries on this server's current port (the port is a setting and may change)."""
+        lines = self._pgpass_lines(self._password())
+        if self.password_file.read_text() != lines:
+            fd = os.open(self.password_file, os.O_WRONLY | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as handle:
+                handle.write(lines)
 
     def _ensure_initialised(self) -> None:
         user = self._system_user()

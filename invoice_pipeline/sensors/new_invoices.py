@@ -27,6 +27,7 @@ from invoice_pipeline.jobs import (
     process_invoice,
     process_invoice_batch,
 )
+from invoice_pipeline.maintenance import run_maintenance
 from invoice_pipeline.ops import InvoiceRef, batch_run_key
 from invoice_pipeline.request_owner import RequestOwner, instance_scope
 from invoice_pipeline.resources import InvoiceDatabase
@@ -129,6 +130,15 @@ def new_invoices_sensor(
     else:
         _log_pass(context, done)
         context.update_cursor(dump_cursor(done.waiting))
+
+    try:
+        # Recovery by default: a dead holder's lease is swept within a tick of its TTL, not at
+        # the next five-minute schedule, and its invoice is planned in this same tick.
+        report = run_maintenance(invoice_db, context.instance)
+        if report.changed_anything:
+            context.log.info(report.summary())
+    except Exception as exc:  # the sweep schedule is the backstop; planning goes on
+        context.log.error(f"maintenance failed this tick, planning goes on: {type(exc).__name__}: {exc}")
 
     planned: list[RunRequest] = []
     scope = instance_scope(context.instance)

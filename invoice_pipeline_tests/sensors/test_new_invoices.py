@@ -109,3 +109,22 @@ def test_inbox_files_are_ingested_per_org_and_moved_aside(
     assert (empty_inbox / "acme" / ".ingested" / "x.json").exists()
     assert not (empty_inbox / "acme" / "x.json").exists()
     assert tick(database_url, data.cursor).run_requests == [], "moved files are not ingested again"
+
+
+def test_a_dead_holders_invoice_is_swept_and_requested_again_in_one_tick(
+    database_url: str, store: InvoiceStore
+) -> None:
+    """Recovery by default: the sensor sweeps (cheap, every tick), not only the 5-minute schedule."""
+    inv = store.store_document(json_invoice(), "acme", "a.json").invoice_id
+    (first,) = tick(database_url).run_requests
+    lease = store.acquire(inv, 1, owner="a worker that is then SIGKILLed")
+    assert lease is not None
+    assert tick(database_url, lock_ttl_seconds=30).run_requests == [], "a fresh lease is left alone"
+    with psycopg.connect(database_url) as conn:  # its last heartbeat, back-dated past the TTL
+        conn.execute(
+            "UPDATE processing_jobs SET heartbeat_at = heartbeat_at - interval '31 seconds' WHERE id = %s",
+            (lease.job_id,),
+        )
+    (retry,) = tick(database_url, lock_ttl_seconds=30).run_requests
+    assert retry.run_key == f"invoice:{inv}:attempt:2" != first.run_key
+    assert [j.status for j in store.job_history(inv)] == ["failed"]
