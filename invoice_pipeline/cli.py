@@ -21,6 +21,7 @@ from psycopg_pool import PoolTimeout
 from invoice_pipeline.config import ConfigError, Settings
 from invoice_pipeline.db.connection import database_url, embedded_server, prepare_database
 from invoice_pipeline.db.migrate import MigrationError, migrate
+from invoice_pipeline.runs import run_id_of
 from invoice_pipeline.store import TERMINAL_STATUSES, InvoiceStore, dumps
 from invoice_pipeline.terminal import printable
 
@@ -355,6 +356,9 @@ def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
             f"  #{j.attempt} {j.status:<9} {printable(j.owner):<50} {j.started_at:%H:%M:%S} → "
             f"{j.finished_at and f'{j.finished_at:%H:%M:%S}'} {printable(j.error)}"
         )
+        run_id = run_id_of(j.owner)
+        if run_id:
+            print(f"      Dagster run {run_id}: {args.ui_url.rstrip('/')}/runs/{run_id}")
     return 0
 
 
@@ -490,6 +494,11 @@ def build_parser() -> argparse.ArgumentParser:
     show = sub.add_parser("show", help="one invoice: fields, stage, attempts, duplicate group")
     show.add_argument("invoice_id", type=invoice_id_arg)
     show.add_argument("--json", action="store_true")
+    show.add_argument(
+        "--ui-url",
+        default="http://127.0.0.1:3000",
+        help="the Dagster UI the run links point at (make dev's default)",
+    )
     show.set_defaults(func=cmd_show)
     dev = sub.add_parser("dev", help="run the Dagster UI, daemon, sensor and schedule")
     dev.add_argument("--host", default="127.0.0.1")

@@ -11,9 +11,9 @@ from typing import Any
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
 from invoice_pipeline.jobs import PROCESS_INVOICE, PROCESS_INVOICE_BATCH
-from invoice_pipeline.ops import run_owner
 from invoice_pipeline.request_owner import RequestOwner, instance_scope
 from invoice_pipeline.resources import InvoiceDatabase
+from invoice_pipeline.runs import run_owner
 from invoice_pipeline.store import Rescheduled
 
 IN_FLIGHT = [

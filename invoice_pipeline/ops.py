@@ -36,6 +36,7 @@ from invoice_pipeline.documents import BadDocument
 from invoice_pipeline.domain.validation import validate_fields
 from invoice_pipeline.leases import Lease, LeaseLost
 from invoice_pipeline.resources import DocumentReader, InvoiceDatabase
+from invoice_pipeline.runs import run_owner
 from invoice_pipeline.store import InvoiceStore, as_uuid
 
 T = TypeVar("T")
@@ -67,10 +68,6 @@ class Claim:
     job_id: str
     attempt: int
     run_id: str
-
-
-def run_owner(run_id: str) -> str:
-    return f"dagster-run:{run_id}"
 
 
 class ProcessInvoiceConfig(Config):

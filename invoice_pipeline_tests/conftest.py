@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from invoice_pipeline.config import ENV_DATABASE_URL
-from invoice_pipeline.db.embedded import ENV_SERVER_ROOT, EmbeddedPostgres
+from invoice_pipeline.db.embedded import COMBINED_PREFIX, ENV_SERVER_ROOT, EmbeddedPostgres
 from invoice_pipeline.db.migrate import migrate
 from invoice_pipeline.resources.invoice_database import close_shared_stores
 from invoice_pipeline.store import InvoiceStore
@@ -36,9 +36,15 @@ def _server_root() -> Iterator[None]:
     root.chmod(0o755)
     previous = os.environ.get(ENV_SERVER_ROOT)
     os.environ[ENV_SERVER_ROOT] = str(root)
+    # One password file for every embedded server of the session, extended as servers start:
+    # worker processes forked from a forkserver started early still find later servers' entries.
+    passfile = Path(tempfile.gettempdir()) / f"{COMBINED_PREFIX}session-{os.getpid()}"
+    passfile.touch(mode=0o600)
+    os.environ["PGPASSFILE"] = str(passfile)
     try:
         yield
     finally:
+        passfile.unlink(missing_ok=True)
         if previous is None:
             os.environ.pop(ENV_SERVER_ROOT, None)
         else:

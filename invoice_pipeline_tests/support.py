@@ -123,3 +123,14 @@ def start_dev_server(env: dict[str, str], port: int, log: Path) -> subprocess.Po
         stop_process_group(proc)
         raise
     return proc
+
+
+def run_cli(*args: str, env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """`invoice-pipeline ARGS` as a subprocess, as a person runs it; output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "invoice_pipeline.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import psycopg
 import pytest
@@ -16,17 +16,9 @@ from psycopg import sql
 from invoice_pipeline.db.embedded import EmbeddedPostgres
 from invoice_pipeline.samples import generate_samples
 from invoice_pipeline_tests.factories import json_invoice
-from invoice_pipeline_tests.support import free_port
+from invoice_pipeline_tests.support import free_port, run_cli
 
-
-def cli(*args: str, env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "invoice_pipeline.cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+cli = run_cli
 
 
 @pytest.fixture
@@ -80,7 +72,9 @@ def test_ingest_process_status_show_on_generated_samples(
     some_id = str(rows[0][0])
     shown = json.loads(cli("show", some_id, "--json", env=env).stdout)
     assert shown["invoice"]["invoice_id"] == some_id and len(shown["attempts"]) == 1
-    assert "attempts:" in cli("show", some_id, env=env).stdout
+    text = cli("show", some_id, "--ui-url", "http://ui.example:3000/", env=env).stdout
+    run_id = shown["attempts"][0]["owner"].removeprefix("dagster-run:")
+    assert "attempts:" in text and f"Dagster run {run_id}: http://ui.example:3000/runs/{run_id}" in text
 
     with psycopg.connect(database_url.rsplit("/", 1)[0] + "/postgres") as conn:
         dagster_db = database_url.rsplit("/", 1)[1] + "_dagster"
@@ -179,10 +173,11 @@ def test_url_parameters_libpq_refuses_are_refused_in_one_line_before_any_sql(
 
 
 def test_a_password_in_a_bad_url_is_never_echoed(tmp_path: Path) -> None:
-    url = "postgresql://u:hunter%202@localhost/db?application_name=hunter 2"
+    password = "hunter 2"  # made up; the URL is built so the repository holds no URL with a password
+    url = f"postgresql://u:{quote(password)}@localhost/db?application_name={password}"
     env = dict(os.environ, INVOICE_PIPELINE_HOME=str(tmp_path), INVOICE_PIPELINE_DATABASE_URL=url)
     result = cli("status", env=env)
-    assert result.returncode == 2 and "hunter 2" not in one_line_error(result)
+    assert result.returncode == 2 and password not in one_line_error(result)
 
 
 def test_an_unreachable_server_is_one_line_and_exit_3(tmp_path: Path) -> None:

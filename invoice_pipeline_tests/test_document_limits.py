@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -26,6 +24,7 @@ from invoice_pipeline.store import InvoiceStore
 from invoice_pipeline.terminal import printable
 from invoice_pipeline_tests.documents import hostile_corpus
 from invoice_pipeline_tests.factories import json_invoice, pipeline_resources
+from invoice_pipeline_tests.support import run_cli
 
 INSTANCE = DagsterInstance.ephemeral()
 TIGHT = DocumentReader(parse_cpu_seconds=1, parse_memory_mb=400, parse_timeout_seconds=120)
@@ -153,14 +152,8 @@ def test_a_stuck_stage_fails_its_attempt_and_its_late_write_is_refused(
 
 
 def cli(*args: str, env: dict[str, str]) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "invoice_pipeline.cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=True,
-    )
+    done = run_cli(*args, env=env)
+    assert done.returncode == 0, done.stderr
     return done.stdout
 
 

@@ -7,7 +7,7 @@ import psycopg
 from dagster import DagsterInstance, DagsterRunStatus, build_schedule_context
 
 from invoice_pipeline.jobs import process_invoice
-from invoice_pipeline.ops import run_owner
+from invoice_pipeline.runs import run_owner
 from invoice_pipeline.schedules import sweep_stale_locks_schedule
 from invoice_pipeline.store import InvoiceStore
 from invoice_pipeline_tests.factories import json_invoice, pipeline_resources

@@ -9,7 +9,6 @@ import secrets
 import socket
 import struct
 import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +21,7 @@ from psycopg import sql
 from invoice_pipeline.db.embedded import EmbeddedPostgres
 from invoice_pipeline_tests import secrets_scan
 from invoice_pipeline_tests.factories import json_invoice
-from invoice_pipeline_tests.support import free_port, start_dev_server, stop_process_group
+from invoice_pipeline_tests.support import free_port, run_cli, start_dev_server, stop_process_group
 
 GRAPHQL_QUERIES = {
     "resources": """{ allTopLevelResourceDetailsOrError(repositorySelector: {repositoryLocationName: "invoice_pipeline",
@@ -61,13 +60,7 @@ def password_role(server_url: str) -> Iterator[tuple[str, str]]:
 
 
 def _cli(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "invoice_pipeline.cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = run_cli(*args, env=env, timeout=300)
     assert done.returncode in (0, 1), done.stdout + done.stderr
     return done.stdout + done.stderr
 

@@ -45,6 +45,7 @@ SUPERUSER = "postgres"
 ENV_SERVER_ROOT = "INVOICE_PIPELINE_SERVER_ROOT"
 DEFAULT_SERVER_ROOT = Path("/var/lib/invoice-pipeline")
 PASSWORD_FILE = "pgpass"
+COMBINED_PREFIX = "invoice-pipeline-pgpass-"
 DATA_DIR_NOTE = "pgdata-location"
 
 
@@ -101,6 +102,16 @@ def _make_traversable_dir(path: Path) -> None:
     for folder in reversed(missing):
         folder.mkdir(mode=0o755)
         folder.chmod(0o755)  # mkdir's mode is filtered by the umask
+
+
+def _merge_into(path: Path, lines: str) -> None:
+    """Add pgpass lines to `path` (0600), each once."""
+    existing = path.read_text() if path.exists() else ""
+    merged = "".join(dict.fromkeys((existing + lines).splitlines(keepends=True)))
+    if merged != existing:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(merged)
 
 
 def _bin(name: str) -> Path:
@@ -200,22 +211,22 @@ class EmbeddedPostgres:
         """Point this process (and the processes it starts) at the password file.
 
         A process normally talks to one embedded server. Tests and benchmarks start several;
-        then PGPASSFILE points at a file private to the process with every server's entries
-        (each entry names its port, so no server is offered another's password).
+        then PGPASSFILE points at a combined file (COMBINED_PREFIX...) holding every server's
+        entries (each entry names its port, so no server is offered another's password). A
+        combined file is extended in place, so processes that read the variable earlier (a
+        forkserver) find later servers' entries too.
         """
         self._write_password_file()
         current = os.environ.get("PGPASSFILE")
-        if not current or current == str(self.password_file) or not Path(current).is_file():
-            os.environ["PGPASSFILE"] = str(self.password_file)
-            return
         ours = self.password_file.read_text()
-        combined = Path(tempfile.gettempdir()) / f"invoice-pipeline-pgpass-{os.getpid()}"
-        theirs = Path(current).read_text()
-        merged = "".join(dict.fromkeys((theirs + ours).splitlines(keepends=True)))
-        fd = os.open(combined, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(merged)
-        os.environ["PGPASSFILE"] = str(combined)
+        if current and Path(current).name.startswith(COMBINED_PREFIX) and Path(current).is_file():
+            _merge_into(Path(current), ours)
+        elif not current or current == str(self.password_file) or not Path(current).is_file():
+            os.environ["PGPASSFILE"] = str(self.password_file)
+        else:
+            combined = Path(tempfile.gettempdir()) / f"{COMBINED_PREFIX}{os.getpid()}"
+            _merge_into(combined, Path(current).read_text() + ours)
+            os.environ["PGPASSFILE"] = str(combined)
 
     def destroy(self) -> None:
         """Stop the server and delete its data directory (temporary servers: tests, benchmarks)."""

@@ -142,6 +142,19 @@ def _vat(rng: random.Random, country: str | None) -> str | None:
     return None
 
 
+def random_lines(rng: random.Random) -> tuple[Line, ...]:
+    """One to three invoice lines: item, quantity, unit price, VAT rate."""
+    return tuple(
+        Line(
+            rng.choice(ITEMS),
+            Decimal(rng.randint(1, 20)),
+            Decimal(rng.randint(500, 250000)) / 100,
+            Decimal(rng.choice((0, 7, 10, 19, 20, 21, 25))),
+        )
+        for _ in range(rng.randint(1, 3))
+    )
+
+
 class _Builder:
     def __init__(self, out_dir: Path, seed: int) -> None:
         self.out = out_dir
@@ -167,15 +180,7 @@ class _Builder:
                 self.numbers.add(number)
                 break
         issue = dt.date(2024, 1, 1) + dt.timedelta(days=rng.randint(0, 500))
-        lines = tuple(
-            Line(
-                rng.choice(ITEMS),
-                Decimal(rng.randint(1, 20)),
-                Decimal(rng.randint(500, 250000)) / 100,
-                Decimal(rng.choice((0, 7, 10, 19, 20, 21, 25))),
-            )
-            for _ in range(rng.randint(1, 3))
-        )
+        lines = random_lines(rng)
         inv = SampleInvoice(
             invoice_number=number,
             document_type="invoice",

@@ -30,7 +30,7 @@ import pypdf
 
 from ..domain.matching import Match, MatchCandidate, find_match
 from .generator import BASE_FORMATS as FORMATS
-from .generator import BUYERS, CURRENCY_BY_COUNTRY, ITEMS, LANG_BY_COUNTRY, SELLERS
+from .generator import BUYERS, CURRENCY_BY_COUNTRY, LANG_BY_COUNTRY, SELLERS, random_lines
 from .render import Line, Party, SampleInvoice, cii_xml, facturx_pdf, invoice_json, invoice_pdf, ubl_xml
 
 EXTENSIONS = {"ubl": "xml", "cii": "xml", "json": "json", "pdf": "pdf", "facturx-pdf": "pdf"}
@@ -270,16 +270,7 @@ class _World:
         self.buyers = [Party(name, None, street, pc, city, cc) for name, street, pc, city, cc in BUYERS]
 
     def lines(self) -> tuple[Line, ...]:
-        rng = self.rng
-        return tuple(
-            Line(
-                rng.choice(ITEMS),
-                Decimal(rng.randint(1, 20)),
-                Decimal(rng.randint(500, 250000)) / 100,
-                Decimal(rng.choice((0, 7, 10, 19, 20, 21, 25))),
-            )
-            for _ in range(rng.randint(1, 3))
-        )
+        return random_lines(self.rng)
 
     def base(self, seller: Seller | None = None, *, with_vat: bool = True) -> Base:
         rng = self.rng

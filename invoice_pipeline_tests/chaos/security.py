@@ -19,7 +19,6 @@ import os
 import re
 import secrets
 import subprocess
-import sys
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -34,7 +33,7 @@ from invoice_pipeline.store import InvoiceStore
 from invoice_pipeline_tests import secrets_scan
 from invoice_pipeline_tests.chaos.common import ChaosContext, ScenarioResult, check_common_invariants, timed
 from invoice_pipeline_tests.chaos.worker import batch_run_config, resources
-from invoice_pipeline_tests.support import free_port, start_dev_server, stop_process_group
+from invoice_pipeline_tests.support import free_port, run_cli, start_dev_server, stop_process_group
 
 ROOT = Path(__file__).resolve().parents[2]
 INJECTIONS = [
@@ -355,13 +354,7 @@ def _drop_external_role(role: str) -> None:
 
 
 def _cli(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "invoice_pipeline.cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = run_cli(*args, env=env, timeout=300)
     return done.stdout + done.stderr
 
 
