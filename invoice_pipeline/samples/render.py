@@ -478,3 +478,18 @@ def facturx_pdf(inv: SampleInvoice, lang: str = "en") -> bytes:
             },
         )
     )
+
+
+def render_invoice(inv: SampleInvoice, fmt: str, lang: str = "en", *, pdf_style: int = 0) -> bytes:
+    """One invoice in one of the formats the pipeline reads: ubl, cii, json, pdf, facturx-pdf."""
+    if fmt == "ubl":
+        return ubl_xml(inv)
+    if fmt == "cii":
+        return cii_xml(inv)
+    if fmt == "json":
+        return invoice_json(inv)
+    if fmt == "pdf":
+        return invoice_pdf(inv, lang, style=pdf_style)
+    if fmt == "facturx-pdf":
+        return facturx_pdf(inv, lang)
+    raise ValueError(f"unknown format {fmt!r}")

@@ -31,7 +31,7 @@ import pypdf
 from ..domain.matching import Match, MatchCandidate, find_match
 from .generator import BASE_FORMATS as FORMATS
 from .generator import BUYERS, CURRENCY_BY_COUNTRY, LANG_BY_COUNTRY, SELLERS, random_lines
-from .render import Line, Party, SampleInvoice, cii_xml, facturx_pdf, invoice_json, invoice_pdf, ubl_xml
+from .render import Line, Party, SampleInvoice, render_invoice
 
 EXTENSIONS = {"ubl": "xml", "cii": "xml", "json": "json", "pdf": "pdf", "facturx-pdf": "pdf"}
 
@@ -125,19 +125,7 @@ class TwinDocument:
         return EXTENSIONS[self.format]
 
     def render(self) -> bytes:
-        inv = self.invoice
-        if self.format == "ubl":
-            raw = ubl_xml(inv)
-        elif self.format == "cii":
-            raw = cii_xml(inv)
-        elif self.format == "json":
-            raw = invoice_json(inv)
-        elif self.format == "pdf":
-            raw = invoice_pdf(inv, self.lang, style=self.pdf_style)
-        elif self.format == "facturx-pdf":
-            raw = facturx_pdf(inv, self.lang)
-        else:
-            raise ValueError(f"unknown format {self.format!r}")
+        raw = render_invoice(self.invoice, self.format, self.lang, pdf_style=self.pdf_style)
         return _resent(raw, self.format, self.resend) if self.resend else raw
 
 

@@ -60,11 +60,7 @@ from invoice_pipeline.samples.render import (
     Line,
     Party,
     SampleInvoice,
-    cii_xml,
-    facturx_pdf,
-    invoice_json,
-    invoice_pdf,
-    ubl_xml,
+    render_invoice,
 )
 from invoice_pipeline.store import DuplicateDecision, InvoiceStore, MatchFunction
 from invoice_pipeline_tests.chaos.common import (
@@ -309,18 +305,7 @@ class Pair:
 
 
 def render(inv: SampleInvoice, fmt: str) -> bytes:
-    lang = LANG_BY_COUNTRY.get(inv.seller.country, "en")
-    if fmt == "ubl":
-        return ubl_xml(inv)
-    if fmt == "cii":
-        return cii_xml(inv)
-    if fmt == "json":
-        return invoice_json(inv)
-    if fmt == "pdf":
-        return invoice_pdf(inv, lang)
-    if fmt == "facturx-pdf":
-        return facturx_pdf(inv, lang)
-    raise ValueError(fmt)
+    return render_invoice(inv, fmt, LANG_BY_COUNTRY.get(inv.seller.country, "en"))
 
 
 class PairMaker:
