@@ -38,10 +38,7 @@ def insert_decided_originals(url: str, org: str, fields: Iterable[InvoiceFields]
                         f.seller_name,
                         f.seller_vat_id,
                         "original",
-                        c.key.text,
-                        c.key.hash,
-                        c.key.vendor,
-                        c.block.id if c.block else None,
+                        *c.stored_keys.values(),  # business_key, business_key_hash, vendor_key, block_key
                     )
                 )
                 n += 1

@@ -497,11 +497,8 @@ class InvoiceStore:
             )
             params: dict[str, Any] = {
                 "invoice_id": lease.invoice_id,
-                "business_key": candidate.key.text,
-                "business_key_hash": candidate.key.hash,
-                "vendor_key": candidate.key.vendor,
-                "block_key": candidate.block.id if candidate.block else None,
                 "org_id": candidate.org_id,
+                **candidate.stored_keys,
             }
             if outcome is None:
                 name = "mark_original"

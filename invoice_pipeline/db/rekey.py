@@ -33,13 +33,7 @@ def rekey_decided_invoices(conn: psycopg.Connection[Any]) -> int:
             candidate = MatchCandidate.from_fields(str(invoice_id), org_id, InvoiceFields.from_json(fields))
         except ValueError:
             continue
-        params = {
-            "invoice_id": invoice_id,
-            "business_key": candidate.key.text,
-            "business_key_hash": candidate.key.hash,
-            "vendor_key": candidate.key.vendor,
-            "block_key": candidate.block.id if candidate.block else None,
-        }
+        params = {"invoice_id": invoice_id, **candidate.stored_keys}
         try:
             with conn.transaction():
                 conn.execute(query("rekey_invoice"), params)

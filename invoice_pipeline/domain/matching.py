@@ -63,6 +63,16 @@ class MatchCandidate:
     issue_date: date | None
     document_type: str
 
+    @property
+    def stored_keys(self) -> dict[str, object]:
+        """The keys a decided invoice keeps in its row (invoices' key columns), by column name."""
+        return {
+            "business_key": self.key.text,
+            "business_key_hash": self.key.hash,
+            "vendor_key": self.key.vendor,
+            "block_key": self.block.id if self.block else None,
+        }
+
     @classmethod
     def from_fields(cls, invoice_id: str, org_id: str, fields: InvoiceFields) -> MatchCandidate:
         """Raises ValueError when the fields cannot form a business key (no number or vendor)."""
