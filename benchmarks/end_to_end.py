@@ -41,7 +41,8 @@ from invoice_pipeline.dagster_home import DAGSTER_YAML, ENV_DAGSTER_PG_URL, dags
 from invoice_pipeline.dedupe import decide_duplicate
 from invoice_pipeline.documents import BadDocument, extract_fields, extract_text
 from invoice_pipeline.domain.validation import validate_fields
-from invoice_pipeline.leases import Lease, LeaseLost
+from invoice_pipeline.leases import LeaseLost
+from invoice_pipeline.records import Lease
 from invoice_pipeline.resources import DocumentReader, InvoiceDatabase
 from invoice_pipeline.resources.invoice_database import close_shared_stores
 from invoice_pipeline.samples.generator import _Builder  # the demo's invoice generator

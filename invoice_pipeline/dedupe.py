@@ -1,4 +1,4 @@
-"""Duplicate detection: the domain's matching rules run inside the store's advisory-locked transaction."""
+"""Duplicate detection: the domain's matching rules, run inside the store's advisory-locked transaction."""
 
 from __future__ import annotations
 
@@ -6,8 +6,19 @@ from uuid import UUID
 
 from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.matching import MatchCandidate, find_match
-from invoice_pipeline.leases import Lease
-from invoice_pipeline.store import DuplicateDecision, InvoiceStore, MatchOutcome
+from invoice_pipeline.records import DuplicateDecision, Lease, MatchOutcome
+from invoice_pipeline.store import InvoiceStore
+
+
+def match_outcome(
+    candidate: MatchCandidate, rows: list[tuple[UUID, str, InvoiceFields]]
+) -> MatchOutcome | None:
+    """Which of the org's originals (id, org, fields) the candidate copies, if any."""
+    originals = [MatchCandidate.from_fields(str(rid), org, f) for rid, org, f in rows]
+    found = find_match(candidate, originals)
+    if found is None:
+        return None
+    return MatchOutcome(UUID(found.original_id), found.exact, found.how, found.score, found.reasons)
 
 
 def decide_duplicate(
@@ -15,12 +26,4 @@ def decide_duplicate(
 ) -> DuplicateDecision:
     """Original, duplicate or suspected for the leased invoice; ValueError when fields cannot form a key."""
     candidate = MatchCandidate.from_fields(str(lease.invoice_id), org_id, fields)
-
-    def match(rows: list[tuple[UUID, str, InvoiceFields]]) -> MatchOutcome | None:
-        originals = [MatchCandidate.from_fields(str(rid), org, f) for rid, org, f in rows]
-        found = find_match(candidate, originals)
-        if found is None:
-            return None
-        return MatchOutcome(UUID(found.original_id), found.exact, found.how, found.score, found.reasons)
-
-    return store.decide_duplicate(lease, candidate, match)
+    return store.decide_duplicate(lease, candidate, match_outcome)

@@ -30,7 +30,8 @@ from pathlib import Path
 import psycopg
 from psycopg_pool import PoolTimeout
 
-from invoice_pipeline.store import IngestResult, InvoiceStore
+from invoice_pipeline.records import IngestResult
+from invoice_pipeline.store import InvoiceStore
 
 DEFAULT_ORG = "default"
 INGESTED_DIR = ".ingested"

@@ -3,8 +3,9 @@
 Executor: in-process, deliberately. The lease and its heartbeat thread belong to the run's
 process; the stages are mostly database round trips, and the multiprocess executor would
 start a Python interpreter per stage (seconds each) for no isolation we need — the run, not
-the stage, is the unit that dies and is recovered. A backlog goes through one batched run with
-dynamic fan-out instead of one process per invoice.
+the stage, is the unit that dies and is recovered. A backlog goes through one batched run that
+fans out over chunks: a chunk is claimed in one statement, and each stage works, writes and
+materializes it as a whole.
 """
 
 from __future__ import annotations
@@ -13,38 +14,26 @@ from typing import Any
 
 from dagster import GraphDefinition, JobDefinition, graph, in_process_executor
 
-from invoice_pipeline.ops import (
-    InvoiceRef,
-    approve,
-    claim,
-    detect_duplicates,
-    extract_fields,
-    extract_text,
-    fan_out,
-    post_to_ledger,
-    release,
-    release_lock_on_failure,
-    start,
-    validate,
-)
-
-PROCESS_INVOICE = "process_invoice"
-PROCESS_INVOICE_BATCH = "process_invoice_batch"
+from invoice_pipeline.ops import STAGE_OPS, Chunk, claim, fan_out, release, release_lock_on_failure, start
+from invoice_pipeline.runs import PROCESS_INVOICE, PROCESS_INVOICE_BATCH, InvoiceRef
 
 
-@graph(description="One invoice through every stage, under its durable lock.")
-def process_one(ref: InvoiceRef) -> None:
-    release(post_to_ledger(approve(detect_duplicates(validate(extract_fields(extract_text(claim(ref))))))))
+@graph(description="A chunk of invoices through every stage, under their durable locks.")
+def process_chunk(refs: list[InvoiceRef]) -> None:
+    chunk: Chunk = claim(refs)
+    for stage_op in STAGE_OPS:
+        chunk = stage_op(chunk)
+    release(chunk)
 
 
 @graph(name=PROCESS_INVOICE)
 def process_invoice_graph() -> None:
-    process_one(start())
+    process_chunk(start())
 
 
 @graph(name=PROCESS_INVOICE_BATCH)
 def process_invoice_batch_graph() -> None:
-    fan_out().map(process_one)
+    fan_out().map(process_chunk)
 
 
 def make_jobs(resources: dict[str, Any] | None = None) -> tuple[JobDefinition, JobDefinition]:
@@ -62,7 +51,7 @@ def make_jobs(resources: dict[str, Any] | None = None) -> tuple[JobDefinition, J
         build(process_invoice_graph, "Process one invoice (config: invoice_id, optional attempt)."),
         build(
             process_invoice_batch_graph,
-            "Process many invoices in one run; one lock and one branch per invoice.",
+            "Process many invoices in one run, in chunks (config: invoice_ids, attempts, chunk_size).",
         ),
     )
 

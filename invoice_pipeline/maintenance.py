@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
 
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
-from invoice_pipeline.jobs import PROCESS_INVOICE, PROCESS_INVOICE_BATCH
+from invoice_pipeline.records import Rescheduled
 from invoice_pipeline.request_owner import RequestOwner, instance_scope
 from invoice_pipeline.resources import InvoiceDatabase
-from invoice_pipeline.runs import run_owner
-from invoice_pipeline.store import Rescheduled
+from invoice_pipeline.runs import PROCESS_INVOICE, PROCESS_INVOICE_BATCH, invoice_ids_of, run_owner
 
 IN_FLIGHT = [
     DagsterRunStatus.QUEUED,
@@ -103,11 +100,7 @@ def invoices_in_flight(instance: DagsterInstance) -> set[str]:
     """Invoice ids named by runs of our jobs that are queued or running: their request is not lost."""
     names: set[str] = set()
     for run in instance.get_runs(filters=RunsFilter(statuses=IN_FLIGHT)):
-        config: Mapping[str, Any] = run.run_config if isinstance(run.run_config, Mapping) else {}
-        ops: Mapping[str, Any] = config.get("ops", {})
-        single = ops.get("start", {}).get("config", {}).get("invoice_id")
-        names.update([single] if single else [])
-        names.update(ops.get("fan_out", {}).get("config", {}).get("invoice_ids", []))
+        names.update(invoice_ids_of(run.run_config))
     return names
 
 

@@ -1,16 +1,14 @@
-"""The pipeline's stages as Dagster ops: thin adapters between the domain code and the store.
+"""The pipeline's stages as Dagster ops: one factory over `stages.STAGES`, plus claim and release.
 
-Each stage takes the `Claim` (ids only, so it survives pickling and re-execution), resumes the
-lease it names, writes its breadcrumb, asks the store whether its work is already done (then
-it fast-forwards), and otherwise does the work under a heartbeat. Data moves between stages
-through the database, which is what lets a retry skip finished work.
+What flows between ops is a `Chunk`: the ids of the leases a run holds (small, so it survives
+pickling and re-execution). Each stage op resumes the chunk's leases, runs the stage
+(`stages.run_stage`: breadcrumbs, fast-forward, work, outcomes), materializes its assets once
+for the chunk, and passes the survivors on. One bad invoice never fails the op; a systemic
+error (the database is unreachable) does, and the retry policy and failure hook take over.
 """
 
-import hashlib
-import threading
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import TypeVar
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 from uuid import UUID
 
 from dagster import (
@@ -23,93 +21,96 @@ from dagster import (
     HookContext,
     Jitter,
     MetadataValue,
+    OpDefinition,
     OpExecutionContext,
     Out,
     Output,
     RetryPolicy,
+    TableColumn,
+    TableRecord,
+    TableSchema,
     failure_hook,
     op,
 )
+from pydantic import Field
 
-from invoice_pipeline.dedupe import decide_duplicate
-from invoice_pipeline.documents import BadDocument
-from invoice_pipeline.domain.validation import validate_fields
-from invoice_pipeline.leases import Lease, LeaseLost
 from invoice_pipeline.resources import DocumentReader, InvoiceDatabase
-from invoice_pipeline.runs import run_owner
+from invoice_pipeline.runs import (
+    DEFAULT_CHUNK_SIZE,
+    InvoiceRef,
+    refs_from_lists,
+    run_owner,
+    unique_refs,
+)
+from invoice_pipeline.stages import (
+    STAGES,
+    Claimed,
+    Done,
+    Failed,
+    Held,
+    Lost,
+    Quarantined,
+    Stage,
+    StageEnv,
+    StageReport,
+    claim_chunk,
+    finish_chunk,
+    run_stage,
+)
 from invoice_pipeline.store import InvoiceStore, as_uuid
 
-T = TypeVar("T")
-
 # Transient errors (a dropped connection, a timeout) are retried with backoff inside the run;
-# bad documents and lost leases raise Failure(allow_retries=False) and are not.
+# an invoice's own trouble never reaches the op (it is that invoice's outcome).
 TRANSIENT_RETRY = RetryPolicy(max_retries=3, delay=0.5, backoff=Backoff.EXPONENTIAL, jitter=Jitter.PLUS_MINUS)
 
-ASSET_DOCUMENTS = "invoice_documents"
-ASSET_TEXT = "extracted_text"
-ASSET_FIELDS = "invoice_fields"
-ASSET_DUPLICATES = "duplicate_decisions"
-ASSET_APPROVALS = "approvals"
-ASSET_LEDGER = "ledger_postings"
-
 
 @dataclass(frozen=True)
-class InvoiceRef:
-    invoice_id: str
-    attempt: int | None = None
+class Chunk:
+    """The invoices a run holds the locks of, and which run took them."""
 
-
-@dataclass(frozen=True)
-class Claim:
-    """What a stage needs to resume the lease: the fencing token and who took it."""
-
-    invoice_id: str
-    org_id: str
-    job_id: str
-    attempt: int
+    claims: tuple[Claimed, ...]
     run_id: str
+
+    @property
+    def invoice_ids(self) -> list[UUID]:
+        return [c.invoice_id for c in self.claims]
 
 
 class ProcessInvoiceConfig(Config):
     invoice_id: str
-    attempt: int | None = None
+    attempt: int | None = Field(default=None, ge=1)
 
 
 class BatchConfig(Config):
     invoice_ids: list[str]
     attempts: list[int] | None = None
+    chunk_size: int = Field(
+        default=DEFAULT_CHUNK_SIZE, ge=1, description="Invoices claimed, worked and materialized together"
+    )
 
 
 # -- entry points ----------------------------------------------------------------------------
 
 
-@op(description="Turn the run's config into the invoice to process.")
-def start(context: OpExecutionContext, config: ProcessInvoiceConfig) -> InvoiceRef:
+@op(description="Turn the run's config into the invoice to process (a chunk of one).")
+def start(config: ProcessInvoiceConfig) -> list[InvoiceRef]:
     _valid_uuid(config.invoice_id)
-    if config.attempt is not None and config.attempt < 1:
-        raise Failure(f"attempt must be >= 1, got {config.attempt}", allow_retries=False)
-    return InvoiceRef(config.invoice_id, config.attempt)
+    return [InvoiceRef(config.invoice_id, config.attempt)]
 
 
-@op(out=DynamicOut(InvoiceRef), description="Fan a backlog out: one branch, and one lock, per invoice.")
-def fan_out(config: BatchConfig) -> Iterator[DynamicOutput[InvoiceRef]]:
-    if config.attempts is not None and len(config.attempts) != len(config.invoice_ids):
-        raise Failure("attempts must have one entry per invoice id", allow_retries=False)
-    for ref in unique_refs(config.invoice_ids, config.attempts):
+@op(
+    out=DynamicOut(list[InvoiceRef]),
+    description="Split a backlog into chunks: one branch, one claim statement each.",
+)
+def fan_out(config: BatchConfig) -> Iterator[DynamicOutput[list[InvoiceRef]]]:
+    try:
+        refs = unique_refs(refs_from_lists(config.invoice_ids, config.attempts))
+    except ValueError as exc:
+        raise Failure(str(exc), allow_retries=False) from None
+    for ref in refs:
         _valid_uuid(ref.invoice_id)
-        yield DynamicOutput(ref, mapping_key=ref.invoice_id.replace("-", "_"))
-
-
-def unique_refs(invoice_ids: list[str], attempts: list[int] | None) -> list[InvoiceRef]:
-    """One ref per invoice, each with the attempt given beside its first occurrence.
-
-    Dropping repeated ids must drop their attempts with them: numbering the survivors afresh
-    gave [A, B, A, C] with [1, 2, 1, 3] to C as attempt 1.
-    """
-    refs: dict[str, InvoiceRef] = {}
-    for i, invoice_id in enumerate(invoice_ids):
-        refs.setdefault(invoice_id, InvoiceRef(invoice_id, attempts[i] if attempts else None))
-    return list(refs.values())
+    for n, i in enumerate(range(0, len(refs), config.chunk_size)):
+        yield DynamicOutput(refs[i : i + config.chunk_size], mapping_key=f"chunk_{n:04d}")
 
 
 def _valid_uuid(value: str) -> UUID:
@@ -123,396 +124,283 @@ def _valid_uuid(value: str) -> UUID:
 
 
 @op(
-    out=Out(Claim, is_required=False),
+    out=Out(Chunk, is_required=False),
     retry_policy=TRANSIENT_RETRY,
-    description="Sweep this invoice's stale lock, then take the lock; end quietly if someone holds it.",
+    description="Sweep the chunk's stale locks and take the locks in one statement; skip what is held or finished.",
 )
 def claim(
-    context: OpExecutionContext, ref: InvoiceRef, invoice_db: InvoiceDatabase
-) -> Iterator[Output[Claim]]:
+    context: OpExecutionContext, refs: list[InvoiceRef], invoice_db: InvoiceDatabase
+) -> Iterator[Output[Chunk]]:
     store = invoice_db.store
-    state = store.invoice_state(ref.invoice_id)
-    if state is None:
-        raise Failure(f"no invoice {ref.invoice_id}", allow_retries=False)
-    if state.is_terminal:
-        context.log.info(f"invoice {ref.invoice_id} is already {state.status}: nothing to do")
-        return
-    swept = store.release_stale_locks(ref.invoice_id, invoice_db.lock_ttl)
-    if swept:
-        context.log.warning(f"swept {swept} stale lock(s) on invoice {ref.invoice_id} before acquiring")
-    attempt = ref.attempt or state.attempts + 1
-    lease = store.acquire(ref.invoice_id, attempt, run_owner(context.run_id))
-    if lease is None:
-        holder = store.current_holder(ref.invoice_id)
-        context.log.warning(
-            f"invoice {ref.invoice_id} is held elsewhere: "
-            + (holder.describe() if holder else "the holder finished just now")
-            + "; this run does nothing"
-        )
-        return
-    if not _is_mapped(context):
-        # Runs launched by hand carry no tags; these let a person find every run of an invoice.
-        context.instance.add_run_tags(
-            context.run_id, {"invoice_id": ref.invoice_id, "org_id": state.org_id, "attempt": str(attempt)}
-        )
-    # Heartbeated from now until release, also while this branch waits for the others of a batch.
-    invoice_db.lease_keeper.hold(lease.job_id)
-    context.log.info(f"acquired invoice {ref.invoice_id}: job {lease.job_id}, attempt {attempt}")
-    yield Output(Claim(ref.invoice_id, state.org_id, str(lease.job_id), attempt, context.run_id))
-
-
-def _is_mapped(context: OpExecutionContext) -> bool:
-    return context.get_mapping_key() is not None
-
-
-# -- the shape every stage shares -------------------------------------------------------------
-
-
-def _resume_lease(store: InvoiceStore, claim: Claim, run_id: str) -> Lease:
-    """The lease this run holds on the claimed invoice.
-
-    In the run that claimed it, that is the claim's own job. A run re-executed from failure
-    gets its parent's claim, whose job is finished by then: its first stage takes a fresh lock
-    (next attempt) and later stages find it by this run's owner. A parent job still running
-    belongs to another, maybe live, process and is never adopted.
-    """
-    if claim.run_id == run_id:
-        return store.lease(claim.job_id, claim.invoice_id, claim.attempt, run_owner(run_id))
-    holder = store.current_holder(claim.invoice_id)
-    if holder is not None and holder.owner == run_owner(run_id):
-        return store.lease(holder.job_id, holder.invoice_id, holder.attempt, holder.owner)
-    state = store.invoice_state(claim.invoice_id)
-    if holder is None:
-        attempt = (state.attempts if state else claim.attempt) + 1
-        fresh = store.acquire(claim.invoice_id, attempt, run_owner(run_id))
-        if fresh is not None:
-            return fresh
-        holder = store.current_holder(claim.invoice_id)
-        state = store.invoice_state(claim.invoice_id)
-    if holder is not None:
-        why = f"held by {holder.describe()}"
-    else:
-        why = f"it is already {state.status if state else 'gone'}"
-    raise Failure(f"re-executed run cannot take invoice {claim.invoice_id}: {why}", allow_retries=False)
-
-
-def run_step(
-    context: OpExecutionContext,
-    invoice_db: InvoiceDatabase,
-    claim: Claim,
-    step: str,
-    already_done: Callable[[], T | None],
-    work: Callable[[Lease], T],
-) -> T:
-    """Breadcrumb, fast-forward if done, else work under a heartbeat; map errors to Failures.
-
-    Every failure carries the job id as metadata, so the failure hook can release exactly
-    this branch's lease.
-    """
-    store = invoice_db.store
-    lease = _resume_lease(store, claim, context.run_id)
+    wanted = [(as_uuid(r.invoice_id), r.attempt) for r in refs]
+    claims = claim_chunk(store, wanted, run_owner(context.run_id), invoice_db.lock_ttl)
     keeper = invoice_db.lease_keeper
-    keeper.hold(lease.job_id)  # already held unless this run was re-executed
-    failure_meta = {"invoice_id": claim.invoice_id, "job_id": str(lease.job_id)}
-    try:
-        done = already_done()
-        if done is not None:
-            store.record_step(lease, step, skipped=True)
-            context.log.info(f"{step}: already done for invoice {claim.invoice_id}, fast-forwarding")
-            return done
-        store.record_step(lease, step, skipped=False)
-        result = within_deadline(lambda: work(lease), invoice_db.max_stage_seconds, step)
-        if keeper.is_lost(lease.job_id):
-            raise LeaseLost(lease.job_id, lease.invoice_id, "heartbeat found the job no longer running")
-        return result
-    except LeaseLost as exc:
-        keeper.drop(lease.job_id)
-        raise Failure(f"lease lost, stopping: {exc}", metadata=failure_meta, allow_retries=False) from exc
-    except BadDocument as exc:
-        keeper.drop(lease.job_id)
-        store.quarantine(lease, exc.code, exc.reason)
-        raise Failure(
-            f"quarantined ({exc.code}): {exc.reason}",
-            metadata=failure_meta | {"code": exc.code},
-            allow_retries=False,
-        ) from exc
-    except StageTimedOut as exc:
-        # Stop vouching for the abandoned work: the failure hook finishes the lease as failed
-        # and reschedules the invoice, and should the hook not run, the sweep takes it at TTL.
-        keeper.drop(lease.job_id)
-        raise Failure(str(exc), metadata=failure_meta, allow_retries=False) from exc
-    except Failure:
-        raise
-    except Exception as exc:
-        raise Failure(f"{step} failed: {type(exc).__name__}: {exc}", metadata=failure_meta) from exc
-
-
-class StageTimedOut(RuntimeError):
-    """A stage ran past its maximum duration; its work was abandoned."""
-
-
-def within_deadline(work: Callable[[], T], seconds: float, step: str) -> T:
-    """`work()`, or StageTimedOut once it has run `seconds`.
-
-    A heartbeat says the process is alive, not that the stage makes progress: a parse stuck in
-    C code (or an OCR service that never answers) would otherwise hold its lease forever. The
-    work runs in a daemon thread that is abandoned on timeout; that is safe because every write
-    is fenced by the lease, which the failure path finishes, so a late write is refused.
-    """
-    outcome: list[tuple[bool, object]] = []
-    finished = threading.Event()
-
-    def target() -> None:
-        try:
-            outcome.append((True, work()))
-        except BaseException as exc:  # handed to the waiting thread, re-raised there
-            outcome.append((False, exc))
-        finally:
-            finished.set()
-
-    threading.Thread(target=target, name=f"stage-{step}", daemon=True).start()
-    if not finished.wait(seconds):
-        raise StageTimedOut(
-            f"{step} ran longer than its maximum of {seconds:g} s (InvoiceDatabase.max_stage_seconds); "
-            "the attempt is abandoned and the invoice rescheduled"
+    for c in claims:
+        # Heartbeated from now until release, also while other chunks of the run work.
+        keeper.hold(c.job_id)
+    if len(claims) < len(refs):
+        _explain_unclaimed(
+            context, store, [i for i, _ in wanted if i not in {c.invoice_id for c in claims}], len(refs)
         )
-    ok, value = outcome[0]
-    if not ok:
-        assert isinstance(value, BaseException)
-        raise value
-    return value  # type: ignore[return-value]
-
-
-def _materialize(context: OpExecutionContext, asset: str, claim: Claim, **metadata: object) -> None:
-    context.log_event(
-        AssetMaterialization(
-            asset_key=asset,
-            partition=None,
-            metadata={"invoice_id": claim.invoice_id, "org_id": claim.org_id, **metadata},  # type: ignore[dict-item]
+    if not claims:
+        return
+    if len(refs) == 1 and context.get_mapping_key() is None:
+        # Runs launched by hand carry no tags; these let a person find every run of an invoice.
+        c = claims[0]
+        context.instance.add_run_tags(
+            context.run_id, {"invoice_id": str(c.invoice_id), "org_id": c.org_id, "attempt": str(c.attempt)}
         )
-    )
+    context.log.info(f"claimed {len(claims)} of {len(refs)} invoice(s)")
+    yield Output(Chunk(tuple(claims), context.run_id))
 
 
-# -- stages ----------------------------------------------------------------------------------
-
-
-@op(
-    retry_policy=TRANSIENT_RETRY,
-    description="Read the stored document's text (OCR for scans): the expensive step.",
-)
-def extract_text(
-    context: OpExecutionContext, claim: Claim, invoice_db: InvoiceDatabase, document_reader: DocumentReader
-) -> Claim:
-    store = invoice_db.store
-
-    def work(lease: Lease) -> bool:
-        document = store.load_document(claim.invoice_id)
-        if document is None:
-            raise BadDocument("no_document", "the invoice has no stored document; ingest the file again")
-        _materialize(context, ASSET_DOCUMENTS, claim, sha256=document.sha256, bytes=len(document.content))
-        text = document_reader.read_text(document.content, document.filename, invoice_db.max_document_bytes)
-        store.save_extracted_text(lease, text)
-        _materialize(context, ASSET_TEXT, claim, format=text.format, method=text.method, chars=len(text.text))
-        return True
-
-    run_step(
-        context, invoice_db, claim, "extract_text", lambda: store.load_extracted_text(claim.invoice_id), work
-    )
-    return claim
-
-
-@op(
-    retry_policy=TRANSIENT_RETRY,
-    description="Invoice number, dates, totals, parties — with a source per field.",
-)
-def extract_fields(
-    context: OpExecutionContext, claim: Claim, invoice_db: InvoiceDatabase, document_reader: DocumentReader
-) -> Claim:
-    store = invoice_db.store
-
-    def work(lease: Lease) -> bool:
-        extracted = store.load_extracted_text(claim.invoice_id)
-        assert extracted is not None, "extract_text ran before"
-        fields = document_reader.read_fields(extracted)
-        store.save_fields(lease, fields)
-        _materialize(
-            context,
-            ASSET_FIELDS,
-            claim,
-            invoice_number=fields.invoice_number or "",
-            payable_total=float(fields.payable_total) if fields.payable_total is not None else None,
-            currency=fields.currency or "",
-        )
-        return True
-
-    run_step(context, invoice_db, claim, "extract_fields", lambda: store.load_fields(claim.invoice_id), work)
-    return claim
-
-
-@op(
-    retry_policy=TRANSIENT_RETRY,
-    description="Reject what cannot be paid: missing number or total, bad amounts, dates, currency.",
-)
-def validate(context: OpExecutionContext, claim: Claim, invoice_db: InvoiceDatabase) -> Claim:
-    store = invoice_db.store
-
-    def work(lease: Lease) -> bool:
-        fields = store.load_fields(claim.invoice_id)
-        assert fields is not None, "extract_fields ran before"
-        problems = validate_fields(fields)
-        if problems:
-            raise BadDocument(problems[0].code, "; ".join(p.reason for p in problems))
-        return True
-
-    # Validation leaves no row of its own; a recorded duplicate decision proves it passed.
-    run_step(
-        context,
-        invoice_db,
-        claim,
-        "validate",
-        lambda: True if store.load_duplicate_decision(claim.invoice_id) else None,
-        work,
-    )
-    return claim
-
-
-@op(
-    retry_policy=TRANSIENT_RETRY, description="Original or duplicate, under the business key's advisory lock."
-)
-def detect_duplicates(context: OpExecutionContext, claim: Claim, invoice_db: InvoiceDatabase) -> Claim:
-    store = invoice_db.store
-
-    def work(lease: Lease) -> bool:
-        fields = store.load_fields(claim.invoice_id)
-        assert fields is not None
-        decision = decide_duplicate(store, lease, claim.org_id, fields)
-        _materialize(
-            context,
-            ASSET_DUPLICATES,
-            claim,
-            status=decision.status,
-            original_id=str(decision.original_id or ""),
-            how=decision.how or "",
-            reasons=MetadataValue.text("; ".join(decision.reasons)),
-        )
-        if decision.is_duplicate:
-            context.log.info(
-                f"duplicate of {decision.original_id} ({decision.how}): {'; '.join(decision.reasons)}"
-            )
-        return True
-
-    run_step(
-        context,
-        invoice_db,
-        claim,
-        "detect_duplicates",
-        lambda: store.load_duplicate_decision(claim.invoice_id),
-        work,
-    )
-    return claim
-
-
-@op(
-    retry_policy=TRANSIENT_RETRY,
-    description="Approve valid originals; reject exact duplicates; hold suspected ones for a person.",
-)
-def approve(context: OpExecutionContext, claim: Claim, invoice_db: InvoiceDatabase) -> Claim:
-    store = invoice_db.store
-
-    def work(lease: Lease) -> bool:
-        decision = store.load_duplicate_decision(claim.invoice_id)
-        assert decision is not None
-        if decision.is_suspected:
-            reason = f"suspected_duplicate of {decision.original_id}: {'; '.join(decision.reasons)}"
-            store.hold_for_review(lease, [reason])
-            context.log.warning(f"invoice {claim.invoice_id} held for review: {reason}")
-            _materialize(context, ASSET_APPROVALS, claim, decision="held", rule=reason)
-            return True
-        if decision.is_duplicate:
-            approval = store.record_approval(lease, "rejected", f"duplicate of {decision.original_id}")
+def _explain_unclaimed(context: OpExecutionContext, store: InvoiceStore, ids: list[UUID], asked: int) -> None:
+    """Why invoices were not claimed: one line for the run, and a failure where a person must act."""
+    reasons: list[str] = []
+    dead_letters: list[UUID] = []
+    for invoice_id in ids[:20]:
+        holder = store.current_holder(invoice_id)
+        state = store.invoice_state(invoice_id)
+        if state is None:
+            reasons.append(f"{invoice_id}: no such invoice")
+        elif holder is not None:
+            reasons.append(f"{invoice_id}: held elsewhere by {holder.describe()}")
+        elif state.status == "needs_attention":
+            dead_letters.append(invoice_id)
+            reasons.append(f"{invoice_id}: needs_attention (a dead letter)")
         else:
-            approval = store.record_approval(lease, "approved", "auto-approved: valid, not a duplicate")
-        _materialize(context, ASSET_APPROVALS, claim, decision=approval.decision, rule=approval.rule)
-        return True
+            reasons.append(f"{invoice_id}: already {state.status}")
+    more = f" (and {len(ids) - 20} more)" if len(ids) > 20 else ""
+    context.log.warning(f"{len(ids)} of {asked} invoice(s) not claimed{more}: " + "; ".join(reasons))
+    if asked == 1 and (dead_letters or store.invoice_state(ids[0]) is None):
+        what = reasons[0]
+        hint = (
+            " process_invoice does not retry dead letters: launch the requeue_invoices job (or run "
+            "`invoice-pipeline requeue`) to redrive it after a fix."
+            if dead_letters
+            else ""
+        )
+        raise Failure(f"invoice not processed: {what}.{hint}", allow_retries=False)
 
-    run_step(context, invoice_db, claim, "approve", lambda: _decided_or_held(store, claim), work)
-    return claim
+
+# -- the stages, from one factory ---------------------------------------------------------------
 
 
-def _decided_or_held(store: InvoiceStore, claim: Claim) -> bool | None:
-    """The approval step is done when it approved, rejected, or held the invoice for a person."""
-    if store.review_reasons(claim.invoice_id) is not None:
-        return True
-    return True if store.load_approval(claim.invoice_id) is not None else None
+def resume(context: OpExecutionContext, invoice_db: InvoiceDatabase, chunk: Chunk) -> Chunk:
+    """The chunk's leases as this run holds them.
 
-
-@op(retry_policy=TRANSIENT_RETRY, description="Post approved invoices to the ledger, exactly once.")
-def post_to_ledger(context: OpExecutionContext, claim: Claim, invoice_db: InvoiceDatabase) -> Claim:
+    In the run that claimed the chunk, they are the claims themselves. A run re-executed from
+    failure gets its parent's chunk, whose jobs are finished by then: its first stage takes
+    fresh locks (next attempt) and later stages get this run's chunk. A parent job still
+    running belongs to another, maybe live, process and is never adopted.
+    """
+    if chunk.run_id == context.run_id:
+        return chunk
     store = invoice_db.store
+    owner = run_owner(context.run_id)
+    resumed: list[Claimed] = []
+    refused: list[str] = []
+    for c in chunk.claims:
+        holder = store.current_holder(c.invoice_id)
+        if holder is not None and holder.owner == owner:
+            resumed.append(replace(c, job_id=holder.job_id, attempt=holder.attempt, owner=owner))
+            continue
+        if holder is None:
+            fresh = claim_chunk(store, [(c.invoice_id, None)], owner, invoice_db.lock_ttl)
+            if fresh:
+                resumed.extend(fresh)
+                continue
+            holder = store.current_holder(c.invoice_id)
+        state = store.invoice_state(c.invoice_id)
+        why = (
+            f"held by {holder.describe()}" if holder else f"it is already {state.status if state else 'gone'}"
+        )
+        refused.append(f"{c.invoice_id}: {why}")
+    if refused and not resumed:
+        raise Failure(f"re-executed run cannot take invoice(s): {'; '.join(refused)}", allow_retries=False)
+    if refused:
+        context.log.warning(f"re-executed run left {len(refused)} invoice(s) to others: {'; '.join(refused)}")
+    for c in resumed:
+        invoice_db.lease_keeper.hold(c.job_id)
+    return Chunk(tuple(resumed), context.run_id)
 
-    def already_done() -> bool | None:
-        # Nothing to post, ever, unless approved: a rejected or held invoice fast-forwards.
-        if store.load_ledger_posting(claim.invoice_id) is not None:
-            return True
-        approval = store.load_approval(claim.invoice_id)
-        return True if approval is None or approval.decision != "approved" else None
 
-    def work(lease: Lease) -> bool:
-        fields = store.load_fields(claim.invoice_id)
-        assert fields is not None and fields.payable_total is not None and fields.currency
-        # A credit note reduces what the org owes.
-        amount = -fields.payable_total if fields.document_type == "credit_note" else fields.payable_total
-        posting = store.post_to_ledger(lease, claim.org_id, amount, fields.currency)
-        _materialize(context, ASSET_LEDGER, claim, amount=float(posting.amount), currency=posting.currency)
-        return True
-
-    run_step(context, invoice_db, claim, "post_to_ledger", already_done, work)
-    return claim
+def stage_env(invoice_db: InvoiceDatabase, reader: DocumentReader) -> StageEnv:
+    return StageEnv(
+        store=invoice_db.store,
+        parser=reader,
+        max_document_bytes=invoice_db.max_document_bytes,
+        max_stage_seconds=invoice_db.max_stage_seconds,
+        max_attempts=invoice_db.max_attempts,
+        retry_base=invoice_db.retry_base,
+    )
 
 
-@op(retry_policy=TRANSIENT_RETRY, description="Finish the lease as succeeded and mark the invoice processed.")
-def release(context: OpExecutionContext, claim: Claim, invoice_db: InvoiceDatabase) -> None:
-    store = invoice_db.store
-    lease = _resume_lease(store, claim, context.run_id)
+def make_stage_op(stage: Stage) -> OpDefinition:
+    @op(
+        name=stage.name,
+        description=stage.description,
+        out=Out(Chunk, is_required=False),
+        retry_policy=TRANSIENT_RETRY,
+    )
+    def stage_op(
+        context: OpExecutionContext,
+        chunk: Chunk,
+        invoice_db: InvoiceDatabase,
+        document_reader: DocumentReader,
+    ) -> Iterator[Output[Chunk]]:
+        chunk = resume(context, invoice_db, chunk)
+        try:
+            report = run_stage(stage, stage_env(invoice_db, document_reader), chunk.claims)
+        except Exception as exc:
+            # Systemic (the database is unreachable): the failure hook releases the chunk's leases
+            # once the retries are spent.
+            raise Failure(
+                f"{stage.name} failed for the whole chunk: {type(exc).__name__}: {exc}",
+                metadata={"job_ids": MetadataValue.json([str(c.job_id) for c in chunk.claims])},
+            ) from exc
+        _drop_leases(invoice_db, chunk, report)
+        _report(context, invoice_db.store, stage, report)
+        if _is_single(context, chunk) and not report.survivors:
+            # A run of one invoice reports that invoice's fate as its own, so the UI shows it red
+            # and "re-execute from failure" resumes here. Its lease is settled already.
+            (outcome,) = report.outcomes.values()
+            raise Failure(
+                f"{stage.name}: invoice {chunk.claims[0].invoice_id} {_describe(outcome)}",
+                allow_retries=False,
+            )
+        if report.survivors:
+            yield Output(Chunk(report.survivors, context.run_id))
+
+    return stage_op
+
+
+def _is_single(context: OpExecutionContext, chunk: Chunk) -> bool:
+    return context.get_mapping_key() is None and len(chunk.claims) == 1
+
+
+def _drop_leases(invoice_db: InvoiceDatabase, chunk: Chunk, report: StageReport) -> None:
+    """Stop heartbeating the leases the stage ended (quarantined, failed) or lost."""
+    keeper = invoice_db.lease_keeper
+    for c in chunk.claims:
+        if isinstance(report.outcomes.get(c.invoice_id), Quarantined | Failed | Lost):
+            keeper.drop(c.job_id)
+
+
+def _report(context: OpExecutionContext, store: InvoiceStore, stage: Stage, report: StageReport) -> None:
+    """One materialization per asset per chunk, and a log line only when something went wrong."""
+    by_kind = {
+        "done": report.count(Done),
+        "held": report.count(Held),
+        "quarantined": report.count(Quarantined),
+        "failed": report.count(Failed),
+        "lost": report.count(Lost),
+        "fast_forwarded": len(report.skipped),
+    }
+    trouble = [f"{i}: {_describe(o)}" for i, o in report.outcomes.items() if not isinstance(o, Done)]
+    if trouble:
+        context.log.warning(
+            f"{stage.name}: {len(trouble)} invoice(s) left the chunk or were held: " + "; ".join(trouble[:20])
+        )
+    materialized = [c for c in report.survivors if c.invoice_id not in report.skipped]
+    if not stage.assets or not materialized:
+        return
+    totals = store.totals_by_currency([c.invoice_id for c in materialized])
+    metadata = {
+        "count": len(materialized),
+        **{k: v for k, v in by_kind.items() if v},
+        **{f"total_{t.currency}": MetadataValue.float(float(t.total)) for t in totals},
+        "invoices": MetadataValue.table(
+            [
+                TableRecord(
+                    {
+                        "invoice_id": str(c.invoice_id),
+                        "org_id": c.org_id,
+                        "outcome": _describe(report.outcomes.get(c.invoice_id)),
+                    }
+                )
+                for c in materialized
+            ],
+            schema=TableSchema(
+                [
+                    TableColumn("invoice_id", "string"),
+                    TableColumn("org_id", "string"),
+                    TableColumn("outcome", "string"),
+                ]
+            ),
+        ),
+    }
+    for asset in stage.assets:
+        context.log_event(AssetMaterialization(asset_key=asset, metadata=metadata))  # type: ignore[arg-type]
+
+
+def _describe(outcome: object) -> str:
+    if isinstance(outcome, Done):
+        return outcome.detail or "done"
+    if isinstance(outcome, Held):
+        return "held for review: " + "; ".join(outcome.reasons)
+    if isinstance(outcome, Quarantined):
+        return f"quarantined ({outcome.code}): {outcome.reason}"
+    if isinstance(outcome, Failed):
+        return f"failed, retry scheduled: {outcome.error}"
+    if isinstance(outcome, Lost):
+        return f"lease lost, stopping: {outcome.detail}"
+    return str(outcome)
+
+
+STAGE_OPS: tuple[OpDefinition, ...] = tuple(make_stage_op(stage) for stage in STAGES)
+
+
+# -- release -----------------------------------------------------------------------------------
+
+
+@op(
+    retry_policy=TRANSIENT_RETRY,
+    description="Finish the chunk's leases as succeeded and mark the invoices processed.",
+)
+def release(context: OpExecutionContext, chunk: Chunk, invoice_db: InvoiceDatabase) -> None:
+    chunk = resume(context, invoice_db, chunk)
+    keeper = invoice_db.lease_keeper
     # Stop heartbeating first: a beat racing the completion would find the job finished and
     # report a live lease lost. The fenced completion proves the holder alive by itself.
-    invoice_db.lease_keeper.drop(lease.job_id)
-    try:
-        store.complete(lease)
-    except LeaseLost as exc:
+    for c in chunk.claims:
+        keeper.drop(c.job_id)
+    finished = finish_chunk(invoice_db.store, chunk.claims)
+    if finished.lost or finished.failed:
+        context.log.warning(
+            f"{len(finished.lost) + len(finished.failed)} invoice(s) could not be completed: "
+            + "; ".join(f"{i}: {why}" for i, why in [*finished.lost.items(), *finished.failed.items()])
+        )
+    if not finished.written:
         raise Failure(
-            f"lease lost, stopping: {exc}",
-            metadata={"invoice_id": claim.invoice_id, "job_id": str(lease.job_id)},
+            "lease lost, stopping: no invoice of the chunk could be completed",
+            metadata={"job_ids": MetadataValue.json([str(c.job_id) for c in chunk.claims])},
             allow_retries=False,
-        ) from exc
-    context.log.info(f"invoice {claim.invoice_id} processed; lock released")
+        )
 
 
 @failure_hook(required_resource_keys={"invoice_db"})
 def release_lock_on_failure(context: HookContext) -> None:
-    """Release a failed branch's lock at once, so its retry does not wait for the sweep."""
+    """Release a failed op's leases at once, so their retry does not wait for the sweep."""
     exc = context.op_exception
     metadata = getattr(exc, "metadata", None) or {}
-    job = metadata.get("job_id")
-    if job is None:
+    jobs = metadata.get("job_ids")
+    if jobs is None:
         return
-    job_id = str(getattr(job, "value", job))
     db: InvoiceDatabase = context.resources.invoice_db
-    db.lease_keeper.drop(UUID(job_id))
-    outcome = db.store.fail(job_id, str(exc), max_attempts=db.max_attempts, retry_base=db.retry_base)
-    if outcome is not None:
-        context.log.warning(
-            f"invoice {outcome.invoice_id}: {outcome.status} after {outcome.attempts} attempt(s)"
-            + (
-                f", next attempt at {outcome.next_attempt_at.isoformat()}"
-                if outcome.status == "failed"
-                else ""
+    for job_id in _job_ids(getattr(jobs, "data", jobs)):
+        db.lease_keeper.drop(job_id)
+        outcome = db.store.fail(job_id, str(exc), max_attempts=db.max_attempts, retry_base=db.retry_base)
+        if outcome is not None:
+            context.log.warning(
+                f"invoice {outcome.invoice_id}: {outcome.status} after {outcome.attempts} attempt(s)"
+                + (
+                    f", next attempt at {outcome.next_attempt_at.isoformat()}"
+                    if outcome.status == "failed"
+                    else ""
+                )
             )
-        )
 
 
-def batch_run_key(refs: list[InvoiceRef]) -> str:
-    digest = hashlib.sha256(
-        "\n".join(sorted(f"{r.invoice_id}:{r.attempt}" for r in refs)).encode()
-    ).hexdigest()
-    return f"batch:{digest[:24]}"
+def _job_ids(value: object) -> list[UUID]:
+    return [UUID(str(v)) for v in value] if isinstance(value, Sequence) and not isinstance(value, str) else []

@@ -12,9 +12,9 @@ import json
 import logging
 import os
 import socket
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any, Literal, TypeVar
@@ -22,9 +22,9 @@ from uuid import UUID
 
 import pandas as pd
 import psycopg
-from psycopg.rows import class_row
+from psycopg.rows import class_row, dict_row
 from psycopg.types.json import Jsonb
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from invoice_pipeline.config import validate_database_url
 from invoice_pipeline.db.sqlfiles import query
@@ -32,14 +32,50 @@ from invoice_pipeline.documents.extracted import ExtractedText
 from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.keys import lock_ids, search_ids
 from invoice_pipeline.domain.matching import MatchCandidate
-from invoice_pipeline.leases import Lease, LeaseLost, LockHolder
+from invoice_pipeline.domain.review import DEFAULT_POLICY, SUSPECTED_DUPLICATE, ReviewPolicy, reason_code
+from invoice_pipeline.leases import LeaseLost
+from invoice_pipeline.records import (
+    AcquiredLock,
+    Approval,
+    AttentionItem,
+    ChunkWrite,
+    CurrencyTotal,
+    DueInvoice,
+    DuplicateCandidateRow,
+    DuplicateDecision,
+    IngestResult,
+    InvoiceOutcome,
+    InvoiceOverview,
+    InvoiceState,
+    JobRecord,
+    Lease,
+    LedgerPosting,
+    LockHolder,
+    MatchOutcome,
+    OpenRequests,
+    Posting,
+    Quarantine,
+    Rescheduled,
+    StatusSummary,
+    StoredDocument,
+    Verdict,
+)
+from invoice_pipeline.review_records import (
+    ACTION_FROM,
+    Action,
+    ActionOutcome,
+    LockedTarget,
+    ReviewActionRecord,
+    ReviewQueueLine,
+    ReviewTarget,
+)
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+P = TypeVar("P")
+R = TypeVar("R")
 FINISH_STATUSES = ("succeeded", "failed")
-# Where an invoice rests until a person acts: no run picks it up again by itself.
-TERMINAL_STATUSES = ("processed", "needs_review", "quarantined", "needs_attention")
 IDLE_IN_TRANSACTION_MS = 60_000
 
 
@@ -56,211 +92,20 @@ def as_uuid(value: UUID | str, what: str = "invoice_id") -> UUID:
         raise ValueError(f"{what} must be a UUID, got {value!r}") from None
 
 
-@dataclass(frozen=True)
-class JobRecord:
-    job_id: UUID
-    invoice_id: UUID
-    attempt: int
-    status: str
-    owner: str | None
-    started_at: datetime
-    heartbeat_at: datetime
-    finished_at: datetime | None
-    error: str | None
-
-
-@dataclass(frozen=True)
-class IngestResult:
-    invoice_id: UUID
-    sha256: str
-    created: bool
-
-
-@dataclass(frozen=True)
-class StoredDocument:
-    invoice_id: UUID
-    org_id: str
-    filename: str | None
-    sha256: str
-    content: bytes
-
-
-@dataclass(frozen=True)
-class InvoiceState:
-    invoice_id: UUID
-    org_id: str
-    status: str
-    processing_stage: str | None
-    attempts: int
-    next_attempt_at: datetime
-    last_error: str | None
-    quarantine_code: str | None
-    quarantine_reason: str | None
-
-    @property
-    def is_terminal(self) -> bool:
-        return self.status in TERMINAL_STATUSES
-
-
-@dataclass(frozen=True)
-class DuplicateDecision:
-    """The outcome of duplicate detection for one invoice, with why."""
-
-    invoice_id: UUID
-    status: Literal["original", "duplicate", "suspected"]
-    group_id: UUID | None
-    original_id: UUID | None
-    business_key: str
-    how: str | None
-    score: Decimal | None
-    reasons: list[str]
-
-    @property
-    def is_duplicate(self) -> bool:
-        """An exact copy: rejected automatically."""
-        return self.status == "duplicate"
-
-    @property
-    def is_suspected(self) -> bool:
-        """A copy only by tolerance: held for a person, neither approved nor rejected."""
-        return self.status == "suspected"
-
-
-@dataclass(frozen=True)
-class Approval:
-    decision: Literal["approved", "rejected"]
-    rule: str
-    decided_at: datetime
-
-
-@dataclass(frozen=True)
-class LedgerPosting:
-    posting_id: UUID
-    invoice_id: UUID
-    amount: Decimal
-    currency: str
-    posted_at: datetime
-
-
-@dataclass(frozen=True)
-class DueInvoice:
-    invoice_id: UUID
-    org_id: str
-    attempt: int
-    seq: int
-
-
-@dataclass(frozen=True)
-class Rescheduled:
-    invoice_id: UUID
-    status: str
-    attempts: int
-    next_attempt_at: datetime
-    last_error: str | None
-
-
-@dataclass(frozen=True)
-class OpenRequests:
-    """Invoices requested for one owner (see request_owner.py) and not yet claimed."""
-
-    owner: str
-    invoices: int
-    age: timedelta
-
-
 # Who a claimed invoice's request waits for: one owner for all, or one per invoice once the
 # caller has planned its runs (the sensor: one run key per invoice or per batch).
 RequestedBy = str | Callable[[list[DueInvoice]], Mapping[UUID, str]] | None
 
 
-@dataclass(frozen=True)
-class DuplicateCandidateRow:
-    id: UUID
-    org_id: str
-    fields: dict[str, Any]
+# Given an invoice and its org's candidate originals as (invoice id, org id, fields), which one
+# the invoice copies, if any. Pure domain code (invoice_pipeline.domain.matching) behind it.
+MatchFunction = Callable[[MatchCandidate, list[tuple[UUID, str, InvoiceFields]]], MatchOutcome | None]
 
 
-@dataclass(frozen=True)
-class MatchOutcome:
-    original_id: UUID
-    exact: bool
-    how: str
-    score: float
-    reasons: tuple[str, ...]
-
-    def params(self) -> dict[str, Any]:
-        return {
-            "original_id": self.original_id,
-            "how": self.how,
-            "score": self.score,
-            "reasons": list(self.reasons),
-        }
-
-
-# Given the org's candidate originals as (invoice id, org id, fields), which one this invoice
-# copies, if any. Pure domain code (invoice_pipeline.domain.matching) behind it.
-MatchFunction = Callable[[list[tuple[UUID, str, InvoiceFields]]], MatchOutcome | None]
-
-
-@dataclass(frozen=True)
-class AttentionItem:
-    invoice_id: UUID
-    org_id: str
-    status: str
-    code: str
-    reason: str
-    filename: str | None
-
-
-@dataclass(frozen=True)
-class StatusSummary:
-    by_status: dict[str, int]
-    by_stage: dict[str, int]
-    locks_held: int
-    oldest_lock_started_at: datetime | None
-    stalest_heartbeat_age: timedelta | None
-    originals: int
-    duplicates: int
-    suspected_duplicates: int
-    duplicate_groups: int
-    attention: list[AttentionItem]
-
-
-@dataclass(frozen=True)
-class InvoiceOverview:
-    invoice_id: UUID
-    org_id: str
-    status: str
-    processing_stage: str | None
-    attempts: int
-    next_attempt_at: datetime
-    filename: str | None
-    sha256: str | None
-    last_error: str | None
-    quarantine_code: str | None
-    quarantine_reason: str | None
-    fields: dict[str, Any] | None
-    duplicate_status: str | None
-    duplicate_of: UUID | None
-    duplicate_group_id: UUID | None
-    match_how: str | None
-    match_reasons: list[str] | None
-    review_reasons: list[str] | None
-    created_at: datetime
-
-
-@dataclass(frozen=True)
-class InvoiceOutcome:
-    filename: str | None
-    status: str
-    duplicate_status: str | None
-    duplicate_of: UUID | None
-    original_filename: str | None
-    match_how: str | None
-    code: str
-    reason: str
-    approval: str | None
-    posted: bool
+def is_systemic(exc: BaseException) -> bool:
+    """The database itself is unreachable or gone: no invoice is to blame, the whole op fails
+    (and its retry policy takes over). Any other database error belongs to one invoice's data."""
+    return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError | PoolTimeout | PoolClosed)
 
 
 class InvoiceStore:
@@ -300,7 +145,6 @@ class InvoiceStore:
                 query("fence"), {"job_id": lease.job_id, "invoice_id": lease.invoice_id}
             ).fetchone()
             if row is None:
-                lease.mark_lost()
                 raise LeaseLost(lease.job_id, lease.invoice_id, self._why_not_running(conn, lease.job_id))
             yield conn
 
@@ -352,6 +196,11 @@ class InvoiceStore:
         with self.pool.connection() as conn:
             return self._one(conn, StoredDocument, "load_document", {"invoice_id": as_uuid(invoice_id)})
 
+    def load_documents(self, invoice_ids: Sequence[UUID]) -> dict[UUID, StoredDocument]:
+        with self.pool.connection() as conn:
+            found = self._all(conn, StoredDocument, "load_documents", {"invoice_ids": list(invoice_ids)})
+        return {d.invoice_id: d for d in found}
+
     def invoice_state(self, invoice_id: UUID | str) -> InvoiceState | None:
         with self.pool.connection() as conn:
             return self._one(conn, InvoiceState, "invoice_state", {"invoice_id": as_uuid(invoice_id)})
@@ -376,12 +225,31 @@ class InvoiceStore:
                     # Finished by a holder that completed after the caller last looked: undo the
                     # job row too, so the invoice is not reopened and its history stays clean.
                     raise psycopg.Rollback()
-                return Lease(self, job_id, invoice_id, attempt, owner)
+                return Lease(job_id, invoice_id, attempt, owner)
         return None
+
+    def acquire_many(self, refs: Sequence[tuple[UUID, int | None]], owner: str) -> list[AcquiredLock]:
+        """Take the locks of a chunk in one statement (acquire_processing_locks, sql/0005).
+
+        Each invoice as `acquire` would: an attempt of None is the invoice's next one; an
+        invoice held elsewhere or already finished is left out, never an error.
+        """
+        for _, attempt in refs:
+            if attempt is not None and (
+                not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1
+            ):
+                raise ValueError(f"attempt must be a positive integer, got {attempt!r}")
+        params = {
+            "invoice_ids": [as_uuid(invoice_id) for invoice_id, _ in refs],
+            "attempts": [attempt for _, attempt in refs],
+            "owner": owner,
+        }
+        with self.pool.connection() as conn:
+            return self._all(conn, AcquiredLock, "acquire_locks", params)
 
     def lease(self, job_id: UUID | str, invoice_id: UUID | str, attempt: int, owner: str | None) -> Lease:
         """A handle on a job taken earlier (e.g. by a previous step of the same run); fenced like any other."""
-        return Lease(self, as_uuid(job_id, "job_id"), as_uuid(invoice_id), attempt, owner)
+        return Lease(as_uuid(job_id, "job_id"), as_uuid(invoice_id), attempt, owner)
 
     def current_holder(self, invoice_id: UUID | str) -> LockHolder | None:
         with self.pool.connection() as conn:
@@ -416,6 +284,16 @@ class InvoiceStore:
         }
         return int(self._scalar("release_stale_locks", params))
 
+    def release_stale_locks_of(self, invoice_ids: Sequence[UUID], stale_after: timedelta) -> int:
+        """The sweep, for the invoices a chunk is about to claim."""
+        if not invoice_ids:
+            return 0
+        return int(
+            self._scalar(
+                "release_stale_locks_of", {"invoice_ids": list(invoice_ids), "stale_after": stale_after}
+            )
+        )
+
     def job_history(self, invoice_id: UUID | str) -> list[JobRecord]:
         with self.pool.connection() as conn:
             return self._all(conn, JobRecord, "job_history", {"invoice_id": as_uuid(invoice_id)})
@@ -424,59 +302,183 @@ class InvoiceStore:
         with self.pool.connection() as conn:
             return self._all(conn, JobRecord, "jobs_of_owner", {"owner": owner})
 
-    # -- fenced step writes --------------------------------------------------------------------
+    # -- fenced writes, a chunk at a time -------------------------------------------------------
+    #
+    # A stage writes its results for a whole chunk in one transaction, behind one fence
+    # statement for all the chunk's leases (fence_chunk). An invoice whose job is no longer
+    # running gets nothing written and is reported lost; one whose write the database refuses
+    # (bad data) is isolated: the chunk is written again an invoice at a time, so it alone fails.
+    # The single-invoice methods are chunks of one that raise instead of reporting.
+
+    def _write_chunk(
+        self,
+        items: Sequence[tuple[Lease, P]],
+        write: Callable[[psycopg.Connection[Any], Lease, P], R],
+        prepare: Callable[[psycopg.Connection[Any], list[Lease]], None] | None = None,
+    ) -> ChunkWrite[R]:
+        if not items:
+            return ChunkWrite({}, {}, {})
+        try:
+            return self._write_chunk_once(items, write, prepare)
+        except psycopg.Error as exc:
+            if is_systemic(exc) or len(items) == 1:
+                if len(items) == 1 and not is_systemic(exc):
+                    return ChunkWrite({}, {}, {items[0][0].invoice_id: exc})
+                raise
+        written: dict[UUID, R] = {}
+        lost: dict[UUID, str] = {}
+        failed: dict[UUID, Exception] = {}
+        for item in items:
+            one = self._write_chunk([item], write, prepare)
+            written |= one.written
+            lost |= one.lost
+            failed |= one.failed
+        return ChunkWrite(written, lost, failed)
+
+    def _write_chunk_once(
+        self,
+        items: Sequence[tuple[Lease, P]],
+        write: Callable[[psycopg.Connection[Any], Lease, P], R],
+        prepare: Callable[[psycopg.Connection[Any], list[Lease]], None] | None,
+    ) -> ChunkWrite[R]:
+        with self._transaction() as conn:
+            rows = conn.execute(query("fence_chunk"), {"job_ids": [lease.job_id for lease, _ in items]})
+            alive = {row[0] for row in rows.fetchall()}
+            live = [(lease, payload) for lease, payload in items if lease.job_id in alive]
+            lost = {
+                lease.invoice_id: self._why_not_running(conn, lease.job_id)
+                for lease, _ in items
+                if lease.job_id not in alive
+            }
+            if prepare is not None and live:
+                prepare(conn, [lease for lease, _ in live])
+            written = {lease.invoice_id: write(conn, lease, payload) for lease, payload in live}
+            return ChunkWrite(written, lost, {})
+
+    @staticmethod
+    def _only(result: ChunkWrite[R], lease: Lease) -> R:
+        """The one invoice's result of a chunk of one; LeaseLost, or its error, raised."""
+        if lease.invoice_id in result.lost:
+            raise LeaseLost(lease.job_id, lease.invoice_id, result.lost[lease.invoice_id])
+        if lease.invoice_id in result.failed:
+            raise result.failed[lease.invoice_id]
+        return result.written[lease.invoice_id]
+
+    def _run(self, name: str) -> Callable[[psycopg.Connection[Any], Lease, dict[str, Any]], None]:
+        """A write that is one named statement with the lease's ids and the given parameters."""
+
+        def write(conn: psycopg.Connection[Any], lease: Lease, params: dict[str, Any]) -> None:
+            conn.execute(query(name), {"invoice_id": lease.invoice_id, "job_id": lease.job_id, **params})
+
+        return write
+
+    def record_steps(self, step: str, leases: Sequence[Lease], executed: set[UUID]) -> ChunkWrite[None]:
+        """Breadcrumbs for a chunk: `executed` invoices move processing_stage, the rest fast-forwarded."""
+        items = [(lease, lease.invoice_id in executed) for lease in leases]
+
+        def write(conn: psycopg.Connection[Any], lease: Lease, runs: bool) -> None:
+            return None
+
+        def crumbs(conn: psycopg.Connection[Any], live: list[Lease]) -> None:
+            conn.execute(
+                query("record_steps"),
+                {
+                    "step": step,
+                    "invoice_ids": [lease.invoice_id for lease in live],
+                    "job_ids": [lease.job_id for lease in live],
+                    "events": ["executed" if lease.invoice_id in executed else "skipped" for lease in live],
+                },
+            )
+
+        return self._write_chunk(items, write, crumbs)
 
     def record_step(self, lease: Lease, step: str, *, skipped: bool) -> None:
         """Breadcrumb: the step started (and moves processing_stage), or was fast-forwarded."""
-        params = {"invoice_id": lease.invoice_id, "job_id": lease.job_id, "step": step}
-        with self._fenced(lease) as conn:
-            conn.execute(query("record_step_skipped" if skipped else "record_step_executed"), params)
+        self._only(self.record_steps(step, [lease], set() if skipped else {lease.invoice_id}), lease)
 
     def count_step_executions(self, invoice_id: UUID | str, step: str) -> int:
         return int(self._scalar("count_step_executions", {"invoice_id": as_uuid(invoice_id), "step": step}))
 
+    def done_ids(self, step: str, invoice_ids: Sequence[UUID]) -> set[UUID]:
+        """Which of the invoices `step` has already done (its `done_<step>` query)."""
+        with self.pool.connection() as conn:
+            rows = conn.execute(query(f"done_{step}"), {"invoice_ids": list(invoice_ids)}).fetchall()
+        return {row[0] for row in rows}
+
+    def save_extracted_texts(self, items: Sequence[tuple[Lease, ExtractedText]]) -> ChunkWrite[None]:
+        save = self._run("save_extracted_text")
+        return self._write_chunk(items, lambda conn, lease, text: save(conn, lease, asdict(text)))
+
     def save_extracted_text(self, lease: Lease, extracted: ExtractedText) -> None:
-        params = {"invoice_id": lease.invoice_id, "job_id": lease.job_id, **asdict(extracted)}
-        with self._fenced(lease) as conn:
-            conn.execute(query("save_extracted_text"), params)
+        self._only(self.save_extracted_texts([(lease, extracted)]), lease)
+
+    def load_extracted_texts(self, invoice_ids: Sequence[UUID]) -> dict[UUID, ExtractedText]:
+        with self.pool.connection() as conn:
+            with conn.cursor(row_factory=dict_row) as cur:
+                rows = cur.execute(
+                    query("load_extracted_texts"), {"invoice_ids": list(invoice_ids)}
+                ).fetchall()
+        return {row.pop("invoice_id"): ExtractedText(**row) for row in rows}
 
     def load_extracted_text(self, invoice_id: UUID | str) -> ExtractedText | None:
-        with self.pool.connection() as conn:
-            return self._one(conn, ExtractedText, "load_extracted_text", {"invoice_id": as_uuid(invoice_id)})
+        return self.load_extracted_texts([as_uuid(invoice_id)]).get(as_uuid(invoice_id))
+
+    def save_fields_of(self, items: Sequence[tuple[Lease, InvoiceFields]]) -> ChunkWrite[None]:
+        save = self._run("save_fields")
+
+        def write(conn: psycopg.Connection[Any], lease: Lease, fields: InvoiceFields) -> None:
+            save(
+                conn,
+                lease,
+                {
+                    "fields": Jsonb(fields.to_json()),
+                    "invoice_number": fields.invoice_number,
+                    "document_type": fields.document_type,
+                    "currency": fields.currency,
+                    "payable_total": fields.payable_total,
+                    "issue_date": fields.issue_date,
+                    "seller_name": fields.seller_name,
+                    "seller_vat_id": fields.seller_vat_id,
+                },
+            )
+
+        return self._write_chunk(items, write)
 
     def save_fields(self, lease: Lease, fields: InvoiceFields) -> None:
-        params = {
-            "invoice_id": lease.invoice_id,
-            "fields": Jsonb(fields.to_json()),
-            "invoice_number": fields.invoice_number,
-            "document_type": fields.document_type,
-            "currency": fields.currency,
-            "payable_total": fields.payable_total,
-            "issue_date": fields.issue_date,
-            "seller_name": fields.seller_name,
-            "seller_vat_id": fields.seller_vat_id,
-        }
-        with self._fenced(lease) as conn:
-            conn.execute(query("save_fields"), params)
+        self._only(self.save_fields_of([(lease, fields)]), lease)
+
+    def load_fields_of(self, invoice_ids: Sequence[UUID]) -> dict[UUID, InvoiceFields]:
+        with self.pool.connection() as conn:
+            rows = conn.execute(query("load_fields_of"), {"invoice_ids": list(invoice_ids)}).fetchall()
+        return {row[0]: InvoiceFields.from_json(row[1]) for row in rows}
 
     def load_fields(self, invoice_id: UUID | str) -> InvoiceFields | None:
-        data = self._scalar("load_fields", {"invoice_id": as_uuid(invoice_id)})
-        return None if data is None else InvoiceFields.from_json(data)
+        return self.load_fields_of([as_uuid(invoice_id)]).get(as_uuid(invoice_id))
 
-    def decide_duplicate(
-        self, lease: Lease, candidate: MatchCandidate, match: MatchFunction
-    ) -> DuplicateDecision:
-        """Original, duplicate or suspected, decided under the blocking key's advisory locks.
+    def decide_duplicates(
+        self, items: Sequence[tuple[Lease, MatchCandidate]], match: MatchFunction
+    ) -> ChunkWrite[DuplicateDecision]:
+        """Original, duplicate or suspected for each invoice, decided under the blocking keys' advisory locks.
 
         The locks come from the match rule (`domain/keys.py`): any two invoices the matcher
         could pair share one, so they decide one after the other, and the second sees the
-        first. The candidates are every original in the blocking key's neighbourhood, read
-        through an index with no LIMIT. Fence, locks, lookup and decision share one transaction,
-        of few round trips: the locks and the read are one call, and the decision returns itself.
+        first. A chunk takes every lock of all its invoices first, in one sorted call, so two
+        chunks never wait on each other in a cycle; each invoice then reads every original in
+        its blocking key's neighbourhood (an index, no LIMIT) and its decision returns itself.
+        Invoices of one chunk see each other's decisions: they share the transaction.
         """
-        if candidate.key.org_id != candidate.org_id or candidate.invoice_id != str(lease.invoice_id):
-            raise ValueError("the candidate is not the leased invoice of its org")
-        with self._fenced(lease) as conn:
+        for lease, candidate in items:
+            if candidate.key.org_id != candidate.org_id or candidate.invoice_id != str(lease.invoice_id):
+                raise ValueError("the candidate is not the leased invoice of its org")
+        by_invoice = {lease.invoice_id: candidate for lease, candidate in items}
+
+        def take_locks(conn: psycopg.Connection[Any], live: list[Lease]) -> None:
+            ids = sorted({i for lease in live for i in lock_ids(by_invoice[lease.invoice_id].block)})
+            conn.execute(query("take_dedupe_locks"), {"lock_ids": ids})
+
+        def decide(
+            conn: psycopg.Connection[Any], lease: Lease, candidate: MatchCandidate
+        ) -> DuplicateDecision:
             rows = self._all(
                 conn,
                 DuplicateCandidateRow,
@@ -489,11 +491,12 @@ class InvoiceStore:
                 },
             )
             outcome = match(
+                candidate,
                 [
                     (r.id, r.org_id, InvoiceFields.from_json(r.fields))
                     for r in rows
                     if r.org_id == candidate.org_id
-                ]
+                ],
             )
             params: dict[str, Any] = {
                 "invoice_id": lease.invoice_id,
@@ -512,77 +515,113 @@ class InvoiceStore:
             assert decided is not None
             return decided
 
-    def load_duplicate_decision(self, invoice_id: UUID | str) -> DuplicateDecision | None:
+        return self._write_chunk(items, decide, take_locks)
+
+    def decide_duplicate(
+        self, lease: Lease, candidate: MatchCandidate, match: MatchFunction
+    ) -> DuplicateDecision:
+        return self._only(self.decide_duplicates([(lease, candidate)], match), lease)
+
+    def load_duplicate_decisions(self, invoice_ids: Sequence[UUID]) -> dict[UUID, DuplicateDecision]:
         with self.pool.connection() as conn:
-            return self._one(
-                conn, DuplicateDecision, "load_duplicate_decision", {"invoice_id": as_uuid(invoice_id)}
+            found = self._all(
+                conn, DuplicateDecision, "load_duplicate_decisions", {"invoice_ids": list(invoice_ids)}
             )
+        return {d.invoice_id: d for d in found}
+
+    def load_duplicate_decision(self, invoice_id: UUID | str) -> DuplicateDecision | None:
+        return self.load_duplicate_decisions([as_uuid(invoice_id)]).get(as_uuid(invoice_id))
+
+    def record_verdicts(self, items: Sequence[tuple[Lease, Verdict]]) -> ChunkWrite[None]:
+        """The approval stage's results: approved, rejected (with the rule), or held for a person."""
+        approve = self._run("save_approval")
+        hold = self._run("hold_for_review")
+
+        def write(conn: psycopg.Connection[Any], lease: Lease, verdict: Verdict) -> None:
+            if verdict.decision == "held":
+                if not verdict.reasons:
+                    raise ValueError("a hold needs at least one reason")
+                hold(conn, lease, {"reasons": list(verdict.reasons)})
+            else:
+                approve(conn, lease, {"decision": verdict.decision, "rule": verdict.rule})
+
+        return self._write_chunk(items, write)
 
     def record_approval(self, lease: Lease, decision: Literal["approved", "rejected"], rule: str) -> Approval:
-        with self._fenced(lease) as conn:
-            params = {
-                "invoice_id": lease.invoice_id,
-                "job_id": lease.job_id,
-                "decision": decision,
-                "rule": rule,
-            }
-            conn.execute(query("save_approval"), params)
-            approval = self._one(conn, Approval, "load_approval", params)
-            assert approval is not None
-            return approval
+        self._only(self.record_verdicts([(lease, Verdict(decision, rule))]), lease)
+        approval = self.load_approval(lease.invoice_id)
+        assert approval is not None
+        return approval
 
     def hold_for_review(self, lease: Lease, reasons: list[str]) -> None:
         """Neither approve nor reject: the invoice ends needs_review, and a person decides."""
         if not reasons:
             raise ValueError("a hold needs at least one reason")
-        with self._fenced(lease) as conn:
-            conn.execute(query("hold_for_review"), {"invoice_id": lease.invoice_id, "reasons": reasons})
+        self._only(
+            self.record_verdicts([(lease, Verdict("held", "; ".join(reasons), tuple(reasons)))]), lease
+        )
 
     def review_reasons(self, invoice_id: UUID | str) -> list[str] | None:
         """Why the invoice is held for a person; None when it is not held."""
         return self._scalar("load_review_reasons", {"invoice_id": as_uuid(invoice_id)})
 
-    def load_approval(self, invoice_id: UUID | str) -> Approval | None:
+    def load_approvals(self, invoice_ids: Sequence[UUID]) -> dict[UUID, Approval]:
         with self.pool.connection() as conn:
-            return self._one(conn, Approval, "load_approval", {"invoice_id": as_uuid(invoice_id)})
+            with conn.cursor(row_factory=dict_row) as cur:
+                rows = cur.execute(query("load_approvals_of"), {"invoice_ids": list(invoice_ids)}).fetchall()
+        return {row.pop("invoice_id"): Approval(**row) for row in rows}
+
+    def load_approval(self, invoice_id: UUID | str) -> Approval | None:
+        return self.load_approvals([as_uuid(invoice_id)]).get(as_uuid(invoice_id))
+
+    def post_many(self, items: Sequence[tuple[Lease, Posting]]) -> ChunkWrite[None]:
+        """Post once: a second post of an invoice changes nothing (UNIQUE invoice_id)."""
+        post = self._run("post_to_ledger")
+        return self._write_chunk(items, lambda conn, lease, p: post(conn, lease, asdict(p)))
 
     def post_to_ledger(self, lease: Lease, org_id: str, amount: Decimal, currency: str) -> LedgerPosting:
-        """Post once: a second call returns the posting that exists (UNIQUE invoice_id)."""
-        params = {
-            "invoice_id": lease.invoice_id,
-            "job_id": lease.job_id,
-            "org_id": org_id,
-            "amount": amount,
-            "currency": currency,
-        }
-        with self._fenced(lease) as conn:
-            conn.execute(query("post_to_ledger"), params)
-            posting = self._one(conn, LedgerPosting, "load_ledger_posting", params)
-            assert posting is not None
-            return posting
+        self._only(self.post_many([(lease, Posting(org_id, amount, currency))]), lease)
+        posting = self.load_ledger_posting(lease.invoice_id)
+        assert posting is not None
+        return posting
 
     def load_ledger_posting(self, invoice_id: UUID | str) -> LedgerPosting | None:
         with self.pool.connection() as conn:
             return self._one(conn, LedgerPosting, "load_ledger_posting", {"invoice_id": as_uuid(invoice_id)})
 
+    def totals_by_currency(self, invoice_ids: Sequence[UUID]) -> list[CurrencyTotal]:
+        with self.pool.connection() as conn:
+            return self._all(conn, CurrencyTotal, "totals_by_currency", {"invoice_ids": list(invoice_ids)})
+
     # -- ending a job --------------------------------------------------------------------------
 
+    def complete_many(self, leases: Sequence[Lease]) -> ChunkWrite[None]:
+        """Release each lock as succeeded and mark its invoice processed (or needs_review), atomically."""
+        processed = self._run("mark_processed")
+        finish = self._run("finish_lock")
+
+        def write(conn: psycopg.Connection[Any], lease: Lease, _: None) -> None:
+            processed(conn, lease, {})
+            finish(conn, lease, {"status": "succeeded", "error": None})
+
+        return self._write_chunk([(lease, None) for lease in leases], write)
+
     def complete(self, lease: Lease) -> None:
-        """Release the lock as succeeded and mark the invoice processed (or needs_review), atomically."""
-        with self._fenced(lease) as conn:
-            conn.execute(query("mark_processed"), {"invoice_id": lease.invoice_id})
-            conn.execute(query("finish_lock"), {"job_id": lease.job_id, "status": "succeeded", "error": None})
+        self._only(self.complete_many([lease]), lease)
+
+    def quarantine_many(self, items: Sequence[tuple[Lease, Quarantine]]) -> ChunkWrite[None]:
+        """Bad documents: keep them, say why, never retry them."""
+        mark = self._run("mark_quarantined")
+        finish = self._run("finish_lock")
+
+        def write(conn: psycopg.Connection[Any], lease: Lease, q: Quarantine) -> None:
+            mark(conn, lease, {"code": q.code, "reason": q.reason})
+            finish(conn, lease, {"status": "failed", "error": f"quarantined: {q.code}: {q.reason}"})
+
+        return self._write_chunk(items, write)
 
     def quarantine(self, lease: Lease, code: str, reason: str) -> None:
-        """A bad document: keep it, say why, never retry it."""
-        with self._fenced(lease) as conn:
-            conn.execute(
-                query("mark_quarantined"), {"invoice_id": lease.invoice_id, "code": code, "reason": reason}
-            )
-            conn.execute(
-                query("finish_lock"),
-                {"job_id": lease.job_id, "status": "failed", "error": f"quarantined: {code}: {reason}"},
-            )
+        self._only(self.quarantine_many([(lease, Quarantine(code, reason))]), lease)
 
     def fail(
         self, job_id: UUID | str, error: str, *, max_attempts: int, retry_base: timedelta
@@ -747,6 +786,274 @@ class InvoiceStore:
     def outcomes_of_org(self, org_id: str) -> list[InvoiceOutcome]:
         with self.pool.connection() as conn:
             return self._all(conn, InvoiceOutcome, "demo_outcomes", {"org_id": org_id})
+
+    # -- review and redrive --------------------------------------------------------------------
+    # A person's actions (invoice_pipeline/review.py). Each takes the invoice's processing lock
+    # with the function a pipeline run acquires with, then writes fenced, in one transaction:
+    # the invoice row locked, the change, its audit row, and the lock released. A review can
+    # never race a running pipeline or another reviewer: whoever holds the lock goes first.
+
+    def review_policies(self, org_ids: list[str]) -> dict[str, ReviewPolicy]:
+        """Each org's review policy; an org without a row gets the default."""
+        wanted = sorted(set(org_ids))
+        with self.pool.connection() as conn:
+            rows = conn.execute(query("review_policies"), {"org_ids": wanted}).fetchall()
+        found = {str(r[0]): ReviewPolicy(r[1], r[2], r[3]) for r in rows}
+        return {org: found.get(org, DEFAULT_POLICY) for org in wanted}
+
+    def set_review_policy(self, org_id: str, policy: ReviewPolicy, updated_by: str) -> None:
+        if not org_id or not org_id.strip():
+            raise ValueError("org_id must be a non-empty string")
+        params = {"org_id": org_id, "updated_by": updated_by, **asdict(policy)}
+        with self._transaction() as conn:
+            conn.execute(query("set_review_policy"), params)
+
+    def review_targets(
+        self,
+        statuses: tuple[str, ...],
+        *,
+        invoice_ids: list[UUID] | None = None,
+        org_id: str | None = None,
+        reason: str | None = None,
+        older_than: timedelta | None = None,
+        limit: int = 10_000,
+    ) -> list[ReviewTarget]:
+        """Invoices in one of `statuses`, by id or by filter, the longest waiting first."""
+        params = {
+            "statuses": list(statuses),
+            "invoice_ids": invoice_ids,
+            "org_id": org_id,
+            "reason": reason,
+            "older_than": older_than,
+            "limit": limit,
+        }
+        with self.pool.connection() as conn:
+            return self._all(conn, ReviewTarget, "review_targets", params)
+
+    def take_review_lock(self, invoice_id: UUID | str, owner: str) -> Lease | None:
+        """The invoice's processing lock for a person's action; None when someone holds it.
+
+        Not `acquire`: that one starts a processing attempt (status 'processing') and refuses
+        finished invoices, while an action acts on exactly those and sets the status itself.
+        """
+        invoice_id = as_uuid(invoice_id)
+        with self._transaction() as conn:
+            row = conn.execute(
+                query("acquire_review_lock"), {"invoice_id": invoice_id, "owner": owner}
+            ).fetchone()
+        if row is None or row[0] is None:
+            return None
+        return Lease(row[0], invoice_id, int(row[1]), owner)
+
+    def review_approve(self, lease: Lease, actor: str, note: str | None) -> ActionOutcome:
+        """Approved by a person: due again, so the pipeline runs on to post_to_ledger (once)."""
+
+        def write(conn: psycopg.Connection[Any], target: LockedTarget) -> tuple[str, str] | str:
+            if target.duplicate_status == "suspected":
+                return (
+                    f"it is a suspected duplicate of {target.duplicate_of}: approving would pay it twice; "
+                    "decide that first with not-duplicate (then it continues) or confirm-duplicate"
+                )
+            if not self._save_review_approval(
+                conn, lease, "approved", self._said(f"approved by {actor}", note)
+            ):
+                return "it already has an approval decision"
+            conn.execute(query("review_continue"), {"invoice_id": lease.invoice_id})
+            return "pending", "approved: due now, the pipeline posts it"
+
+        return self._review_write(lease, "approve", actor, note, write)
+
+    def review_reject(self, lease: Lease, actor: str, reason: str) -> ActionOutcome:
+        """Rejected by a person: finished, never posted."""
+
+        def write(conn: psycopg.Connection[Any], target: LockedTarget) -> tuple[str, str] | str:
+            if not self._save_review_approval(conn, lease, "rejected", f"rejected by {actor}: {reason}"):
+                return "it already has an approval decision"
+            conn.execute(query("review_close"), {"invoice_id": lease.invoice_id})
+            return "processed", f"rejected: {reason}"
+
+        return self._review_write(lease, "reject", actor, reason, write)
+
+    def review_confirm_duplicate(self, lease: Lease, actor: str, note: str | None) -> ActionOutcome:
+        """A suspected duplicate is one: it joins its original's group and is rejected, never posted."""
+
+        def write(conn: psycopg.Connection[Any], target: LockedTarget) -> tuple[str, str] | str:
+            if target.duplicate_status != "suspected":
+                return "it is not a suspected duplicate"
+            confirmed = self._said(f"confirmed by {actor}", note)
+            row = conn.execute(
+                query("review_confirm_duplicate"), {"invoice_id": lease.invoice_id, "confirmed": confirmed}
+            ).fetchone()
+            if row is None:
+                raise RuntimeError(
+                    f"invoice {lease.invoice_id}: its original {target.duplicate_of} is no original"
+                )
+            if not self._save_review_approval(conn, lease, "rejected", f"duplicate of {row[0]}, {confirmed}"):
+                raise RuntimeError(f"invoice {lease.invoice_id} was held, yet it has an approval decision")
+            conn.execute(query("review_close"), {"invoice_id": lease.invoice_id})
+            return "processed", f"confirmed duplicate of {row[0]}: rejected, not posted"
+
+        return self._review_write(lease, "confirm_duplicate", actor, note, write)
+
+    def review_not_duplicate(
+        self,
+        lease: Lease,
+        actor: str,
+        note: str | None,
+        match: Callable[[MatchCandidate, list[tuple[UUID, str, InvoiceFields]]], MatchOutcome | None],
+    ) -> ActionOutcome:
+        """Release a suspected duplicate as an original, under the duplicate decision's locks.
+
+        The same advisory locks as `decide_duplicate` (from the invoice's blocking key), then the
+        same candidate read, without the original the person dismissed: if no other original
+        matches, the invoice becomes one (so later copies match against it); if another one
+        does (it arrived since), the invoice stays held, suspected of that one instead.
+        """
+
+        def write(conn: psycopg.Connection[Any], target: LockedTarget) -> tuple[str, str] | str:
+            if target.duplicate_status != "suspected" or target.fields is None:
+                return "it is not a suspected duplicate"
+            candidate = MatchCandidate.from_fields(
+                str(lease.invoice_id), target.org_id, InvoiceFields.from_json(target.fields)
+            )
+            rows = self._all(
+                conn,
+                DuplicateCandidateRow,
+                "locked_duplicate_candidates",
+                {
+                    "lock_ids": list(lock_ids(candidate.block)),
+                    "org_id": target.org_id,
+                    "invoice_id": lease.invoice_id,
+                    "block_keys": list(search_ids(candidate.block)),
+                },
+            )
+            others = [
+                (r.id, r.org_id, InvoiceFields.from_json(r.fields))
+                for r in rows
+                if r.org_id == target.org_id and r.id != target.duplicate_of
+            ]
+            remaining = [r for r in target.review_reasons or [] if reason_code(r) != SUSPECTED_DUPLICATE]
+            outcome = match(candidate, others)
+            if outcome is None:
+                row = conn.execute(
+                    query("review_release_original"), {"invoice_id": lease.invoice_id, "remaining": remaining}
+                ).fetchone()
+                assert row is not None
+                if row[0] == "pending":
+                    return (
+                        "pending",
+                        f"not a duplicate of {target.duplicate_of}: an original now, due for the pipeline",
+                    )
+                return (
+                    row[0],
+                    f"not a duplicate of {target.duplicate_of}: an original now, still held for its other reasons",
+                )
+            suspicion = f"{SUSPECTED_DUPLICATE} of {outcome.original_id}: {'; '.join(outcome.reasons)}"
+            conn.execute(
+                query("review_resuspect"),
+                {
+                    "invoice_id": lease.invoice_id,
+                    "review_reasons": [*remaining, suspicion],
+                    **outcome.params(),
+                },
+            )
+            return "needs_review", (
+                f"not a duplicate of {target.duplicate_of}, but it looks like {outcome.original_id}: still held"
+            )
+
+        return self._review_write(lease, "not_duplicate", actor, note, write)
+
+    def requeue(self, lease: Lease, actor: str, note: str | None) -> ActionOutcome:
+        """A redrive: attempts start over and the invoice is due now, under a new run key.
+
+        A quarantined invoice is requeued after a fix, so what was read from it is read again.
+        """
+
+        def write(conn: psycopg.Connection[Any], target: LockedTarget) -> tuple[str, str] | str:
+            if target.status == "quarantined":
+                conn.execute(query("review_forget_extraction"), {"invoice_id": lease.invoice_id})
+            row = conn.execute(
+                query("review_requeue"),
+                {"invoice_id": lease.invoice_id, "from_statuses": list(ACTION_FROM["requeue"])},
+            ).fetchone()
+            assert row is not None
+            was = target.quarantine_code or target.last_error or ""
+            return "pending", f"redrive {row[1]}: due now, attempts start over" + (
+                f" (was: {was})" if was else ""
+            )
+
+        return self._review_write(lease, "requeue", actor, note, write)
+
+    @staticmethod
+    def _said(what: str, note: str | None) -> str:
+        return f"{what}: {note}" if note else what
+
+    def _save_review_approval(
+        self, conn: psycopg.Connection[Any], lease: Lease, decision: str, rule: str
+    ) -> bool:
+        params = {"invoice_id": lease.invoice_id, "job_id": lease.job_id, "decision": decision, "rule": rule}
+        return conn.execute(query("review_save_approval"), params).fetchone() is not None
+
+    def _review_write(
+        self,
+        lease: Lease,
+        action: Action,
+        actor: str,
+        note: str | None,
+        write: Callable[[psycopg.Connection[Any], LockedTarget], tuple[str, str] | str],
+    ) -> ActionOutcome:
+        """Fenced: the invoice row locked and checked, `write`, the audit row, the lock released.
+
+        `write` returns (new status, what happened), or a refusal (a string) before it wrote
+        anything. Either way the lock is released in the same transaction; an exception rolls
+        everything back and leaves the lock to the caller (review.py finishes it as failed).
+        """
+        with self._fenced(lease) as conn:
+            target = self._one(
+                conn, LockedTarget, "review_target_for_update", {"invoice_id": lease.invoice_id}
+            )
+            assert target is not None, "invoices are never deleted"
+            allowed = ACTION_FROM[action]
+            result = (
+                write(conn, target)
+                if target.status in allowed
+                else f"it is {target.status}; {action} applies to {' or '.join(allowed)} invoices"
+            )
+            if isinstance(result, str):
+                conn.execute(
+                    query("finish_lock"),
+                    {
+                        "job_id": lease.job_id,
+                        "status": "succeeded",
+                        "error": f"review {action} refused: {result}",
+                    },
+                )
+                return ActionOutcome(lease.invoice_id, action, False, target.status, target.status, result)
+            to_status, detail = result
+            conn.execute(
+                query("insert_review_action"),
+                {
+                    "invoice_id": lease.invoice_id,
+                    "job_id": lease.job_id,
+                    "action": action,
+                    "actor": actor,
+                    "note": note,
+                    "from_status": target.status,
+                    "to_status": to_status,
+                    "review_reasons": target.review_reasons,
+                    "detail": detail,
+                },
+            )
+            conn.execute(query("finish_lock"), {"job_id": lease.job_id, "status": "succeeded", "error": None})
+            return ActionOutcome(lease.invoice_id, action, True, target.status, to_status, detail)
+
+    def review_history(self, invoice_id: UUID | str) -> list[ReviewActionRecord]:
+        with self.pool.connection() as conn:
+            return self._all(conn, ReviewActionRecord, "review_history", {"invoice_id": as_uuid(invoice_id)})
+
+    def review_queue_summary(self) -> list[ReviewQueueLine]:
+        with self.pool.connection() as conn:
+            return self._all(conn, ReviewQueueLine, "review_queue_summary", {})
 
 
 def json_default(value: Any) -> Any:

@@ -12,8 +12,8 @@ from dagster import DagsterEventType, DagsterInstance, ExecuteInProcessResult
 from invoice_pipeline.assets.lineage import PIPELINE_ASSET_KEYS
 from invoice_pipeline.documents import ExtractedText
 from invoice_pipeline.jobs import make_jobs
-from invoice_pipeline.ops import unique_refs
 from invoice_pipeline.resources import DocumentReader
+from invoice_pipeline.runs import InvoiceRef, refs_from_lists, unique_refs
 from invoice_pipeline.store import InvoiceStore
 from invoice_pipeline_tests.factories import json_invoice, pipeline_resources
 
@@ -140,7 +140,7 @@ def test_lock_held_elsewhere_ends_cleanly_without_later_stages(
     messages = log_messages(result)
     assert "held elsewhere" in messages and str(holder.job_id) in messages and "someone-else" in messages
     skipped = {e.step_key for e in result.all_events if e.event_type == DagsterEventType.STEP_SKIPPED}
-    assert "process_one.extract_text" in skipped and "process_one.release" in skipped
+    assert "process_chunk.extract_text" in skipped and "process_chunk.release" in skipped
 
 
 def test_bad_document_is_quarantined_with_a_reason_and_not_retried(
@@ -240,20 +240,26 @@ def test_failure_hook_releases_at_once_and_schedules_retry_then_dead_letters(
     state = store.invoice_state(inv)
     assert state is not None and state.status == "needs_attention" and state.attempts == 2
     assert "simulated connection drop" in (state.last_error or "")
-    assert run_single(database_url, inv, broken, max_attempts=2).success, (
-        "a dead-lettered invoice is left alone"
+    dead_letter = run_single(database_url, inv, broken, max_attempts=2)
+    assert not dead_letter.success, "a dead letter is not silently skipped"
+    assert "requeue_invoices" in log_messages(dead_letter) + _failure_messages(dead_letter)
+    assert len(store.job_history(inv)) == 2, "and is left alone"
+
+
+def _failure_messages(result: ExecuteInProcessResult) -> str:
+    return "\n".join(
+        str(e.event_specific_data) for e in result.all_events if e.event_type == DagsterEventType.STEP_FAILURE
     )
-    assert len(store.job_history(inv)) == 2
 
 
-def test_batch_one_bad_invoice_fails_only_its_branch(database_url: str, store: InvoiceStore) -> None:
+def test_batch_one_bad_invoice_never_fails_its_chunk(database_url: str, store: InvoiceStore) -> None:
     good = [
         store.store_document(json_invoice(f"B-{i}", total=f"{10 + i}.00"), "acme", f"{i}.json").invoice_id
         for i in range(4)
     ]
     bad = store.store_document(b"", "acme", "empty.json").invoice_id
     result = run_batch(database_url, [*good, bad])
-    assert not result.success
+    assert result.success, "one bad invoice is its own outcome, not the chunk's failure"
     for inv in good:
         assert store.invoice_state(inv).status == "processed"  # type: ignore[union-attr]
         assert store.load_ledger_posting(inv) is not None
@@ -333,6 +339,6 @@ def test_waiting_batch_branches_keep_their_leases_under_a_running_sweep(
 
 
 def test_fan_out_keeps_each_invoice_with_its_own_attempt() -> None:
-    refs = unique_refs(["A", "B", "A", "C"], [1, 2, 1, 3])
+    refs = unique_refs(refs_from_lists(["A", "B", "A", "C"], [1, 2, 1, 3]))
     assert [(r.invoice_id, r.attempt) for r in refs] == [("A", 1), ("B", 2), ("C", 3)]
-    assert [r.attempt for r in unique_refs(["A", "A"], None)] == [None]
+    assert unique_refs(refs_from_lists(["A", "A"], None)) == [InvoiceRef("A", None)]

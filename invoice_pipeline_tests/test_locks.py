@@ -16,8 +16,9 @@ import pytest
 from invoice_pipeline.documents import ExtractedText
 from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.matching import MatchCandidate
-from invoice_pipeline.leases import LeaseLost
-from invoice_pipeline.store import InvoiceStore, MatchOutcome
+from invoice_pipeline.leases import LeaseKeeper, LeaseLost
+from invoice_pipeline.records import MatchOutcome
+from invoice_pipeline.store import InvoiceStore
 from invoice_pipeline_tests.support import db_seconds_since, wait_for
 
 PROCESSES = 8
@@ -49,7 +50,7 @@ def _hammer(url: str, invoices: list[str], rounds: int, barrier, queue) -> None:
             queue.put((rnd, os.getpid(), [str(lease.invoice_id) for lease in won]))
             barrier.wait()  # everyone has tried while the winners still hold
             for lease in won:
-                assert lease.finish("succeeded")
+                assert store.finish(lease.job_id, "succeeded")
             barrier.wait()
     finally:
         store.close()
@@ -141,7 +142,9 @@ def test_heartbeating_lease_outlives_ttl_and_silent_one_is_swept(
     silent = store.acquire(silent_inv, 1, owner="silent")
     assert alive is not None and silent is not None
     swept_total = 0
-    with alive.keep_alive(timedelta(milliseconds=100)):
+    keeper = LeaseKeeper(store.heartbeat_many, timedelta(milliseconds=100))
+    keeper.hold(alive.job_id)
+    try:
 
         def sweep_until_alive_ran_past_ttl() -> bool:
             nonlocal swept_total
@@ -154,11 +157,13 @@ def test_heartbeating_lease_outlives_ttl_and_silent_one_is_swept(
             )
 
         wait_for(sweep_until_alive_ran_past_ttl, interval=0.05, what="the live lease to run 4x its TTL")
-        assert not alive.lost
+        assert not keeper.is_lost(alive.job_id)
         assert store.heartbeat(alive.job_id), "the heartbeating lease is still running"
+    finally:
+        keeper.stop()
     assert swept_total == 1, "exactly the silent lease was swept"
     assert [j.status for j in store.job_history(silent_inv)] == ["failed"]
-    assert not silent.heartbeat() and silent.lost
+    assert not store.heartbeat(silent.job_id)
 
 
 def _snapshot(url: str) -> dict[str, list[tuple[object, ...]]]:
@@ -190,19 +195,18 @@ def test_zombie_cannot_write_anything(database_url: str, store: InvoiceStore) ->
         "text": lambda: store.save_extracted_text(lease, ExtractedText("pdf", "t", None, "x", 1)),
         "fields": lambda: store.save_fields(lease, fields),
         "dedupe": lambda: store.decide_duplicate(
-            lease, MatchCandidate.from_fields(str(invoice), "acme", fields), lambda rows: None
+            lease, MatchCandidate.from_fields(str(invoice), "acme", fields), lambda candidate, rows: None
         ),
         "approval": lambda: store.record_approval(lease, "approved", "test"),
         "ledger": lambda: store.post_to_ledger(lease, "acme", Decimal("10.00"), "EUR"),
         "complete": lambda: store.complete(lease),
         "quarantine": lambda: store.quarantine(lease, "x", "y"),
     }
-    for name, write in writes.items():
+    for write in writes.values():
         with pytest.raises(LeaseLost, match="swept"):
             write()
-        assert lease.lost, name
-    assert lease.heartbeat() is False
-    assert lease.finish("succeeded") is False
+    assert store.heartbeat(lease.job_id) is False
+    assert store.finish(lease.job_id, "succeeded") is False
     assert _snapshot(database_url) == before, "a zombie write landed"
 
 
@@ -222,7 +226,7 @@ def test_fenced_write_in_flight_holds_off_the_sweep(database_url: str, store: In
 def test_finished_jobs_are_immutable_and_never_deleted(database_url: str, store: InvoiceStore) -> None:
     (invoice,) = _new_invoices(database_url, 1)
     lease = store.acquire(invoice, 1)
-    assert lease is not None and lease.finish("succeeded")
+    assert lease is not None and store.finish(lease.job_id, "succeeded")
     with psycopg.connect(database_url) as conn:
         with pytest.raises(psycopg.errors.RestrictViolation, match="never deleted"):
             conn.execute("DELETE FROM processing_jobs")
@@ -265,7 +269,7 @@ def test_sql_functions_refuse_bad_arguments_too(database_url: str) -> None:
 def test_matcher_never_sees_another_orgs_rows(database_url: str, store: InvoiceStore) -> None:
     seen: list[str] = []
 
-    def record(rows: list[tuple[UUID, str, InvoiceFields]]) -> MatchOutcome | None:
+    def record(candidate: MatchCandidate, rows: list[tuple[UUID, str, InvoiceFields]]) -> MatchOutcome | None:
         seen.extend(org for _, org, _ in rows)
         return None
 

@@ -4,8 +4,8 @@ from datetime import timedelta
 
 from dagster import AssetCheckResult, AssetCheckSeverity, asset_check
 
-from invoice_pipeline.ops import ASSET_DOCUMENTS, ASSET_DUPLICATES, ASSET_LEDGER
 from invoice_pipeline.resources import InvoiceDatabase
+from invoice_pipeline.stages import ASSET_DOCUMENTS, ASSET_DUPLICATES, ASSET_LEDGER
 
 STUCK_AFTER = timedelta(hours=24)
 

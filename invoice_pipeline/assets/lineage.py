@@ -6,7 +6,7 @@ the metadata), not by asset jobs: the unit of work is an invoice under its lock.
 
 from dagster import AssetSpec
 
-from invoice_pipeline.ops import (
+from invoice_pipeline.stages import (
     ASSET_APPROVALS,
     ASSET_DOCUMENTS,
     ASSET_DUPLICATES,

@@ -3,8 +3,8 @@
 import pandas as pd
 from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
 
-from invoice_pipeline.ops import ASSET_DUPLICATES, ASSET_LEDGER
 from invoice_pipeline.resources import InvoiceDatabase
+from invoice_pipeline.stages import ASSET_DUPLICATES, ASSET_LEDGER
 
 GROUP = "reports"
 

@@ -21,65 +21,48 @@ from dagster import DefaultSensorStatus, RunRequest, SensorEvaluationContext, Sk
 
 from invoice_pipeline.config import Settings
 from invoice_pipeline.ingest import FileState, InboxPass, display_name, ingest_inbox
-from invoice_pipeline.jobs import (
-    PROCESS_INVOICE,
-    PROCESS_INVOICE_BATCH,
-    process_invoice,
-    process_invoice_batch,
-)
+from invoice_pipeline.jobs import process_invoice, process_invoice_batch
 from invoice_pipeline.maintenance import run_maintenance
-from invoice_pipeline.ops import InvoiceRef, batch_run_key
+from invoice_pipeline.records import DueInvoice
 from invoice_pipeline.request_owner import RequestOwner, instance_scope
 from invoice_pipeline.resources import InvoiceDatabase
-from invoice_pipeline.store import DueInvoice
+from invoice_pipeline.runs import (
+    PROCESS_INVOICE,
+    PROCESS_INVOICE_BATCH,
+    InvoiceRef,
+    batch_run_config,
+    batch_run_key,
+    invoice_ids_of,
+    invoice_run_key,
+    single_run_config,
+)
 
 CURSOR_VERSION = 1
 
 
 def plan_run_requests(due: list[DueInvoice], batch_threshold: int, batch_size: int) -> Iterator[RunRequest]:
-    """One run per invoice for a trickle; batched runs once the backlog reaches the threshold."""
+    """One run per invoice for a trickle; batched runs (worked in chunks) once the backlog reaches the threshold."""
+    refs = [InvoiceRef(str(d.invoice_id), d.attempt) for d in due]
     if len(due) < batch_threshold:
-        for item in due:
+        for item, ref in zip(due, refs, strict=True):
             yield RunRequest(
-                run_key=f"invoice:{item.invoice_id}:attempt:{item.attempt}",
+                run_key=invoice_run_key(ref),
                 job_name=PROCESS_INVOICE,
-                run_config={
-                    "ops": {
-                        "start": {"config": {"invoice_id": str(item.invoice_id), "attempt": item.attempt}}
-                    }
-                },
-                tags={
-                    "invoice_id": str(item.invoice_id),
-                    "org_id": item.org_id,
-                    "attempt": str(item.attempt),
-                },
+                run_config=single_run_config(ref),
+                tags={"invoice_id": ref.invoice_id, "org_id": item.org_id, "attempt": str(ref.attempt)},
             )
         return
     for i in range(0, len(due), batch_size):
-        chunk = due[i : i + batch_size]
-        refs = [InvoiceRef(str(d.invoice_id), d.attempt) for d in chunk]
+        batch = refs[i : i + batch_size]
         yield RunRequest(
-            run_key=batch_run_key(refs),
+            run_key=batch_run_key(batch),
             job_name=PROCESS_INVOICE_BATCH,
-            run_config={
-                "ops": {
-                    "fan_out": {
-                        "config": {
-                            "invoice_ids": [r.invoice_id for r in refs],
-                            "attempts": [r.attempt for r in refs],
-                        }
-                    }
-                }
+            run_config=batch_run_config(batch),
+            tags={
+                "invoice_count": str(len(batch)),
+                "org_ids": ",".join(sorted({d.org_id for d in due[i : i + batch_size]})),
             },
-            tags={"invoice_count": str(len(refs)), "org_ids": ",".join(sorted({d.org_id for d in chunk}))},
         )
-
-
-def invoices_of(request: RunRequest) -> list[str]:
-    """The invoice ids a planned run will claim, from its run config."""
-    ops = (request.run_config or {}).get("ops", {})
-    single = ops.get("start", {}).get("config", {}).get("invoice_id")
-    return [single] if single else list(ops.get("fan_out", {}).get("config", {}).get("invoice_ids", []))
 
 
 def load_cursor(cursor: str | None) -> dict[str, FileState]:
@@ -151,7 +134,7 @@ def new_invoices_sensor(
         return {
             UUID(invoice_id): RequestOwner.run_key(scope, str(request.run_key)).text
             for request in planned
-            for invoice_id in invoices_of(request)
+            for invoice_id in invoice_ids_of(request.run_config)
         }
 
     store.claim_due_invoices(limit=invoice_db.batch_size * 4, requested_by=owners)

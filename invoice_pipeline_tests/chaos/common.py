@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 
 import psycopg
 
-from invoice_pipeline.store import TERMINAL_STATUSES
+from invoice_pipeline.records import TERMINAL_STATUSES
 from invoice_pipeline_tests.support import create_database, drop_database, free_port, wait_for
 
 # Modules the fork server imports once, so that a worker starts in ~15 ms instead of the ~2 s a

@@ -53,7 +53,7 @@ from dagster import DagsterInstance
 from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.matching import MatchCandidate, find_match
 from invoice_pipeline.jobs import make_jobs
-from invoice_pipeline.leases import Lease
+from invoice_pipeline.records import DuplicateDecision, Lease
 from invoice_pipeline.samples.generator import BASE_FORMATS as FORMATS
 from invoice_pipeline.samples.generator import BUYERS, CURRENCY_BY_COUNTRY, ITEMS, LANG_BY_COUNTRY
 from invoice_pipeline.samples.render import (
@@ -62,7 +62,7 @@ from invoice_pipeline.samples.render import (
     SampleInvoice,
     render_invoice,
 )
-from invoice_pipeline.store import DuplicateDecision, InvoiceStore, MatchFunction
+from invoice_pipeline.store import InvoiceStore, MatchFunction
 from invoice_pipeline_tests.chaos.common import (
     ChaosContext,
     ScenarioResult,

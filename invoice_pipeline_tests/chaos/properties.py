@@ -102,7 +102,7 @@ def run(ctx: ChaosContext, params: dict[str, int], seed_value: int) -> ScenarioR
             assert lease is not None
             store.save_fields(lease, fields)
             decision = decide_duplicate(store, lease, org, fields)
-            lease.finish("succeeded")
+            store.finish(lease.job_id, "succeeded")
             mine = MatchCandidate.from_fields(str(invoice_id), org, fields)
             model = find_match(mine, originals.get(org, []))
             stats["invoices"] += 1

@@ -25,7 +25,7 @@ from dagster import DagsterInstance
 
 import invoice_pipeline.dedupe as dedupe_module
 from invoice_pipeline.jobs import make_jobs
-from invoice_pipeline.leases import Lease
+from invoice_pipeline.records import Lease
 from invoice_pipeline.resources import DocumentReader, InvoiceDatabase
 from invoice_pipeline.store import InvoiceStore
 

@@ -19,7 +19,8 @@ from dagster import DagsterInstance, RunRequest, build_sensor_context
 from invoice_pipeline.config import ENV_INBOX
 from invoice_pipeline.definitions import make_definitions
 from invoice_pipeline.ingest import REASON_SUFFIX, REJECTED_DIR
-from invoice_pipeline.jobs import PROCESS_INVOICE, make_jobs
+from invoice_pipeline.jobs import make_jobs
+from invoice_pipeline.runs import PROCESS_INVOICE
 from invoice_pipeline.sensors import new_invoices_sensor
 from invoice_pipeline.sensors.new_invoices import invoices_of
 from invoice_pipeline.store import InvoiceStore

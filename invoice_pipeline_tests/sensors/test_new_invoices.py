@@ -7,7 +7,7 @@ import pytest
 from dagster import DagsterInstance, build_sensor_context
 
 from invoice_pipeline.config import ENV_INBOX
-from invoice_pipeline.jobs import PROCESS_INVOICE, PROCESS_INVOICE_BATCH
+from invoice_pipeline.runs import PROCESS_INVOICE, PROCESS_INVOICE_BATCH
 from invoice_pipeline.sensors import new_invoices_sensor
 from invoice_pipeline.store import InvoiceStore
 from invoice_pipeline_tests.factories import json_invoice, pipeline_resources

@@ -20,10 +20,20 @@ SELECT heartbeat_processing_lock(%(job_id)s) AS alive
 -- name: finish_lock
 SELECT finish_processing_lock(%(job_id)s, %(status)s, %(error)s) AS finished
 
--- One heartbeat for every lease a process holds; returns the ones still running.
+-- A chunk's locks in one statement (see sql/0005): the invoices acquired, with their jobs.
+-- name: acquire_locks
+SELECT invoice_id, org_id, job_id, attempt
+FROM acquire_processing_locks(%(invoice_ids)s::uuid[], %(attempts)s::integer[], %(owner)s)
+
+-- One heartbeat for every lease a process holds; returns the ones still running. Rows are
+-- locked in id order, as fence_chunk does, so a heartbeat and a chunk's fenced write of the same
+-- process never wait on each other in a cycle.
 -- name: heartbeat_locks
 UPDATE processing_jobs SET heartbeat_at = clock_timestamp()
-WHERE id = ANY(%(job_ids)s) AND status = 'running'
+WHERE id IN (
+    SELECT id FROM processing_jobs WHERE id = ANY(%(job_ids)s) AND status = 'running'
+    ORDER BY id FOR UPDATE
+)
 RETURNING id
 
 -- name: release_stale_locks
@@ -54,6 +64,18 @@ ORDER BY started_at
 -- name: fence
 UPDATE processing_jobs SET heartbeat_at = clock_timestamp()
 WHERE id = %(job_id)s AND invoice_id = %(invoice_id)s AND status = 'running'
+RETURNING id
+
+-- The fence for a chunk: every lease of the chunk in one statement, inside the transaction that
+-- writes the stage's results. Returns the jobs still running; the others were swept or finished,
+-- and nothing is written for their invoices.
+-- name: fence_chunk
+UPDATE processing_jobs SET heartbeat_at = clock_timestamp()
+WHERE id IN (
+    SELECT id FROM processing_jobs
+    WHERE id = ANY(%(job_ids)s) AND status = 'running'
+    ORDER BY id FOR UPDATE
+)
 RETURNING id
 
 -- Why a fence refused: for the LeaseLost message.
