@@ -31,15 +31,15 @@ test-external: install
 		$(BIN)/pytest invoice_pipeline_tests/db invoice_pipeline_tests/test_locks.py invoice_pipeline_tests/test_dedupe.py $(PYTEST_ARGS)
 
 lint: install
-	$(BIN)/ruff check invoice_pipeline invoice_pipeline_tests benchmarks
-	$(BIN)/ruff format --check invoice_pipeline invoice_pipeline_tests benchmarks
+	$(BIN)/ruff check invoice_pipeline invoice_pipeline_tests benchmarks chaos pipeline_support
+	$(BIN)/ruff format --check invoice_pipeline invoice_pipeline_tests benchmarks chaos pipeline_support
 	$(BIN)/mypy
 
 bench: install
 	$(BIN)/python -m benchmarks $(BENCH_ARGS)
 
 chaos: install
-	$(BIN)/python -m invoice_pipeline_tests.chaos $(CHAOS_ARGS)
+	$(BIN)/python -m chaos $(CHAOS_ARGS)
 
 clean:
 	rm -rf $(VENV) .invoice_pipeline .pytest_cache .mypy_cache .ruff_cache

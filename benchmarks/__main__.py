@@ -41,6 +41,7 @@ BENCHMARK_MODULES = (
     "benchmarks.recovery_time",
     "benchmarks.recovery_default",
     "benchmarks.sandbox_overhead",
+    "benchmarks.ocr",
 )
 
 

@@ -29,7 +29,7 @@ from invoice_pipeline.db.embedded import EmbeddedPostgres
 from invoice_pipeline.samples.generator import _Builder
 from invoice_pipeline.samples.render import Line, invoice_pdf
 from invoice_pipeline.store import InvoiceStore
-from invoice_pipeline_tests.support import start_dev_server, stop_process_group, wait_for
+from pipeline_support.helpers import start_dev_server, stop_process_group, wait_for
 
 NAME = "recovery_default"
 LINES = 450  # ~440 pages, ~2 s of text extraction: long enough to be killed in it

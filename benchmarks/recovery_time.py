@@ -1,7 +1,7 @@
 """recovery_time: from SIGKILL of a worker holding a lease to that invoice being processed again.
 
 Measured, with short parameters, on the real chain: a real run worker subprocess
-(invoice_pipeline_tests.run_worker, process_invoice on a Dagster instance with PostgreSQL
+(pipeline_support.run_worker, process_invoice on a Dagster instance with PostgreSQL
 storage) is stopped by a gate inside extract_fields and SIGKILLed there. Then, as the
 deployment does but faster: run_maintenance (sweep with a 1 s TTL, reconcile the dead run,
 reschedule with retry base 0) every 0.2 s until it sweeps, then the sensor's
@@ -39,7 +39,7 @@ from benchmarks.end_to_end import DagsterSetup, Documents, dagster_home_on_postg
 from benchmarks.harness import ROOT, BenchContext, BenchResult, _pyplot, fmt, register
 from invoice_pipeline.resources import InvoiceDatabase
 from invoice_pipeline.store import InvoiceStore
-from invoice_pipeline_tests.support import wait_for
+from pipeline_support.helpers import wait_for
 
 NAME = "recovery_time"
 SHORT_TTL = 1  # s, what the worker and the sweep use in the measured chain
@@ -81,7 +81,7 @@ def _worker(setup: DagsterSetup, url: str, invoice_id: UUID, gate: str, log: Pat
     )
     with log.open("wb") as out:  # a file, not a pipe: Dagster's console logging would fill a pipe
         return subprocess.Popen(
-            [sys.executable, "-m", "invoice_pipeline_tests.run_worker", str(invoice_id)],
+            [sys.executable, "-m", "pipeline_support.run_worker", str(invoice_id)],
             env=env,
             cwd=ROOT,
             stdout=out,

@@ -105,6 +105,6 @@ def run(ctx: BenchContext) -> BenchResult:
 
 
 def _decompression_bomb() -> bytes:
-    from invoice_pipeline_tests.documents.hostile_corpus import by_name
+    from pipeline_support.hostile_corpus import by_name
 
     return by_name(seed=0)["pdf_decompression_bomb"].content

@@ -11,7 +11,9 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from datetime import timedelta
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +23,22 @@ from psycopg_pool import PoolTimeout
 from invoice_pipeline.config import ConfigError, Settings
 from invoice_pipeline.db.connection import database_url, embedded_server, prepare_database
 from invoice_pipeline.db.migrate import MigrationError, migrate
-from invoice_pipeline.runs import run_id_of
-from invoice_pipeline.store import TERMINAL_STATUSES, InvoiceStore, dumps
+from invoice_pipeline.domain.review import reason_code
+from invoice_pipeline.domain.validation import is_known_currency
+from invoice_pipeline.records import TERMINAL_STATUSES
+from invoice_pipeline.review import (
+    REQUEUE_STATUSES,
+    REVIEW_STATUSES,
+    Actor,
+    TargetFilter,
+    act_on,
+    check_reason_code,
+    parse_age,
+    statuses_for,
+)
+from invoice_pipeline.review_records import Action, ActionOutcome, ReviewTarget
+from invoice_pipeline.runs import InvoiceRef, batch_run_config, run_id_of
+from invoice_pipeline.store import InvoiceStore, dumps
 from invoice_pipeline.terminal import printable
 
 # Exit codes (the README's command-line section lists them).
@@ -218,14 +234,7 @@ def process_due(settings: Settings, *, batch_size: int = 25, label: str = "proce
                     run_config={
                         # The events go to the instance (and the UI); the terminal gets a progress bar.
                         "loggers": {"console": {"config": {"log_level": "CRITICAL"}}},
-                        "ops": {
-                            "fan_out": {
-                                "config": {
-                                    "invoice_ids": [str(d.invoice_id) for d in due],
-                                    "attempts": [d.attempt for d in due],
-                                }
-                            }
-                        },
+                        **batch_run_config([InvoiceRef(str(d.invoice_id), d.attempt) for d in due]),
                     },
                     tags={
                         "invoice_count": str(len(due)),
@@ -280,10 +289,20 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     store = _store(settings)
     try:
         summary = store.status_summary()
+        queue = store.review_queue_summary()
     finally:
         store.close()
     if args.json:
-        print(dumps(asdict(summary)))
+        review_queue = [
+            {
+                "org_id": q.org_id,
+                "reason": q.reason,
+                "invoices": q.invoices,
+                "oldest_seconds": q.oldest.total_seconds(),
+            }
+            for q in queue
+        ]
+        print(dumps(asdict(summary) | {"review_queue": review_queue}))
         return 0
     print("invoices by status:  " + (", ".join(f"{k} {v}" for k, v in summary.by_status.items()) or "none"))
     if summary.by_stage:
@@ -299,6 +318,14 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         f"duplicates:          {summary.duplicates} in {summary.duplicate_groups} group(s); {summary.originals} originals; "
         f"{summary.suspected_duplicates} suspected (held for review)"
     )
+    held = summary.by_status.get("needs_review", 0)
+    print(f"review queue:        {held} invoice(s) held for a person", end="")
+    if queue:
+        print(f" (longest waiting {_days(max(q.oldest for q in queue))}); `invoice-pipeline review list`")
+        for q in queue:
+            print(f"  {printable(q.org_id):<20} {q.reason:<22} {q.invoices:>5}   oldest {_days(q.oldest)}")
+    else:
+        print()
     for item in summary.attention:
         print(
             f"  {printable(item.status):<16} {item.invoice_id}  {printable(item.filename):<30} "
@@ -317,6 +344,7 @@ def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
         jobs = store.job_history(args.invoice_id)
         decision = store.load_duplicate_decision(args.invoice_id)
         posting = store.load_ledger_posting(args.invoice_id)
+        reviews = store.review_history(args.invoice_id)
     finally:
         store.close()
     record: dict[str, Any] = {
@@ -324,6 +352,7 @@ def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
         "attempts": [asdict(j) for j in jobs],
         "duplicate": asdict(decision) if decision else None,
         "ledger_posting": asdict(posting) if posting else None,
+        "review_actions": [asdict(r) for r in reviews],
     }
     if args.json:
         print(dumps(record))
@@ -359,7 +388,241 @@ def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
         run_id = run_id_of(j.owner)
         if run_id:
             print(f"      Dagster run {run_id}: {args.ui_url.rstrip('/')}/runs/{run_id}")
+    if reviews:
+        print("review actions:")
+    for r in reviews:
+        print(
+            f"  {r.at:%Y-%m-%d %H:%M:%S} {r.action:<17} by {printable(r.actor)}: "
+            f"{r.from_status} -> {r.to_status}; {printable(r.detail)}"
+            + (f" ({printable(r.note)})" if r.note else "")
+        )
+        for reason in r.review_reasons:
+            print(f"      was held for: {printable(reason)}")
     return 0
+
+
+# -- review and redrive --------------------------------------------------------------------------
+
+# The CLI's action names, and the actions they are.
+REVIEW_COMMANDS: dict[str, Action] = {
+    "approve": "approve",
+    "reject": "reject",
+    "not-duplicate": "not_duplicate",
+    "confirm-duplicate": "confirm_duplicate",
+}
+
+
+def age_arg(text: str) -> timedelta:
+    try:
+        return parse_age(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def reason_code_arg(text: str) -> str:
+    try:
+        return check_reason_code(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def amount_or_none(text: str) -> Decimal | None:
+    if text.strip().lower() == "none":
+        return None
+    try:
+        value = Decimal(text)
+    except InvalidOperation:
+        raise argparse.ArgumentTypeError(
+            f"must be an amount such as 5000.00, or none, got {text!r}"
+        ) from None
+    if not value.is_finite() or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative amount, or none, got {text!r}")
+    return value
+
+
+def currency_or_none(text: str) -> str | None:
+    if text.strip().lower() == "none":
+        return None
+    if not is_known_currency(text):
+        raise argparse.ArgumentTypeError(f"must be an ISO 4217 code such as EUR, or none, got {text!r}")
+    return text
+
+
+def days_or_none(text: str) -> int | None:
+    return None if text.strip().lower() == "none" else positive_int(text)
+
+
+def target_filter(args: argparse.Namespace, action: Action) -> TargetFilter:
+    """Ids and filters from the arguments; refused (exit 2) when they select nothing on purpose."""
+    flt = TargetFilter(
+        invoice_ids=tuple(uuid.UUID(i) for i in args.invoice_ids),
+        org_id=args.org,
+        status=getattr(args, "status", None),
+        reason=args.reason_code,
+        older_than=args.older_than,
+    )
+    if flt.status is not None:
+        statuses_for(action, flt.status)  # ValueError: exit 2 before any SQL
+    if not flt.invoice_ids and not flt.has_filter and not args.all:
+        raise ConfigError(
+            "give invoice ids, or a filter (--org, --reason, --older-than"
+            + (", --status" if action == "requeue" else "")
+            + "), or --all"
+        )
+    return flt
+
+
+def print_outcomes(outcomes: Sequence[ActionOutcome]) -> int:
+    for o in outcomes:
+        mark = "done   " if o.done else "refused"
+        move = f"{o.from_status} -> {o.to_status}" if o.done else (o.from_status or "")
+        print(f"{mark} {o.invoice_id}  {move:<28} {printable(o.message)}")
+    done = sum(1 for o in outcomes if o.done)
+    refused = len(outcomes) - done
+    print(f"{done} done, {refused} refused" if outcomes else "no invoice matches")
+    return EXIT_INVOICES_FAILED if refused else EXIT_OK
+
+
+def cmd_review_action(args: argparse.Namespace, settings: Settings) -> int:
+    action: Action = "requeue" if args.command == "requeue" else REVIEW_COMMANDS[args.action]
+    flt = target_filter(args, action)
+    note = args.reason if action == "reject" else args.note
+    store = _store(settings)
+    try:
+        outcomes = act_on(store, action, flt, Actor.os_user(), note)
+    finally:
+        store.close()
+    code = print_outcomes(outcomes)
+    if any(o.done and o.to_status == "pending" for o in outcomes):
+        print("due now: the sensor under `invoice-pipeline dev` runs them, or run `invoice-pipeline process`")
+    return code
+
+
+def cmd_review_list(args: argparse.Namespace, settings: Settings) -> int:
+    statuses = (args.status,) if args.status else REVIEW_STATUSES
+    store = _store(settings)
+    try:
+        targets = store.review_targets(
+            statuses, org_id=args.org, reason=args.reason_code, older_than=args.older_than, limit=args.limit
+        )
+    finally:
+        store.close()
+    if args.json:
+        print(dumps([asdict(t) for t in targets]))
+        return EXIT_OK
+    for t in targets:
+        amount = f"{t.payable_total} {printable(t.currency)}" if t.payable_total is not None else "-"
+        print(
+            f"{t.invoice_id}  {printable(t.org_id):<14} {t.status:<15} waiting {_days(t.age):>6}  "
+            f"{printable(t.seller_name):<28} {printable(t.invoice_number):<14} {amount}"
+        )
+        for reason in t.review_reasons or [f"{t.quarantine_code or 'error'}: {t.last_error or ''}"]:
+            print(f"    - {printable(reason)}")
+    print(f"{len(targets)} invoice(s)")
+    return EXIT_OK
+
+
+def _days(age: timedelta) -> str:
+    return f"{age.total_seconds() / 86400:.1f}d"
+
+
+def cmd_review_policy(args: argparse.Namespace, settings: Settings) -> int:
+    from invoice_pipeline.ingest import org_problem
+
+    problem = org_problem(args.org)
+    if problem is not None:
+        raise ConfigError(f"--org: {problem}")
+    changes = {
+        k: getattr(args, k) for k in ("auto_approve_limit", "home_currency", "stale_after_days") if k in args
+    }
+    store = _store(settings)
+    try:
+        policy = store.review_policies([args.org])[args.org]
+        if changes:
+            policy = replace(policy, **changes)
+            store.set_review_policy(args.org, policy, Actor.os_user().name)
+    finally:
+        store.close()
+    print(
+        f"org {printable(args.org)}: auto-approve limit {policy.auto_approve_limit or 'none'}, "
+        f"home currency {policy.home_currency or 'any'}, stale after {policy.stale_after_days or 'never'}"
+        + (" days" if policy.stale_after_days else "")
+    )
+    return EXIT_OK
+
+
+def add_target_arguments(parser: argparse.ArgumentParser, *, with_status: bool, reason_filter: bool) -> None:
+    """Ids and the bulk filters. `--reason` filters by reason code, except on reject, where it
+    is the rejection's reason and the filter is only `--reason-code`."""
+    parser.add_argument("invoice_ids", nargs="*", type=invoice_id_arg, metavar="INVOICE_ID")
+    parser.add_argument("--org", help="only this org's invoices")
+    if with_status:
+        parser.add_argument("--status", choices=REQUEUE_STATUSES, help="only invoices in this status")
+    parser.add_argument(
+        *(("--reason", "--reason-code") if reason_filter else ("--reason-code",)),
+        dest="reason_code",
+        type=reason_code_arg,
+        help="only invoices held for this reason code (or quarantined with this code)",
+    )
+    parser.add_argument("--older-than", type=age_arg, help="only invoices waiting longer: 7d, 12h, 30m")
+    parser.add_argument("--all", action="store_true", help="every invoice the action applies to")
+
+
+def add_review_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    review = sub.add_parser("review", help="the review queue: list, approve, reject, duplicates, policy")
+    actions = review.add_subparsers(dest="action", required=True)
+    listing = actions.add_parser("list", help="invoices waiting for a person, the longest waiting first")
+    listing.add_argument("--org")
+    listing.add_argument(
+        "--status", choices=(*REVIEW_STATUSES, *REQUEUE_STATUSES), help="default: needs_review"
+    )
+    listing.add_argument("--reason", "--reason-code", dest="reason_code", type=reason_code_arg)
+    listing.add_argument("--older-than", type=age_arg)
+    listing.add_argument("--limit", type=positive_int, default=1000)
+    listing.add_argument("--json", action="store_true")
+    listing.set_defaults(func=cmd_review_list)
+    helps = {
+        "approve": "approve held invoices: the pipeline posts them",
+        "reject": "reject held invoices, with a reason: never posted",
+        "not-duplicate": "release suspected duplicates as originals",
+        "confirm-duplicate": "confirm suspected duplicates: rejected, never posted",
+    }
+    for name, help_text in helps.items():
+        p = actions.add_parser(name, help=help_text)
+        add_target_arguments(p, with_status=False, reason_filter=name != "reject")
+        if name == "reject":
+            p.add_argument("--reason", required=True, help="why (recorded in the audit trail)")
+        else:
+            p.add_argument("--note", help="free text for the audit trail")
+        p.set_defaults(func=cmd_review_action)
+    policy = actions.add_parser("policy", help="show or set an org's review policy")
+    policy.add_argument("--org", required=True)
+    policy.add_argument(
+        "--auto-approve-limit",
+        type=amount_or_none,
+        default=argparse.SUPPRESS,
+        help="hold invoices above this amount (none: no limit)",
+    )
+    policy.add_argument(
+        "--home-currency",
+        type=currency_or_none,
+        default=argparse.SUPPRESS,
+        help="hold invoices in any other currency (none: any)",
+    )
+    policy.add_argument(
+        "--stale-after-days",
+        type=days_or_none,
+        default=argparse.SUPPRESS,
+        help="hold invoices issued longer ago (none: never)",
+    )
+    policy.set_defaults(func=cmd_review_policy)
+
+    requeue = sub.add_parser(
+        "requeue", help="redrive dead letters (needs_attention), failed or fixed quarantined invoices"
+    )
+    add_target_arguments(requeue, with_status=True, reason_filter=True)
+    requeue.add_argument("--note", help="free text for the audit trail")
+    requeue.set_defaults(func=cmd_review_action)
 
 
 # -- running the product -------------------------------------------------------------------------
@@ -416,7 +679,8 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     started = time.monotonic()
     org = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
     out = settings.home / "demo-samples" / org
-    samples = generate_samples(out, count=args.count, seed=args.seed)
+    # The demo includes two scans (OCR): a scanned copy of an XML invoice and a photo (PNG).
+    samples = generate_samples(out, count=args.count, seed=args.seed, scans=True)
     print(f"generated {len(samples.files)} sample files in {out}")
     store = _store(settings)
     try:
@@ -426,13 +690,25 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
             progress(i + 1, len(files), "ingesting ")
         process_due(settings, batch_size=args.batch_size, label="processing")
         outcomes = store.outcomes_of_org(org)
+        held = store.review_targets(REVIEW_STATUSES, org_id=org)
     finally:
         store.close()
-    print_demo_summary(outcomes, time.monotonic() - started)
+    print_demo_summary(outcomes, time.monotonic() - started, review_queue_counts(held))
     return 0
 
 
-def print_demo_summary(outcomes: Sequence[Any], seconds: float) -> None:
+def review_queue_counts(held: Sequence[ReviewTarget]) -> dict[str, int]:
+    """Held invoices per review reason code (an invoice held for two reasons counts for both)."""
+    counts: dict[str, int] = {}
+    for target in held:
+        for code in dict.fromkeys(reason_code(r) for r in target.review_reasons):
+            counts[code] = counts.get(code, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def print_demo_summary(
+    outcomes: Sequence[Any], seconds: float, review_counts: dict[str, int] | None = None
+) -> None:
     processed = [o for o in outcomes if o.status == "processed"]
     originals = [o for o in processed if o.duplicate_status == "original"]
     duplicates = [o for o in processed if o.duplicate_status == "duplicate"]
@@ -448,7 +724,11 @@ def print_demo_summary(outcomes: Sequence[Any], seconds: float) -> None:
     print(
         f"{'  approved':<16}{len(approved):>5}   posted to the ledger: {sum(1 for o in outcomes if o.posted)}"
     )
-    print(f"{'needs review':<16}{len(review):>5}   (held for a person, not posted)")
+    print(
+        f"{'needs review':<16}{len(review):>5}   (held for a person, not posted; `invoice-pipeline review list`)"
+    )
+    for code, n in (review_counts or {}).items():
+        print(f"{'  ' + code:<24}{n:>5}")
     print(f"{'needs attention':<16}{len(attention):>5}")
     print(f"{'quarantined':<16}{len(quarantined):>5}")
     if other:
@@ -514,6 +794,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--batch-size", type=positive_int, default=25)
     demo.set_defaults(func=cmd_demo)
+    add_review_commands(sub)
     return parser
 
 

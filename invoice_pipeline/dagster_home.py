@@ -15,9 +15,24 @@ ENV_DAGSTER_PG_URL = "DAGSTER_PG_URL"
 # `postgresql+psycopg2`: with psycopg 3 installed too, a plain postgresql:// URL makes SQLAlchemy
 # pick psycopg 3, and the daemon then fails on every NOTIFY it sends.
 DAGSTER_YAML = """\
-# Written by invoice-pipeline. Storage: PostgreSQL, URL from $DAGSTER_PG_URL.
-storage:
-  postgres:
+# Written by invoice-pipeline. Storage: PostgreSQL, URL from $DAGSTER_PG_URL, through
+# dagster-postgres' classes with a connection pool in every process (invoice_pipeline.dagster_storage).
+run_storage:
+  module: invoice_pipeline.dagster_storage
+  class: PooledPostgresRunStorage
+  config:
+    postgres_url:
+      env: DAGSTER_PG_URL
+event_log_storage:
+  module: invoice_pipeline.dagster_storage
+  class: PooledPostgresEventLogStorage
+  config:
+    postgres_url:
+      env: DAGSTER_PG_URL
+schedule_storage:
+  module: invoice_pipeline.dagster_storage
+  class: PooledPostgresScheduleStorage
+  config:
     postgres_url:
       env: DAGSTER_PG_URL
 run_coordinator:

@@ -12,9 +12,11 @@ from dagster import (
 )
 
 from invoice_pipeline.assets import invariant_checks, pipeline_assets, report_assets
+from invoice_pipeline.assets.review_queue import review_queue_assets, review_queue_checks
 from invoice_pipeline.config import Settings
 from invoice_pipeline.jobs import process_invoice, process_invoice_batch
 from invoice_pipeline.resources import DocumentReader, InvoiceDatabase
+from invoice_pipeline.review_jobs import review_jobs
 from invoice_pipeline.schedules import sweep_stale_locks_schedule
 from invoice_pipeline.sensors import new_invoices_sensor
 
@@ -40,9 +42,9 @@ check_invariants = define_asset_job(
 
 def make_definitions(resources: dict[str, object]) -> Definitions:
     return Definitions(
-        assets=[*pipeline_assets, *report_assets],
-        asset_checks=invariant_checks,
-        jobs=[process_invoice, process_invoice_batch, refresh_reports, check_invariants],
+        assets=[*pipeline_assets, *report_assets, *review_queue_assets],
+        asset_checks=[*invariant_checks, *review_queue_checks],
+        jobs=[process_invoice, process_invoice_batch, refresh_reports, check_invariants, *review_jobs],
         sensors=[new_invoices_sensor],
         schedules=[
             sweep_stale_locks_schedule,

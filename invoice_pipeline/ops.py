@@ -51,7 +51,6 @@ from invoice_pipeline.stages import (
     Lost,
     Quarantined,
     Stage,
-    StageEnv,
     StageReport,
     claim_chunk,
     finish_chunk,
@@ -225,17 +224,6 @@ def resume(context: OpExecutionContext, invoice_db: InvoiceDatabase, chunk: Chun
     return Chunk(tuple(resumed), context.run_id)
 
 
-def stage_env(invoice_db: InvoiceDatabase, reader: DocumentReader) -> StageEnv:
-    return StageEnv(
-        store=invoice_db.store,
-        parser=reader,
-        max_document_bytes=invoice_db.max_document_bytes,
-        max_stage_seconds=invoice_db.max_stage_seconds,
-        max_attempts=invoice_db.max_attempts,
-        retry_base=invoice_db.retry_base,
-    )
-
-
 def make_stage_op(stage: Stage) -> OpDefinition:
     @op(
         name=stage.name,
@@ -251,7 +239,7 @@ def make_stage_op(stage: Stage) -> OpDefinition:
     ) -> Iterator[Output[Chunk]]:
         chunk = resume(context, invoice_db, chunk)
         try:
-            report = run_stage(stage, stage_env(invoice_db, document_reader), chunk.claims)
+            report = run_stage(stage, invoice_db.stage_env(document_reader), chunk.claims)
         except Exception as exc:
             # Systemic (the database is unreachable): the failure hook releases the chunk's leases
             # once the retries are spent.

@@ -151,6 +151,8 @@ class DueInvoice:
     invoice_id: UUID
     org_id: str
     attempt: int
+    # How many times a person requeued it: part of the run key, so a redrive is launched anew.
+    redrive: int
     seq: int
 
 

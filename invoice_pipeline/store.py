@@ -479,17 +479,7 @@ class InvoiceStore:
         def decide(
             conn: psycopg.Connection[Any], lease: Lease, candidate: MatchCandidate
         ) -> DuplicateDecision:
-            rows = self._all(
-                conn,
-                DuplicateCandidateRow,
-                "locked_duplicate_candidates",
-                {
-                    "lock_ids": list(lock_ids(candidate.block)),
-                    "org_id": candidate.org_id,
-                    "invoice_id": lease.invoice_id,
-                    "block_keys": list(search_ids(candidate.block)),
-                },
-            )
+            rows = self._locked_candidates(conn, candidate)
             outcome = match(
                 candidate,
                 [
@@ -516,6 +506,23 @@ class InvoiceStore:
             return decided
 
         return self._write_chunk(items, decide, take_locks)
+
+    def _locked_candidates(
+        self, conn: psycopg.Connection[Any], candidate: MatchCandidate
+    ) -> list[DuplicateCandidateRow]:
+        """Takes the candidate's advisory locks, then reads every original of its org in its
+        blocking key's neighbourhood (sql/0003): the read a duplicate decision is made on."""
+        return self._all(
+            conn,
+            DuplicateCandidateRow,
+            "locked_duplicate_candidates",
+            {
+                "lock_ids": list(lock_ids(candidate.block)),
+                "org_id": candidate.org_id,
+                "invoice_id": UUID(candidate.invoice_id),
+                "block_keys": list(search_ids(candidate.block)),
+            },
+        )
 
     def decide_duplicate(
         self, lease: Lease, candidate: MatchCandidate, match: MatchFunction
@@ -916,17 +923,7 @@ class InvoiceStore:
             candidate = MatchCandidate.from_fields(
                 str(lease.invoice_id), target.org_id, InvoiceFields.from_json(target.fields)
             )
-            rows = self._all(
-                conn,
-                DuplicateCandidateRow,
-                "locked_duplicate_candidates",
-                {
-                    "lock_ids": list(lock_ids(candidate.block)),
-                    "org_id": target.org_id,
-                    "invoice_id": lease.invoice_id,
-                    "block_keys": list(search_ids(candidate.block)),
-                },
-            )
+            rows = self._locked_candidates(conn, candidate)
             others = [
                 (r.id, r.org_id, InvoiceFields.from_json(r.fields))
                 for r in rows

@@ -20,7 +20,7 @@ from invoice_pipeline.db.embedded import COMBINED_PREFIX, ENV_SERVER_ROOT, Embed
 from invoice_pipeline.db.migrate import migrate
 from invoice_pipeline.resources.invoice_database import close_shared_stores
 from invoice_pipeline.store import InvoiceStore
-from invoice_pipeline_tests.support import create_database, drop_database, free_port, with_database
+from pipeline_support.helpers import create_database, drop_database, free_port, with_database
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT.parent / "shared" / "corpus"

@@ -15,8 +15,8 @@ from psycopg import sql
 
 from invoice_pipeline.db.embedded import EmbeddedPostgres
 from invoice_pipeline.samples import generate_samples
-from invoice_pipeline_tests.factories import json_invoice
-from invoice_pipeline_tests.support import free_port, run_cli
+from pipeline_support.factories import json_invoice
+from pipeline_support.helpers import free_port, run_cli
 
 cli = run_cli
 

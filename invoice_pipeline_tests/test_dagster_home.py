@@ -8,7 +8,7 @@ import pytest
 
 from invoice_pipeline.config import Settings
 from invoice_pipeline.dagster_home import dagster_database_url, prepare_dagster_home
-from invoice_pipeline_tests.support import drop_database
+from pipeline_support.helpers import drop_database
 
 
 def test_dagster_storage_url_names_psycopg2_and_its_own_database() -> None:

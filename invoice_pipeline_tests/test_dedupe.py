@@ -16,7 +16,7 @@ from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.keys import lock_ids
 from invoice_pipeline.domain.normalize import blocking_key
 from invoice_pipeline.store import InvoiceStore
-from invoice_pipeline_tests.support import wait_for
+from pipeline_support.helpers import wait_for
 
 PROCESSES = 8
 ROUNDS = 5

@@ -22,9 +22,10 @@ from invoice_pipeline.jobs import make_jobs
 from invoice_pipeline.resources import DocumentReader
 from invoice_pipeline.store import InvoiceStore
 from invoice_pipeline.terminal import printable
-from invoice_pipeline_tests.documents import hostile_corpus
-from invoice_pipeline_tests.factories import json_invoice, pipeline_resources
-from invoice_pipeline_tests.support import run_cli
+from invoice_pipeline_tests.factories import pipeline_resources
+from pipeline_support import hostile_corpus
+from pipeline_support.factories import json_invoice
+from pipeline_support.helpers import run_cli
 
 INSTANCE = DagsterInstance.ephemeral()
 TIGHT = DocumentReader(parse_cpu_seconds=1, parse_memory_mb=400, parse_timeout_seconds=120)

@@ -11,7 +11,7 @@ import pytest
 
 from invoice_pipeline.ingest import FileState, InboxScan, ingest_paths, scan_inbox, take_scanned
 from invoice_pipeline.store import InvoiceStore
-from invoice_pipeline_tests.factories import json_invoice
+from pipeline_support.factories import json_invoice
 
 
 def _ingest_same_file(url: str, path: str, barrier, queue) -> None:  # type: ignore[no-untyped-def]

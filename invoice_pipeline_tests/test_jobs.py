@@ -15,7 +15,8 @@ from invoice_pipeline.jobs import make_jobs
 from invoice_pipeline.resources import DocumentReader
 from invoice_pipeline.runs import InvoiceRef, refs_from_lists, unique_refs
 from invoice_pipeline.store import InvoiceStore
-from invoice_pipeline_tests.factories import json_invoice, pipeline_resources
+from invoice_pipeline_tests.factories import pipeline_resources
+from pipeline_support.factories import json_invoice
 
 
 def run_single(

@@ -26,8 +26,8 @@ from psycopg import sql
 from invoice_pipeline.dagster_home import dagster_database_url
 from invoice_pipeline.maintenance import _seconds_since_last_event
 from invoice_pipeline.store import InvoiceStore
-from invoice_pipeline_tests.factories import json_invoice
-from invoice_pipeline_tests.support import wait_for
+from pipeline_support.factories import json_invoice
+from pipeline_support.helpers import wait_for
 
 TTL_SECONDS = 2
 INVOICES = 48

@@ -19,7 +19,8 @@ from invoice_pipeline.domain.matching import MatchCandidate
 from invoice_pipeline.leases import LeaseKeeper, LeaseLost
 from invoice_pipeline.records import MatchOutcome
 from invoice_pipeline.store import InvoiceStore
-from invoice_pipeline_tests.support import db_seconds_since, wait_for
+from invoice_pipeline_tests.support import db_seconds_since
+from pipeline_support.helpers import wait_for
 
 PROCESSES = 8
 ROUNDS = 25

@@ -19,8 +19,10 @@ from invoice_pipeline.jobs import make_jobs
 from invoice_pipeline.maintenance import run_maintenance
 from invoice_pipeline.resources import InvoiceDatabase
 from invoice_pipeline.store import InvoiceStore
-from invoice_pipeline_tests.factories import json_invoice, pipeline_resources
-from invoice_pipeline_tests.support import db_seconds_since, wait_for
+from invoice_pipeline_tests.factories import pipeline_resources
+from invoice_pipeline_tests.support import db_seconds_since
+from pipeline_support.factories import json_invoice
+from pipeline_support.helpers import wait_for
 
 
 @pytest.fixture
@@ -58,7 +60,7 @@ def start_worker(
         GATE_FILE=str(gate_file),
     )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "invoice_pipeline_tests.run_worker", str(invoice_id)],
+        [sys.executable, "-m", "pipeline_support.run_worker", str(invoice_id)],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

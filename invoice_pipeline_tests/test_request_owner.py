@@ -15,8 +15,9 @@ from invoice_pipeline.request_owner import REQUEST_TAG, RUN_KEY_TAG, RequestOwne
 from invoice_pipeline.resources import InvoiceDatabase
 from invoice_pipeline.sensors import new_invoices_sensor
 from invoice_pipeline.store import InvoiceStore
-from invoice_pipeline_tests.factories import json_invoice, pipeline_resources
-from invoice_pipeline_tests.support import wait_for
+from invoice_pipeline_tests.factories import pipeline_resources
+from pipeline_support.factories import json_invoice
+from pipeline_support.helpers import wait_for
 
 HOUR = 3600
 

@@ -10,8 +10,10 @@ from invoice_pipeline.jobs import process_invoice
 from invoice_pipeline.runs import run_owner
 from invoice_pipeline.schedules import sweep_stale_locks_schedule
 from invoice_pipeline.store import InvoiceStore
-from invoice_pipeline_tests.factories import json_invoice, pipeline_resources
-from invoice_pipeline_tests.support import db_seconds_since, wait_for
+from invoice_pipeline_tests.factories import pipeline_resources
+from invoice_pipeline_tests.support import db_seconds_since
+from pipeline_support.factories import json_invoice
+from pipeline_support.helpers import wait_for
 
 
 def started_run(instance: DagsterInstance) -> str:

@@ -19,9 +19,9 @@ import pytest
 from psycopg import sql
 
 from invoice_pipeline.db.embedded import EmbeddedPostgres
-from invoice_pipeline_tests import secrets_scan
-from invoice_pipeline_tests.factories import json_invoice
-from invoice_pipeline_tests.support import free_port, run_cli, start_dev_server, stop_process_group
+from pipeline_support import secrets_scan
+from pipeline_support.factories import json_invoice
+from pipeline_support.helpers import free_port, run_cli, start_dev_server, stop_process_group
 
 GRAPHQL_QUERIES = {
     "resources": """{ allTopLevelResourceDetailsOrError(repositorySelector: {repositoryLocationName: "invoice_pipeline",

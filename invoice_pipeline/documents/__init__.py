@@ -17,7 +17,8 @@ from .detect import classify_xml, sniff
 from .errors import TOO_COMPLEX, BadDocument
 from .extracted import ExtractedText
 from .json_format import JSON_SCHEMA_PATH, decode_json_text, fields_from_json, load_invoice_json
-from .limits import DEFAULT_MAX_BYTES, MAX_PDF_PAGES, MAX_TEXT_CHARS, first_unstorable
+from .limits import DEFAULT_MAX_BYTES, MAX_PDF_PAGES, MAX_TEXT_CHARS, first_unstorable, storable_text
+from .ocr import KEY_FIELDS, METHOD, REQUIRED_FIELDS, OcrLayout, illegible, ocr_image
 from .pdf import embedded_invoice_xml, open_pdf, text_layer
 from .text_fields import fields_from_text, looks_like_invoice
 from .ubl import fields_from_ubl
@@ -79,12 +80,22 @@ def extract_text(
         text = decode_json_text(content)
         load_invoice_json(text)
         return ExtractedText("json", text, text, "json")
+    if kind == "image":
+        scan = ocr_image(content, max_chars=max_text_chars)
+        if not scan.text.replace("\f", "").strip():
+            raise BadDocument("no_text_layer", "OCR found no text in the image; is it a blank scan?")
+        # Whether it is an invoice is decided from the fields (illegible_scan names what is
+        # missing), after this expensive step has been saved.
+        return ExtractedText(
+            "image", storable_text(scan.text), scan.layout.to_structured(), METHOD, scan.page_count
+        )
     reader = open_pdf(content, max_pages=max_pdf_pages)
     embedded = embedded_invoice_xml(reader, max_bytes=max_bytes)
     page_count = len(reader.pages)
     if embedded is not None:
         try:
-            layer = text_layer(content, max_chars=max_text_chars)
+            # The XML is read; OCRing a scanned visual layer would buy nothing.
+            layer = text_layer(content, max_chars=max_text_chars, ocr=False)
             text = layer.text
         except BadDocument as exc:
             # The XML is the legal invoice; an unreadable visual layer does not make it unusable.
@@ -96,9 +107,9 @@ def extract_text(
             "facturx-pdf", text, serialize(embedded.root), f"pdf-embedded-xml:{embedded.name}", page_count
         )
     layer = text_layer(content, max_chars=max_text_chars)
-    if not looks_like_invoice(layer.text):
+    if layer.structured is None and not looks_like_invoice(layer.text):
         raise BadDocument("not_an_invoice", NOT_AN_INVOICE_REASON)
-    return ExtractedText("pdf", layer.text, None, layer.method, layer.page_count)
+    return ExtractedText("pdf", layer.text, layer.structured, layer.method, layer.page_count)
 
 
 def extract_fields(extracted: ExtractedText) -> InvoiceFields:
@@ -145,8 +156,17 @@ def _fields(extracted: ExtractedText) -> InvoiceFields:
         return fields_from_ubl(root) if kind == "ubl" else fields_from_cii(root)
     if fmt == "json":
         return fields_from_json(extracted.structured or extracted.text)
-    if fmt == "pdf":
-        fields = fields_from_text(extracted.text, ocr=extracted.method.startswith("ocr"))
+    if fmt in ("pdf", "image"):
+        layout = (
+            OcrLayout.from_structured(extracted.structured) if extracted.method.startswith("ocr") else None
+        )
+        fields = fields_from_text(extracted.text, ocr=extracted.method.startswith("ocr"), ocr_layout=layout)
+        if layout is not None:
+            # A scan missing what validation needs is quarantined as illegible, naming every key
+            # field that could not be read (or was read below the confidence threshold).
+            if any(getattr(fields, name) is None for name in REQUIRED_FIELDS):
+                raise illegible([n for n in KEY_FIELDS if getattr(fields, n) is None], layout)
+            return fields
         if fields.invoice_number is None and fields.payable_total is None:
             raise BadDocument("not_an_invoice", NOT_AN_INVOICE_REASON)
         return fields

@@ -36,8 +36,14 @@ def bomless_wide_encoding(content: bytes) -> str | None:
     return None
 
 
+# Scans and photos of invoices, by their magic numbers (PNG, JPEG, TIFF little/big-endian).
+_IMAGE_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"II*\x00", b"MM\x00*")
+
+
 def sniff(content: bytes) -> str:
-    """'pdf', 'xml' or 'json' by content; raises BadDocument for anything else."""
+    """'pdf', 'xml', 'json' or 'image' by content; raises BadDocument for anything else."""
+    if content.startswith(_IMAGE_MAGIC):
+        return "image"
     wide = bomless_wide_encoding(content)
     if wide is not None:
         first = content[:64].decode(wide.lower(), errors="replace").lstrip(" \t\r\n")
@@ -71,7 +77,8 @@ def sniff(content: bytes) -> str:
         )
     raise BadDocument(
         "unsupported_format",
-        "file is neither PDF, XML (UBL/CII) nor JSON; send the invoice as PDF or as an e-invoice XML",
+        "file is neither PDF, XML (UBL/CII), JSON nor a PNG/JPEG/TIFF scan; send the invoice as PDF or as an "
+        "e-invoice XML",
     )
 
 

@@ -17,6 +17,12 @@ MAX_TEXT_CHARS = 1_000_000
 # pdfminer needs ~60 µs per glyph: 500 dense pages is already minutes of CPU, so a longer file
 # cannot be read within the time bounds anyway, and saying so up front is the clearer reason.
 MAX_PDF_PAGES = 500
+# OCR costs ~2.5 s of CPU per invoice page here and up to ~6 s for a page dense with text (one
+# thread; benchmarks/results/ocr/): four pages fit the sandbox's 30 s CPU limit. A scan past it
+# is `too_complex` before any page is read, instead of dying at the CPU limit halfway through.
+MAX_OCR_PAGES = 4
+# A 600-dpi A4 page is ~35 million pixels; decoding is bounded before it happens.
+MAX_SCAN_PIXELS = 40_000_000
 
 # Only NUL and unpaired surrogates are refused (UNSTORABLE). Other control characters are kept
 # verbatim, as the sender wrote them, and escaped wherever a person reads them

@@ -1,15 +1,12 @@
-"""Reading PDFs: the embedded e-invoice XML when there is one, else a layout-preserving text layer."""
+"""Reading PDFs: the embedded e-invoice XML when there is one, else a layout-preserving text layer,
+else (a scan) OCR (`documents.ocr`)."""
 
 from __future__ import annotations
 
 import io
 import logging
 import math
-import shutil
-import subprocess
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pdfplumber
@@ -21,7 +18,8 @@ from pypdf.generic import ArrayObject, DictionaryObject, IndirectObject, NameObj
 from .detect import classify_xml
 from .errors import BadDocument, resource_error, too_complex
 from .limits import DEFAULT_MAX_BYTES, MAX_PDF_PAGES, MAX_TEXT_CHARS, storable_text, text_too_long
-from .xmlsafe import parse_xml, serialize
+from .ocr import METHOD, ocr_pdf
+from .xmlsafe import parse_xml
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +33,6 @@ POINTS_PER_COLUMN = 3.5
 # The largest page PDF allows (200 inches at UserUnit 1). Text placed beyond the page (x0 in the
 # millions) is drawn at its edge: padding to the real x0 turned a 1 kB file into 100 MB of spaces.
 MAX_PAGE_POINTS = 14_400.0
-OCR_TIMEOUT_S = 120
 # Containers visited when looking for active content; an invoice has a few thousand.
 MAX_PDF_OBJECTS = 200_000
 
@@ -59,6 +56,8 @@ class PdfText:
     text: str
     page_count: int
     method: str
+    # For OCR: the per-line page and confidence (ocr.OcrLayout JSON), else None.
+    structured: str | None = None
 
 
 def open_pdf(content: bytes, *, max_pages: int = MAX_PDF_PAGES) -> pypdf.PdfReader:
@@ -278,7 +277,8 @@ def layout_text(pdf: pdfplumber.PDF, *, max_chars: int = MAX_TEXT_CHARS) -> str:
     return "\n\f\n".join(pages)
 
 
-def text_layer(content: bytes, *, max_chars: int = MAX_TEXT_CHARS) -> PdfText:
+def text_layer(content: bytes, *, max_chars: int = MAX_TEXT_CHARS, ocr: bool = True) -> PdfText:
+    """The text layer; for a scan (no text), OCR unless `ocr` is False (then the text is empty)."""
     try:
         with pdfplumber.open(io.BytesIO(content), password="") as pdf:
             text = layout_text(pdf, max_chars=max_chars)
@@ -289,51 +289,13 @@ def text_layer(content: bytes, *, max_chars: int = MAX_TEXT_CHARS) -> PdfText:
         raise _pdf_error(exc, "PDF text could not be read") from None
     if text.replace("\f", "").strip():
         return PdfText(storable_text(text), count, "pdf-text-layer")
-    ocr = ocr_text(content)
-    if ocr is not None and len(ocr) > max_chars:
-        raise text_too_long(len(ocr), max_chars)
-    if ocr is not None and ocr.strip():
-        return PdfText(storable_text(ocr), count, "ocr-tesseract")
-    if ocr is not None:
-        raise BadDocument("no_text_layer", "PDF has no text layer and OCR found no text; is it a blank scan?")
-    raise BadDocument(
-        "needs_ocr",
-        "PDF is a scan without a text layer and OCR (tesseract + pdftoppm) is not installed; "
-        "install them or ask the vendor for a text PDF or an e-invoice XML",
-    )
-
-
-def ocr_text(content: bytes) -> str | None:
-    """OCR via pdftoppm + tesseract when both are on PATH; None when OCR is unavailable."""
-    pdftoppm, tesseract = shutil.which("pdftoppm"), shutil.which("tesseract")
-    if not pdftoppm or not tesseract:
-        return None
-    with tempfile.TemporaryDirectory(prefix="invoice-ocr-") as tmp:
-        src = Path(tmp) / "in.pdf"
-        src.write_bytes(content)
-        try:
-            subprocess.run(
-                [pdftoppm, "-r", "300", "-png", str(src), str(Path(tmp) / "page")],
-                check=True,
-                capture_output=True,
-                timeout=OCR_TIMEOUT_S,
-            )
-            texts = []
-            for image in sorted(Path(tmp).glob("page*.png")):
-                done = subprocess.run(
-                    [tesseract, str(image), "stdout", "--psm", "4"],
-                    check=True,
-                    capture_output=True,
-                    timeout=OCR_TIMEOUT_S,
-                )
-                texts.append(done.stdout.decode("utf-8", errors="replace"))
-        except (subprocess.SubprocessError, OSError) as exc:
-            raise BadDocument(
-                "needs_ocr", f"OCR failed ({type(exc).__name__}); process this scan manually"
-            ) from None
-    # tesseract separates layout columns with runs of spaces only sometimes; keep lines as-is.
-    return "\n\f\n".join(texts)
-
-
-def embedded_structured(embedded: EmbeddedXml) -> str:
-    return serialize(embedded.root)
+    if not ocr:
+        return PdfText("", count, "pdf-text-layer")
+    # No text layer: a scan. OCR is the expensive step (seconds per page), which is why its
+    # result is saved as the extract_text checkpoint like any other text.
+    result = ocr_pdf(content, max_chars=max_chars)
+    if not result.text.replace("\f", "").strip():
+        raise BadDocument(
+            "no_text_layer", "PDF has no text layer and OCR found no text on it; is it a blank scan?"
+        )
+    return PdfText(storable_text(result.text), result.page_count, METHOD, result.layout.to_structured())

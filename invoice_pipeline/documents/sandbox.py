@@ -61,12 +61,18 @@ class SandboxLimits:
     wall_seconds: float = 60.0
     cpu_seconds: int = 30
     memory_mib: int = 1024
+    # Address space while OCRing a scan. ONNX Runtime, OpenCV and NumPy map ~700 MB before the
+    # first page and a 200-dpi A4 page peaks at ~1 GB (measured; resident is ~450 MB), so the
+    # general 1 GiB would fail every scan. The worker keeps 1 GiB as its soft limit and this
+    # as the hard one; OCR lifts the soft limit, and the worker is retired after that document.
+    ocr_memory_mib: int = 2048
 
     def to_json(self) -> dict[str, Any]:
         return {
             "wall_seconds": self.wall_seconds,
             "cpu_seconds": self.cpu_seconds,
             "memory_mib": self.memory_mib,
+            "ocr_memory_mib": self.ocr_memory_mib,
         }
 
 
@@ -232,8 +238,9 @@ class _Worker:
 
     def _memory_exceeded(self) -> BadDocument:
         return too_complex(
-            f"reading this document needed more than {self.limits.memory_mib} MiB of memory, the "
-            "per-document memory limit (DocumentReader.parse_memory_mb)",
+            f"reading this document needed more than {self.limits.memory_mib} MiB of memory "
+            f"({self.limits.ocr_memory_mib} MiB for a scan), the per-document memory limit "
+            "(DocumentReader.parse_memory_mb, parse_ocr_memory_mb)",
             _ADVICE,
         )
 
@@ -321,7 +328,13 @@ class Sandbox:
             worker.kill()
             self._replace()
             raise
-        self._checkin(worker)
+        if reply.get("retire"):
+            # It OCRed a scan under the larger OCR allowance: that must not carry over to the
+            # next document, so this worker ends here (it exits after replying).
+            worker.close()
+            self._replace()
+        else:
+            self._checkin(worker)
         if "ok" in reply:
             return reply["ok"]
         if "bad" in reply:

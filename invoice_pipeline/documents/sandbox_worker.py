@@ -16,7 +16,7 @@ import warnings
 from functools import partial
 from typing import Any
 
-from invoice_pipeline.documents import ExtractedText, extract_fields, extract_text
+from invoice_pipeline.documents import ExtractedText, extract_fields, extract_text, ocr
 from invoice_pipeline.documents.errors import BadDocument
 from invoice_pipeline.documents.sandbox import EXIT_OUT_OF_MEMORY, MIB, read_frame, run_parser, write_frame
 
@@ -60,6 +60,8 @@ def _handle(header: dict[str, Any], payload: bytes) -> dict[str, Any]:
 def main() -> int:
     limits = json.loads(sys.argv[1])
     memory = int(limits["memory_mib"]) * MIB
+    # OCR may lift the soft limit up to this hard one (documents.ocr.engine); see SandboxLimits.
+    ocr_memory = max(memory, int(limits.get("ocr_memory_mib", limits["memory_mib"])) * MIB)
     cpu_seconds = int(limits["cpu_seconds"])
     # The protocol owns the real stdout; anything a library prints goes to stderr instead.
     inp, out = sys.stdin.fileno(), os.dup(sys.stdout.fileno())
@@ -68,7 +70,7 @@ def main() -> int:
     logging.disable(logging.WARNING)
     warnings.simplefilter("ignore")
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # SIGXCPU would otherwise dump core
-    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    resource.setrlimit(resource.RLIMIT_AS, (memory, ocr_memory))
     write_frame(out, json.dumps({"ready": os.getpid()}).encode())
     while True:
         header_frame = read_frame(inp)
@@ -82,12 +84,19 @@ def main() -> int:
                 reply: dict[str, Any] = {"ok": run_parser(partial(_handle, header, payload))}
             except BadDocument as exc:
                 reply = {"bad": {"code": exc.code, "reason": exc.reason}}
+            # OCR lifted this process's address-space limit (documents.ocr.engine) and it stays
+            # lifted: answer, then make way for a fresh worker under the general limit.
+            retire = ocr.engine_used()
+            if retire:
+                reply["retire"] = True
             encoded = json.dumps(reply).encode()
         except MemoryError:
             write_frame(out, _OUT_OF_MEMORY)
             os._exit(EXIT_OUT_OF_MEMORY)
         del reply
         write_frame(out, encoded)
+        if retire:
+            return 0
 
 
 if __name__ == "__main__":

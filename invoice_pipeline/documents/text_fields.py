@@ -10,6 +10,7 @@ heuristics can be fooled; a missing field says why.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -17,9 +18,12 @@ from datetime import date
 from decimal import Decimal, InvalidOperation
 from typing import Any, Generic, TypeVar
 
+from rapidfuzz import fuzz
+
 from ..domain.fields import FieldSource, InvoiceFields
 from ..domain.validation import KNOWN_CURRENCIES
 from .collect import FieldCollector
+from .ocr import MIN_FIELD_CONFIDENCE, OcrLayout
 
 T = TypeVar("T")
 _I = re.IGNORECASE
@@ -42,6 +46,8 @@ class Hit(Generic[T]):
     line: int
     label: str
     confidence: float
+    # The line the value itself was read from, when it sits below its label.
+    value_line: int | None = None
 
     @property
     def source(self) -> str:
@@ -180,8 +186,10 @@ _DATE_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"(?<![\d.])(\d{1,2})\.\s?(\d{1,2})\.\s?(\d{4}|\d{2})(?![\d])"), "dmy"),
     (re.compile(r"(?<![\d/])(\d{1,2})/(\d{1,2})/(\d{4}|\d{2})(?![\d/])"), "dmy?"),
     (re.compile(r"(?<![\d-])(\d{1,2})-(\d{1,2})-(\d{4})(?![\d-])"), "dmy"),
-    (re.compile(r"(?<!\d)(\d{1,2})\.?\s+" + _MONTH_WORD + r",?\s+(\d{4})(?!\d)"), "d_month_y"),
-    (re.compile(_MONTH_WORD + r"\s+(\d{1,2})(?:st|nd|rd|th)?,?\s+(\d{4})(?!\d)"), "month_d_y"),
+    # Spaces optional: OCR often reads "19 January 2024" as "19January2024" (the month must
+    # still be a known month name).
+    (re.compile(r"(?<!\d)(\d{1,2})\.?\s*" + _MONTH_WORD + r",?\s*(\d{4})(?!\d)"), "d_month_y"),
+    (re.compile(_MONTH_WORD + r"\s*(\d{1,2})(?:st|nd|rd|th)?,?\s+(\d{4})(?!\d)"), "month_d_y"),
 )
 
 
@@ -412,14 +420,16 @@ def labelled(
                         value = value_of(right.text)
                         if value is not None:
                             break
+                value_line: int | None = None
                 if value is None and below:
                     for under in doc.below(seg, seg.col + m.start(), seg.col + m.end()):
                         value = value_of(_under_slice(under, seg.col + m.start(), seg.col + m.end()))
                         if value is not None:
                             conf -= 0.1
+                            value_line = under.line
                             break
                 if value is not None:
-                    hits.append(Hit(value, seg.line, m.group().strip(), conf))
+                    hits.append(Hit(value, seg.line, m.group().strip(), conf, value_line))
                     if pick == "first":
                         return hits[0]
         if hits:
@@ -507,17 +517,56 @@ def _name_below_sender(doc: TextDoc, sender: Seg) -> Hit[str] | None:
     return None
 
 
-def _currency_hits(doc: TextDoc) -> Counter[str]:
+def _currency_hits(doc: TextDoc) -> tuple[Counter[str], dict[str, int]]:
+    """How often each currency stands next to an amount, and the first line it does."""
     counts: Counter[str] = Counter()
+    first_line: dict[str, int] = {}
     for seg in doc.segs():
         for m in _AMOUNT.finditer(seg.text):
             code = _currency_near(seg.text, m.start(), m.end())
             if code:
                 counts[code] += 1
-    return counts
+                first_line.setdefault(code, seg.line)
+    return counts, first_line
 
 
-def fields_from_text(text: str, *, ocr: bool = False) -> InvoiceFields:
+def _compact(text: str) -> str:
+    folded = unicodedata.normalize("NFKD", text.casefold())
+    return "".join(ch for ch in folded if ch.isalnum())
+
+
+def _fullest_spelling(doc: TextDoc, hit: Hit[str], layout: OcrLayout | None) -> Hit[str]:
+    """The same name where it was read best (OCR only).
+
+    The recogniser drops spaces and misreads letters in small print ("BrightmoorOffice Supplies
+    td" in a 7-point return address), while the letterhead prints the same name large. Among the
+    places that spell nearly the same letters (the name was already chosen; only its spelling is
+    looked for), the line read with the highest confidence wins, then the one with more spaces
+    (the recogniser drops spaces, it does not add them).
+    """
+    target = _compact(hit.value)
+
+    def rank(line: int, name: str) -> tuple[float, int]:
+        confidence = layout.locate([line])[1] if layout is not None else 0.0
+        return (confidence, name.count(" "))
+
+    best, best_rank = hit, rank(hit.line, hit.value)
+    for seg in doc.segs():
+        for part in _SENDER_SEPARATORS.split(seg.text):
+            name = _clean_name(part)
+            if not name or fuzz.ratio(_compact(name), target) < 85:
+                continue
+            if (candidate := rank(seg.line, name)) > best_rank:
+                best, best_rank = (
+                    Hit(name, seg.line, f"{hit.label}, spelt as on this line", hit.confidence),
+                    candidate,
+                )
+    return best
+
+
+def fields_from_text(text: str, *, ocr: bool = False, ocr_layout: OcrLayout | None = None) -> InvoiceFields:
+    """Fields by label rules. With `ocr_layout` (an OCRed scan), each field's source is its page and
+    its confidence the OCR score of the line(s) it was read from; below the threshold it is null."""
     doc = TextDoc(text)
     c = FieldCollector(default_reason="no labelled value found in the PDF text")
     scale = 0.8 if ocr else 1.0
@@ -526,7 +575,24 @@ def fields_from_text(text: str, *, ocr: bool = False) -> InvoiceFields:
 
     def put(name: str, hit: Hit[Any] | None, reason: str) -> None:
         if hit is None:
-            c.miss(name, FieldSource("pdf-text", 0.0, reason))
+            c.miss(name, FieldSource("ocr" if ocr_layout else "pdf-text", 0.0, reason))
+        elif ocr_layout is not None:
+            lines = [hit.line] if hit.value_line is None else [hit.line, hit.value_line]
+            page, confidence = ocr_layout.locate(lines)
+            source = f"ocr:page {page}:line {lines[-1] + 1}:{hit.label!r}"
+            if confidence < MIN_FIELD_CONFIDENCE:
+                # A misread digit scores low; a value we are not sure of is not offered as one.
+                c.miss(
+                    name,
+                    FieldSource(
+                        source,
+                        confidence,
+                        f"OCR confidence {confidence:.2f} is below {MIN_FIELD_CONFIDENCE:.2f}; "
+                        "not guessed: read it from the scan",
+                    ),
+                )
+            else:
+                c.set(name, hit.value, source, round(confidence, 3))
         else:
             c.set(name, hit.value, hit.source, round(hit.confidence * scale, 2))
 
@@ -585,10 +651,10 @@ def fields_from_text(text: str, *, ocr: bool = False) -> InvoiceFields:
     if currency_hit is None and payable is not None and payable.value.currency:
         currency_hit = Hit(payable.value.currency, payable.line, payable.label, 0.85)
     if currency_hit is None:
-        counts = _currency_hits(doc)
+        counts, first_line = _currency_hits(doc)
         if counts:
             code, _ = counts.most_common(1)[0]
-            currency_hit = Hit(code, 0, "most frequent currency next to amounts", 0.6)
+            currency_hit = Hit(code, first_line[code], "most frequent currency next to amounts", 0.6)
     put("currency", currency_hit, "no currency code or symbol next to the amounts")
 
     sender = _sender_line(doc, top_limit)
@@ -612,6 +678,8 @@ def fields_from_text(text: str, *, ocr: bool = False) -> InvoiceFields:
                 if company := _clean_name(seg.text):
                     seller = Hit(company, seg.line, "company name with legal form", 0.5)
                     break
+    if ocr and seller is not None:
+        seller = _fullest_spelling(doc, seller, ocr_layout)
     put("seller_name", seller, "no sender line, seller block or company name with a legal form found")
     put("buyer_name", buyer, "no address window or 'Bill to' / 'Käufer' / 'Client' block found")
 

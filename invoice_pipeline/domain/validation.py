@@ -3,8 +3,12 @@
 Decisions (documented here because callers rely on them):
 
 * Errors (quarantine): missing invoice number, missing seller (no business key is possible),
-  missing payable total, non-finite amounts, a negative payable total on an *invoice*, a total
-  above `max_total`, an unknown currency code, unparseable or impossible dates.
+  missing payable total, non-finite amounts, a total above `max_total`, an unknown currency
+  code, unparseable or impossible dates. These make the *file* unusable.
+* Not errors: a negative payable total on an invoice and a due date before the issue date.
+  EN 16931 allows both (a negative invoice, a French "avoir" sent as type 380), so they are
+  business exceptions for a person, not broken files: `domain/review.py` holds such invoices
+  for review (`needs_review`) instead.
 * Credit notes may carry a negative *or* positive total: EN 16931 expects positive amounts with
   the type code carrying the sign, but many ERPs export negative ones; both mean the same.
 * Warnings (only returned with `include_warnings=True`): net + tax differing from the payable
@@ -128,12 +132,6 @@ def validate_fields(
         hint = f" ({src.reason})" if src and src.reason else ""
         add("missing_total", "payable_total", f"no payable total found{hint}; the amount due is required")
     elif payable is not None and payable.is_finite():
-        if payable < 0 and fields.document_type == "invoice":
-            add(
-                "negative_total",
-                "payable_total",
-                f"invoice total is negative ({payable}); if this is a refund it must be sent as a credit note",
-            )
         if abs(payable) > max_total:
             add(
                 "amount_too_large",
@@ -154,7 +152,7 @@ def validate_fields(
         bad = _unparseable(fields, name)
         if bad is not None:
             add("bad_date", name, f"{name} is not a real calendar date ({bad.reason})")
-    issue, due = fields.issue_date, fields.due_date
+    issue = fields.issue_date
     if issue is None and _unparseable(fields, "issue_date") is None:
         add("missing_issue_date", "issue_date", "no issue date found", "warning")
     if issue is not None:
@@ -170,8 +168,6 @@ def validate_fields(
                 "issue_date",
                 f"issue date {issue} is more than a year in the future; probably mistyped",
             )
-    if issue is not None and due is not None and due < issue:
-        add("bad_date", "due_date", f"due date {due} is before issue date {issue}")
 
     net, tax = fields.net_total, fields.tax_total
     if (

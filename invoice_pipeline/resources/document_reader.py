@@ -42,6 +42,12 @@ class DocumentReader(ConfigurableResource):
         ge=256,
         description="Address-space limit (MiB) of a sandbox worker",
     )
+    parse_ocr_memory_mb: int = Field(
+        # ONNX Runtime + OpenCV map ~700 MB before the first page; see SandboxLimits.ocr_memory_mib.
+        default=_LIMITS.ocr_memory_mib,
+        ge=1024,
+        description="Address-space limit (MiB) of a sandbox worker while it OCRs a scan (then it is replaced)",
+    )
     max_text_chars: int = Field(
         default=MAX_TEXT_CHARS, ge=1000, description="Longest text a document may produce"
     )
@@ -54,6 +60,7 @@ class DocumentReader(ConfigurableResource):
                 wall_seconds=self.parse_timeout_seconds,
                 cpu_seconds=self.parse_cpu_seconds,
                 memory_mib=self.parse_memory_mb,
+                ocr_memory_mib=max(self.parse_ocr_memory_mb, self.parse_memory_mb),
             )
         )
 

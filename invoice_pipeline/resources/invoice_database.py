@@ -21,6 +21,7 @@ from invoice_pipeline.config import (
 )
 from invoice_pipeline.db.connection import prepare_database
 from invoice_pipeline.leases import LeaseKeeper
+from invoice_pipeline.stages import DocumentParser, StageEnv
 from invoice_pipeline.store import InvoiceStore
 
 _stores: dict[tuple[int, str | None], InvoiceStore] = {}
@@ -136,6 +137,17 @@ class InvoiceDatabase(ConfigurableResource):
     @property
     def store(self) -> InvoiceStore:
         return shared_store(self.url)
+
+    def stage_env(self, parser: DocumentParser) -> StageEnv:
+        """What the stages need from this resource, with `parser` reading the documents."""
+        return StageEnv(
+            store=self.store,
+            parser=parser,
+            max_document_bytes=self.max_document_bytes,
+            max_stage_seconds=self.max_stage_seconds,
+            max_attempts=self.max_attempts,
+            retry_base=self.retry_base,
+        )
 
     @property
     def lease_keeper(self) -> LeaseKeeper:

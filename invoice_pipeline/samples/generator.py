@@ -14,6 +14,7 @@ from typing import Any
 import pypdf
 
 from ..domain.fields import InvoiceFields
+from . import review_cases
 from .render import (
     Line,
     Party,
@@ -84,6 +85,8 @@ class SampleFile:
     quarantine_code: str | None
     fails_at: str | None  # "extract" (BadDocument) | "validate" (ValidationProblem) | None
     note: str
+    # Valid, but held for a person (needs_review): the review reason code (domain/review.py).
+    review: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -94,6 +97,7 @@ class SampleFile:
             "quarantine_code": self.quarantine_code,
             "fails_at": self.fails_at,
             "note": self.note,
+            "review": self.review,
         }
 
 
@@ -209,12 +213,13 @@ class _Builder:
         code: str | None = None,
         fails_at: str | None = None,
         note: str = "",
+        review: str | None = None,
     ) -> str:
         # Numbered names make directory order the intended arrival order.
         name = f"{len(self.files) + 1:03d}_{stem}.{ext}"
         path = self.out / name
         path.write_bytes(content)
-        self.files.append(SampleFile(name, path, fmt, expected, duplicate_of, code, fails_at, note))
+        self.files.append(SampleFile(name, path, fmt, expected, duplicate_of, code, fails_at, note, review))
         return name
 
     def add_invoice(self, stem: str, inv: SampleInvoice, fmt: str, **kw: Any) -> str:
@@ -228,8 +233,14 @@ def _reformat_number(number: str) -> str:
     return f"{prefix} {int(digits)}"
 
 
-def generate_samples(out_dir: Path, *, count: int = 40, seed: int = 0, bad: bool = True) -> SampleSet:
+def generate_samples(
+    out_dir: Path, *, count: int = 40, seed: int = 0, bad: bool = True, scans: bool = False
+) -> SampleSet:
     """Write `count` distinct valid invoices plus duplicate, look-alike and (if `bad`) broken files.
+
+    With `scans`, also two scans that need OCR (a few seconds each, so off by default): a scanned
+    PDF of the first (XML) invoice, which must be found as its duplicate, and a skewed PNG photo
+    of a new invoice.
 
     Everything is a function of `seed`, except timestamps the factur-x library and PDF
     encryption put into their output (content and expectations are identical).
@@ -313,14 +324,65 @@ def generate_samples(out_dir: Path, *, count: int = 40, seed: int = 0, bad: bool
         note="vendor name with SQL and control characters: must be stored verbatim and processed",
     )
 
+    if scans and count >= 1:
+        _add_scans(b, base[0])
+
     if bad:
         _add_bad_inputs(b)
+    _add_review_cases(b)
 
     sample_set = SampleSet(out_dir, seed, tuple(b.files))
     sample_set.manifest_path.write_text(
         json.dumps(sample_set.to_json(), indent=2, ensure_ascii=False) + "\n", "utf-8"
     )
     return sample_set
+
+
+def _add_scans(b: _Builder, original: tuple[str, SampleInvoice, str]) -> None:
+    from .scans import scan_invoice
+
+    name, inv, _ = original
+    scan_rng = random.Random(b.rng.random())
+    b.add(
+        "scan_of_first_invoice",
+        "pdf",
+        scan_invoice(inv, "clean", scan_rng, lang=b.lang(inv)),
+        "pdf",
+        expected=inv.to_fields(),
+        duplicate_of=name,
+        note="a paper copy of the first invoice, scanned (image-only PDF, OCR)",
+    )
+    photo = b.invoice()
+    b.add(
+        "photo_invoice",
+        "png",
+        scan_invoice(photo, "skewed", scan_rng, lang=b.lang(photo), kind="png"),
+        "image",
+        expected=photo.to_fields(),
+        note="a skewed photo of an invoice (PNG, OCR)",
+    )
+
+
+def _add_review_cases(b: _Builder) -> None:
+    """Valid invoices a person must see (needs_review), last so earlier files keep their names."""
+    french = next(s for s in b.sellers if s.country == "FR")
+    avoir = b.invoice(seller=french)
+    b.add(
+        "avoir_as_invoice",
+        "pdf",
+        review_cases.avoir_basic_wl_pdf(avoir),
+        "facturx-pdf",
+        expected=review_cases.negative_invoice(avoir).to_fields(),
+        review="negative_total",
+        note="French avoir sent as an invoice (type 380, Factur-X BASIC-WL): held for review",
+    )
+    b.add_invoice(
+        "due_before_issue",
+        review_cases.due_before_issue(b.invoice()),
+        "ubl",
+        review="due_before_issue",
+        note="due date before the issue date: held for review, not quarantined",
+    )
 
 
 def _add_bad_inputs(b: _Builder) -> None:
@@ -371,12 +433,13 @@ def _add_bad_inputs(b: _Builder) -> None:
     bad("wrong_encoding", "xml", latin1, "ubl", "bad_encoding", "declares UTF-8 but contains Latin-1 bytes")
 
     invalid("missing_total", b.invoice(omit_payable=True), "ubl", "missing_total", "no PayableAmount")
-    invalid(
+    # Valid under EN 16931, so not broken: held for a person (review_cases.py).
+    b.add_invoice(
         "negative_total",
-        b.invoice(payable_override="-250.00"),
+        review_cases.negative_invoice(b.invoice()),
         "cii",
-        "negative_total",
-        "invoice with negative total",
+        review="negative_total",
+        note="invoice (type 380) with a negative total: held for review, not quarantined",
     )
     invalid(
         "unknown_currency",

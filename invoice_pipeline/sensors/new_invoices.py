@@ -42,7 +42,7 @@ CURSOR_VERSION = 1
 
 def plan_run_requests(due: list[DueInvoice], batch_threshold: int, batch_size: int) -> Iterator[RunRequest]:
     """One run per invoice for a trickle; batched runs (worked in chunks) once the backlog reaches the threshold."""
-    refs = [InvoiceRef(str(d.invoice_id), d.attempt) for d in due]
+    refs = [InvoiceRef(str(d.invoice_id), d.attempt, d.redrive) for d in due]
     if len(due) < batch_threshold:
         for item, ref in zip(due, refs, strict=True):
             yield RunRequest(

@@ -10,8 +10,9 @@ from dagster import DagsterEventType
 from invoice_pipeline.definitions import make_definitions
 from invoice_pipeline.jobs import make_jobs
 from invoice_pipeline.store import InvoiceStore
-from invoice_pipeline_tests.factories import json_invoice, pipeline_resources
-from invoice_pipeline_tests.support import wait_for
+from invoice_pipeline_tests.factories import pipeline_resources
+from pipeline_support.factories import json_invoice
+from pipeline_support.helpers import wait_for
 
 
 def check_results(database_url: str, **db: object) -> dict[str, tuple[bool, str]]:
@@ -43,7 +44,7 @@ def process(database_url: str, store: InvoiceStore, *docs: bytes) -> list[object
 def test_checks_pass_on_a_healthy_database(database_url: str, store: InvoiceStore) -> None:
     process(database_url, store, json_invoice("A-1"), json_invoice("a 1"), json_invoice("B-2", total="50.00"))
     results = check_results(database_url)
-    assert results == {name: (True, "") for name in results} and len(results) == 5
+    assert results == {name: (True, "") for name in results} and len(results) == 6
 
 
 def test_copy_posted_check_names_the_copy(database_url: str, store: InvoiceStore) -> None:

@@ -1,6 +1,6 @@
 """The fast subset of the chaos scenarios, part of the normal test run (`make test`).
 
-The long version with the same code and more trials: `python -m invoice_pipeline_tests.chaos`.
+The long version with the same code and more trials: `python -m chaos`.
 A failure message lists the violated invariants and the seed, which replays the trial.
 """
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from invoice_pipeline_tests.chaos import SCENARIOS
-from invoice_pipeline_tests.chaos.common import ChaosContext
+from chaos import SCENARIOS
+from chaos.common import ChaosContext
 
 SEED = 20261101
 

@@ -7,7 +7,7 @@ from decimal import Decimal
 from invoice_pipeline.dedupe import decide_duplicate
 from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.store import InvoiceStore
-from invoice_pipeline_tests.factories import json_invoice
+from pipeline_support.factories import json_invoice
 
 
 def test_acquire_never_reopens_a_finished_invoice(store: InvoiceStore) -> None:

@@ -13,7 +13,7 @@ from invoice_pipeline.db.sqlfiles import migration_files, sql_dir
 from invoice_pipeline.dedupe import decide_duplicate
 from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.store import InvoiceStore
-from invoice_pipeline_tests.factories import json_invoice
+from pipeline_support.factories import json_invoice
 
 
 def _tables(url: str) -> set[str]:

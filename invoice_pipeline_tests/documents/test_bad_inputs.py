@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import shutil
 import time
 from pathlib import Path
 
@@ -18,12 +17,13 @@ from invoice_pipeline.documents import (
     ExtractedText,
     extract_fields,
     extract_text,
+    ocr,
 )
 from invoice_pipeline.documents.pdf import text_layer
 from invoice_pipeline.domain.validation import validate_fields
 from invoice_pipeline.resources import DocumentReader
 from invoice_pipeline.samples.render import letter_pdf
-from invoice_pipeline_tests.documents import hostile_corpus
+from pipeline_support import hostile_corpus
 
 UBL_HEAD = (
     '<Invoice xmlns="urn:oasis:names:specification:ubl:schema:xsd:Invoice-2" '
@@ -90,10 +90,12 @@ def _blank_pdf() -> bytes:
     return bytes(pdf.output())
 
 
-def test_no_text_layer_without_ocr(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(shutil, "which", lambda name: None)
-    reason = _bad(_blank_pdf(), "needs_ocr").reason
-    assert "OCR" in reason
+def test_pdf_without_text_is_ocred_and_a_blank_one_says_so() -> None:
+    # OCR is installed by the project (documents/ocr.py); test_ocr.py reads real scans.
+    if ocr.available() is not None:
+        pytest.skip(f"!! OCR ENGINE NOT INSTALLED, blank-scan path NOT TESTED: {ocr.available()}")
+    reason = _bad(_blank_pdf(), "no_text_layer").reason
+    assert "blank scan" in reason
 
 
 def test_pdf_that_is_not_an_invoice() -> None:
@@ -168,10 +170,6 @@ def test_format_is_detected_by_content_not_extension() -> None:
     [
         ({"invoice_number": "A1", "seller_name": "S", "currency": "EUR"}, "missing_total"),
         ({"seller_name": "S", "payable_total": "1.00", "currency": "EUR"}, "missing_invoice_number"),
-        (
-            {"invoice_number": "A1", "seller_name": "S", "payable_total": "-5.00", "currency": "EUR"},
-            "negative_total",
-        ),
         (
             {"invoice_number": "A1", "seller_name": "S", "payable_total": "5.00", "currency": "XYZ"},
             "unknown_currency",

@@ -18,7 +18,7 @@ import pytest
 
 from invoice_pipeline.documents import BadDocument, ExtractedText
 from invoice_pipeline.documents.sandbox import Sandbox, SandboxLimits, run_parser
-from invoice_pipeline_tests.documents import hostile_corpus
+from pipeline_support import hostile_corpus
 
 VALID_JSON = json.dumps(hostile_corpus.invoice_json()).encode()
 

@@ -20,12 +20,12 @@ from invoice_pipeline.config import ENV_INBOX
 from invoice_pipeline.definitions import make_definitions
 from invoice_pipeline.ingest import REASON_SUFFIX, REJECTED_DIR
 from invoice_pipeline.jobs import make_jobs
-from invoice_pipeline.runs import PROCESS_INVOICE
+from invoice_pipeline.runs import PROCESS_INVOICE, invoice_ids_of
 from invoice_pipeline.sensors import new_invoices_sensor
-from invoice_pipeline.sensors.new_invoices import invoices_of
 from invoice_pipeline.store import InvoiceStore
 from invoice_pipeline_tests.conftest import ROOT
-from invoice_pipeline_tests.factories import json_invoice, pipeline_resources
+from invoice_pipeline_tests.factories import pipeline_resources
+from pipeline_support.factories import json_invoice
 
 PASSWD = Path("/etc/passwd")
 
@@ -254,7 +254,7 @@ def test_slow_writer_is_not_ingested_until_complete_and_then_whole(
     assert target.exists() and not (target.parent / ".ingested").exists()
 
     (request,) = sensor.tick()
-    (invoice_id,) = invoices_of(request)
+    (invoice_id,) = invoice_ids_of(request.run_config)
     document = store.load_document(invoice_id)
     assert document is not None and document.content == content.encode(), "stored whole"
     assert (target.parent / ".ingested" / "slow.json").read_bytes() == content.encode()
@@ -272,7 +272,7 @@ def test_a_write_then_rename_file_is_invisible_until_renamed(
     partial.rename(inbox / "acme" / "renamed.json")
     assert sensor.tick() == []
     (request,) = sensor.tick()
-    document = store.load_document(invoices_of(request)[0])
+    document = store.load_document(invoice_ids_of(request.run_config)[0])
     assert document is not None and document.content == json_invoice("RENAMED")
 
 
@@ -284,4 +284,4 @@ def test_planning_goes_on_when_intake_fails_as_a_whole(
     # Intake reads its settings at every tick; a broken one fails intake, not the tick.
     monkeypatch.setenv("INVOICE_PIPELINE_MAX_ATTEMPTS", "many")
     (request,) = sensor.tick()
-    assert invoices_of(request) == [str(due)]
+    assert invoice_ids_of(request.run_config) == [str(due)]

@@ -10,7 +10,8 @@ from invoice_pipeline.config import ENV_INBOX
 from invoice_pipeline.runs import PROCESS_INVOICE, PROCESS_INVOICE_BATCH
 from invoice_pipeline.sensors import new_invoices_sensor
 from invoice_pipeline.store import InvoiceStore
-from invoice_pipeline_tests.factories import json_invoice, pipeline_resources
+from invoice_pipeline_tests.factories import pipeline_resources
+from pipeline_support.factories import json_invoice
 
 
 def tick(database_url: str, cursor: str | None = None, **db: object):  # type: ignore[no-untyped-def]

@@ -14,8 +14,8 @@ from dagster import DagsterInstance, RunRequest, SkipReason, build_sensor_contex
 
 from invoice_pipeline.definitions import make_definitions
 from invoice_pipeline.resources.invoice_database import close_shared_stores
+from invoice_pipeline.runs import invoice_ids_of
 from invoice_pipeline.sensors import new_invoices_sensor
-from invoice_pipeline.sensors.new_invoices import invoices_of
 from invoice_pipeline_tests.factories import pipeline_resources
 
 
@@ -42,7 +42,7 @@ def main() -> None:
                         "run_key": r.run_key,
                         "job_name": r.job_name,
                         "run_config": r.run_config,
-                        "invoice_ids": invoices_of(r),
+                        "invoice_ids": invoice_ids_of(r.run_config),
                     }
                     for r in requests
                 ],

@@ -17,7 +17,7 @@ import pytest
 from psycopg import sql
 
 from invoice_pipeline.store import InvoiceStore
-from invoice_pipeline_tests.support import (
+from pipeline_support.helpers import (
     create_database,
     drop_database,
     free_port,

@@ -7,9 +7,9 @@ from dagster import DagsterRunStatus
 from dagster_graphql import DagsterGraphQLClient
 
 from invoice_pipeline.store import InvoiceStore
-from invoice_pipeline_tests.factories import json_invoice
-from invoice_pipeline_tests.support import wait_for
 from invoice_pipeline_tests.ui.conftest import DevServer, hide_from_sensor
+from pipeline_support.factories import json_invoice
+from pipeline_support.helpers import wait_for
 
 TERMINAL = {DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
 

@@ -11,7 +11,7 @@ UPDATE invoices
 SET status = 'processing', attempts = GREATEST(attempts, %(attempt)s), requested_at = NULL,
     requested_by = NULL,
     updated_at = now()
-WHERE id = %(invoice_id)s AND status NOT IN ('processed', 'quarantined', 'needs_attention')
+WHERE id = %(invoice_id)s AND status NOT IN ('processed', 'needs_review', 'quarantined', 'needs_attention')
 RETURNING id
 
 -- name: heartbeat_lock

@@ -65,6 +65,10 @@ SELECT id AS invoice_id, duplicate_status AS status, duplicate_group_id AS group
        coalesce(match_reasons, '{}') AS reasons
 FROM invoices WHERE id = %(invoice_id)s AND duplicate_status IS NOT NULL
 
+-- Every advisory lock a chunk's decisions need, taken first and in sorted order (sql/0003).
+-- name: take_dedupe_locks
+SELECT take_dedupe_locks(%(lock_ids)s::bigint[])
+
 -- Takes the decision's advisory locks, then reads its candidates (see the function in sql/0003).
 -- name: locked_duplicate_candidates
 SELECT id, org_id, fields
@@ -196,7 +200,7 @@ WITH due AS (
 )
 UPDATE invoices i SET requested_at = now(), requested_by = %(requested_by)s
 FROM due WHERE i.id = due.id
-RETURNING i.id AS invoice_id, i.org_id, i.attempts + 1 AS attempt, i.seq
+RETURNING i.id AS invoice_id, i.org_id, i.attempts + 1 AS attempt, i.redrives AS redrive, i.seq
 
 -- name: assign_request_owners
 UPDATE invoices i SET requested_by = o.owner

@@ -17,22 +17,22 @@ import time
 import psycopg
 from dagster import DagsterInstance
 
-from invoice_pipeline.db.embedded import EmbeddedPostgres
-from invoice_pipeline.db.migrate import migrate
-from invoice_pipeline.jobs import make_jobs
-from invoice_pipeline.maintenance import run_maintenance
-from invoice_pipeline.resources import InvoiceDatabase
-from invoice_pipeline.store import InvoiceStore
-from invoice_pipeline_tests.chaos.common import (
+from chaos.common import (
     ChaosContext,
     ScenarioResult,
     check_common_invariants,
     timed,
     worker_context,
 )
-from invoice_pipeline_tests.chaos.worker import batch_run_config, batch_worker, resources
-from invoice_pipeline_tests.factories import json_invoice
-from invoice_pipeline_tests.support import create_database, free_port, wait_for
+from chaos.worker import batch_run_config, batch_worker, resources
+from invoice_pipeline.db.embedded import EmbeddedPostgres
+from invoice_pipeline.db.migrate import migrate
+from invoice_pipeline.jobs import make_jobs
+from invoice_pipeline.maintenance import run_maintenance
+from invoice_pipeline.resources import InvoiceDatabase
+from invoice_pipeline.store import InvoiceStore
+from pipeline_support.factories import json_invoice
+from pipeline_support.helpers import create_database, free_port, wait_for
 
 DB = {"heartbeat_seconds": 0.3, "lock_ttl_seconds": 3, "max_attempts": 50}
 

@@ -194,7 +194,8 @@ def build(seed: int = 0) -> tuple[HostileInput, ...]:
         "too_large",
         f"{DEFAULT_MAX_BYTES}-byte limit",
     )
-    add("png_image", b"\x89PNG\r\n\x1a\n" + noise, "unsupported_format", "neither PDF")
+    # A PNG signature is a scan to OCR; what follows it here is no image.
+    add("png_image", b"\x89PNG\r\n\x1a\n" + noise, "unreadable_document", "could not be decoded")
     add("elf_executable", b"\x7fELF\x02\x01\x01" + noise, "unsupported_format", "neither PDF")
     bomb = io.BytesIO()
     with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as z:

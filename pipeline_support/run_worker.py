@@ -1,4 +1,4 @@
-"""A real run worker for crash tests: `python -m invoice_pipeline_tests.run_worker INVOICE_ID`.
+"""A real run worker for crash tests: `python -m pipeline_support.run_worker INVOICE_ID`.
 
 It executes process_invoice against the Dagster instance in DAGSTER_HOME and the database in
 INVOICE_PIPELINE_DATABASE_URL, like a run launched from the UI. With GATE_METHOD and

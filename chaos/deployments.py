@@ -16,8 +16,7 @@ from __future__ import annotations
 import json
 import random
 
-from invoice_pipeline.store import InvoiceStore
-from invoice_pipeline_tests.chaos.common import (
+from chaos.common import (
     ChaosContext,
     ScenarioResult,
     Watcher,
@@ -25,8 +24,9 @@ from invoice_pipeline_tests.chaos.common import (
     timed,
     worker_context,
 )
-from invoice_pipeline_tests.chaos.worker import deployment_worker
-from invoice_pipeline_tests.factories import json_invoice
+from chaos.worker import deployment_worker
+from invoice_pipeline.store import InvoiceStore
+from pipeline_support.factories import json_invoice
 
 DEPLOYMENTS = 2
 

@@ -24,12 +24,7 @@ from pathlib import Path
 import psycopg
 from dagster import DagsterInstance, DagsterRunStatus
 
-from invoice_pipeline.jobs import make_jobs
-from invoice_pipeline.maintenance import run_maintenance
-from invoice_pipeline.resources import InvoiceDatabase
-from invoice_pipeline.samples.render import Line, Party, SampleInvoice, ubl_xml
-from invoice_pipeline.store import InvoiceStore
-from invoice_pipeline_tests.chaos.common import (
+from chaos.common import (
     ChaosContext,
     ScenarioResult,
     check_common_invariants,
@@ -39,18 +34,24 @@ from invoice_pipeline_tests.chaos.common import (
     wait_file,
     worker_context,
 )
-from invoice_pipeline_tests.chaos.worker import pipeline_worker, resources, single_run_config
-from invoice_pipeline_tests.factories import json_invoice
-from invoice_pipeline_tests.support import wait_for
+from chaos.worker import pipeline_worker, resources, single_run_config
+from invoice_pipeline.jobs import make_jobs
+from invoice_pipeline.maintenance import run_maintenance
+from invoice_pipeline.resources import InvoiceDatabase
+from invoice_pipeline.samples.render import Line, Party, SampleInvoice, ubl_xml
+from invoice_pipeline.store import InvoiceStore
+from pipeline_support.factories import json_invoice
+from pipeline_support.helpers import wait_for
 
 STEPS = ["extract_text", "extract_fields", "validate", "detect_duplicates", "approve", "post_to_ledger"]
+# The chunk writes of invoice_pipeline.store each stage makes (a process_invoice run is a chunk of one).
 WRITES = [
-    "save_extracted_text",
-    "save_fields",
-    "decide_duplicate",
-    "record_approval",
-    "post_to_ledger",
-    "complete",
+    "save_extracted_texts",
+    "save_fields_of",
+    "decide_duplicates",
+    "record_verdicts",
+    "post_many",
+    "complete_many",
 ]
 # (phase, weight): a third random timing, the rest spread over the targeted points.
 PHASES = [
@@ -160,9 +161,7 @@ def run(ctx: ChaosContext, params: dict[str, int], seed: int) -> ScenarioResult:
                 target = rng.choice(STEPS[1:])  # before step N = right after step N-1 finished
             elif phase in ("before_commit", "after_commit"):
                 # A copy is rejected as a duplicate and never posts; gate a write it does make.
-                target = rng.choice(
-                    WRITES if copy_of is None else [w for w in WRITES if w != "post_to_ledger"]
-                )
+                target = rng.choice(WRITES if copy_of is None else [w for w in WRITES if w != "post_many"])
             freeze = phase in FREEZABLE and rng.random() < 0.35
             gate_dir = work / f"trial-{trial}"
             gate_dir.mkdir()

@@ -26,14 +26,14 @@ import psycopg
 from dagster import DagsterInstance
 from psycopg import sql
 
+from chaos.common import ChaosContext, ScenarioResult, check_common_invariants, timed
+from chaos.worker import batch_run_config, resources
 from invoice_pipeline.db.embedded import EmbeddedPostgres
 from invoice_pipeline.jobs import make_jobs
 from invoice_pipeline.samples.render import letter_pdf
 from invoice_pipeline.store import InvoiceStore
-from invoice_pipeline_tests import secrets_scan
-from invoice_pipeline_tests.chaos.common import ChaosContext, ScenarioResult, check_common_invariants, timed
-from invoice_pipeline_tests.chaos.worker import batch_run_config, resources
-from invoice_pipeline_tests.support import free_port, run_cli, start_dev_server, stop_process_group
+from pipeline_support import secrets_scan
+from pipeline_support.helpers import free_port, run_cli, start_dev_server, stop_process_group
 
 ROOT = Path(__file__).resolve().parents[2]
 INJECTIONS = [

@@ -1,6 +1,6 @@
 """Scenario 5, property-based: duplicate decisions made in the database, against the pure model.
 
-The pure properties already live in invoice_pipeline_tests/domain/: org isolation
+The pure properties already live in the tests, invoice_pipeline_tests/domain/: org isolation
 (test_matching.test_org_isolation), normalisation idempotence (test_normalize.
 test_invoice_number_idempotent, test_vendor_idempotent), a reformatted copy matches its
 original (test_matching.test_reformatted_copy_matches_original, test_normalize.
@@ -26,11 +26,11 @@ import psycopg
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
+from chaos.common import ChaosContext, ScenarioResult, timed
 from invoice_pipeline.dedupe import decide_duplicate
 from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.matching import MatchCandidate, find_match
 from invoice_pipeline.store import InvoiceStore
-from invoice_pipeline_tests.chaos.common import ChaosContext, ScenarioResult, timed
 
 SELLERS = [("Acme Supplies GmbH", "DE123456789"), ("ACME Supplies", None), ("Globex Ltd", "GB999999973")]
 FORMATS = ["INV-{:05d}", "INV {}", "inv{}", "Inv.#{:04d}", "{}"]

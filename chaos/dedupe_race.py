@@ -19,7 +19,7 @@ other. Documents are rendered by the project's sample renderers and stored with
 How a pair is raced: per lane, two long-lived worker processes (forked from the chaos fork
 server) each run the real `process_invoice` Dagster job, in process, on one side of the pair.
 The one instrumentation is at the moment of decision: in each worker `InvoiceStore.
-decide_duplicate` first waits on a barrier the two share, so both enter the advisory-locked
+decide_duplicates` first waits on a barrier the two share, so both enter the advisory-locked
 transaction together. The barrier has a timeout: a partner that never arrives breaks it instead
 of hanging the run, and that pair is reported as not raced (a violation). Everything else
 (claim, extraction, validation, the decision, approval, the hold for review, posting) is the
@@ -50,10 +50,18 @@ from typing import Any
 import psycopg
 from dagster import DagsterInstance
 
+from chaos.common import (
+    ChaosContext,
+    ScenarioResult,
+    check_common_invariants,
+    timed,
+    worker_context,
+)
+from chaos.worker import resources, single_run_config
 from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.matching import MatchCandidate, find_match
 from invoice_pipeline.jobs import make_jobs
-from invoice_pipeline.records import DuplicateDecision, Lease
+from invoice_pipeline.records import ChunkWrite, DuplicateDecision, Lease
 from invoice_pipeline.samples.generator import BASE_FORMATS as FORMATS
 from invoice_pipeline.samples.generator import BUYERS, CURRENCY_BY_COUNTRY, ITEMS, LANG_BY_COUNTRY
 from invoice_pipeline.samples.render import (
@@ -63,14 +71,6 @@ from invoice_pipeline.samples.render import (
     render_invoice,
 )
 from invoice_pipeline.store import InvoiceStore, MatchFunction
-from invoice_pipeline_tests.chaos.common import (
-    ChaosContext,
-    ScenarioResult,
-    check_common_invariants,
-    timed,
-    worker_context,
-)
-from invoice_pipeline_tests.chaos.worker import resources, single_run_config
 
 ORG = "race"
 KINDS = ("number_format", "vat_id", "seller_name", "cross_format")
@@ -218,14 +218,14 @@ class DecisionMoment:
         self.arrived_at = self.released_at = self.decided_at = None
 
     def install(self) -> None:
-        original = InvoiceStore.decide_duplicate
+        original = InvoiceStore.decide_duplicates
         moment = self
 
         def decide_with_partner(
-            self: InvoiceStore, lease: Lease, candidate: MatchCandidate, match: MatchFunction
-        ) -> DuplicateDecision:
+            self: InvoiceStore, items: Sequence[tuple[Lease, MatchCandidate]], match: MatchFunction
+        ) -> ChunkWrite[DuplicateDecision]:
             if not moment.armed:
-                return original(self, lease, candidate, match)
+                return original(self, items, match)
             # Once per run: a step retried in the run must not wait for a partner that moved on.
             moment.armed = False
             moment.arrived_at = time.monotonic()
@@ -236,11 +236,11 @@ class DecisionMoment:
                 moment.raced = False
             moment.released_at = time.monotonic()
             try:
-                return original(self, lease, candidate, match)
+                return original(self, items, match)
             finally:
                 moment.decided_at = time.monotonic()
 
-        InvoiceStore.decide_duplicate = decide_with_partner  # type: ignore[method-assign]
+        InvoiceStore.decide_duplicates = decide_with_partner  # type: ignore[method-assign]
 
 
 def race_worker(url: str, lane: int, worker: int, barrier: Barrier, inbox: Any, outbox: Any) -> None:

@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 import psycopg
 
 from invoice_pipeline.records import TERMINAL_STATUSES
-from invoice_pipeline_tests.support import create_database, drop_database, free_port, wait_for
+from pipeline_support.helpers import create_database, drop_database, free_port, wait_for
 
 # Modules the fork server imports once, so that a worker starts in ~15 ms instead of the ~2 s a
 # fresh interpreter needs to import Dagster: a kill at "a random moment" is then a moment of the
@@ -35,7 +35,7 @@ PRELOAD = [
     "dagster",
     "invoice_pipeline.jobs",
     "invoice_pipeline.resources",
-    "invoice_pipeline_tests.chaos.worker",
+    "chaos.worker",
 ]
 _ctx_lock = threading.Lock()
 _ctx: ForkServerContext | None = None

@@ -20,9 +20,7 @@ from typing import Any
 import psycopg
 from dagster import DagsterInstance
 
-from invoice_pipeline.jobs import make_jobs
-from invoice_pipeline.store import InvoiceStore
-from invoice_pipeline_tests.chaos.common import (
+from chaos.common import (
     ChaosContext,
     ScenarioResult,
     Watcher,
@@ -30,8 +28,10 @@ from invoice_pipeline_tests.chaos.common import (
     timed,
     worker_context,
 )
-from invoice_pipeline_tests.chaos.worker import StormItem, batch_run_config, resources, storm_worker
-from invoice_pipeline_tests.factories import json_invoice
+from chaos.worker import StormItem, batch_run_config, resources, storm_worker
+from invoice_pipeline.jobs import make_jobs
+from invoice_pipeline.store import InvoiceStore
+from pipeline_support.factories import json_invoice
 
 WAVE = 6
 SELLERS = [

@@ -24,8 +24,8 @@ from typing import Any
 from dagster import DagsterInstance
 
 import invoice_pipeline.dedupe as dedupe_module
+from invoice_pipeline import runs
 from invoice_pipeline.jobs import make_jobs
-from invoice_pipeline.records import Lease
 from invoice_pipeline.resources import DocumentReader, InvoiceDatabase
 from invoice_pipeline.store import InvoiceStore
 
@@ -54,19 +54,16 @@ def resources(url: str, reader: dict[str, Any] | None = None, **db: Any) -> dict
     }
 
 
+# Runs log to the instance; the console of a chaos run would be thousands of lines.
+QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
+
+
 def single_run_config(invoice_id: str) -> dict[str, Any]:
-    return {
-        "ops": {"start": {"config": {"invoice_id": invoice_id}}},
-        # Runs log to the instance; the console of a chaos run would be thousands of lines.
-        "loggers": {"console": {"config": {"log_level": "CRITICAL"}}},
-    }
+    return runs.single_run_config(runs.InvoiceRef(invoice_id)) | QUIET
 
 
 def batch_run_config(invoice_ids: list[str]) -> dict[str, Any]:
-    return {
-        "ops": {"fan_out": {"config": {"invoice_ids": invoice_ids}}},
-        "loggers": {"console": {"config": {"log_level": "CRITICAL"}}},
-    }
+    return runs.batch_run_config([runs.InvoiceRef(i) for i in invoice_ids]) | QUIET
 
 
 # -- gates ------------------------------------------------------------------------------------------
@@ -108,14 +105,14 @@ def install_gate(spec: GateSpec, gate_dir: Path) -> None:
 
         setattr(DocumentReader, spec.phase, gated_read)
     elif spec.phase == "between_steps":
-        original_record = InvoiceStore.record_step
+        original_record = InvoiceStore.record_steps
 
-        def gated_record(self: InvoiceStore, lease: Lease, step: str, *, skipped: bool) -> None:
-            if step == spec.target and not skipped:
+        def gated_record(self: InvoiceStore, step: str, leases: Any, executed: set[Any]) -> Any:
+            if step == spec.target and executed:
                 gate(f"between_steps:before_{step}")
-            original_record(self, lease, step, skipped=skipped)
+            return original_record(self, step, leases, executed)
 
-        InvoiceStore.record_step = gated_record  # type: ignore[method-assign]
+        InvoiceStore.record_steps = gated_record  # type: ignore[method-assign]
     elif spec.phase == "dedupe_txn":
         # find_match runs inside the store's transaction that holds the business key's advisory
         # lock and the job row's fence lock: stopping here stops mid-transaction.
@@ -134,12 +131,12 @@ def install_gate(spec: GateSpec, gate_dir: Path) -> None:
 
 def _install_commit_gate(spec: GateSpec, gate: Callable[[str], None]) -> None:
     armed = [False]
-    original_fenced = InvoiceStore._fenced
+    original_transaction = InvoiceStore._transaction
     original_method = getattr(InvoiceStore, spec.target)
 
     @contextmanager
-    def gated_fenced(self: InvoiceStore, lease: Lease) -> Iterator[Any]:
-        with original_fenced(self, lease) as conn:
+    def gated_transaction(self: InvoiceStore) -> Iterator[Any]:
+        with original_transaction(self) as conn:
             yield conn
             if armed[0] and spec.phase == "before_commit":
                 # The write is done, the transaction still open: COMMIT is the next thing sent.
@@ -155,7 +152,7 @@ def _install_commit_gate(spec: GateSpec, gate: Callable[[str], None]) -> None:
             gate(f"after_commit:{spec.target}")  # committed; the worker has not acted on it yet
         return value
 
-    InvoiceStore._fenced = gated_fenced  # type: ignore[method-assign]
+    InvoiceStore._transaction = gated_transaction  # type: ignore[method-assign]
     setattr(InvoiceStore, spec.target, gated_method)
 
 

@@ -1,4 +1,4 @@
-"""`python -m invoice_pipeline_tests.chaos [--trials-scale N] [--seed S] [--only NAME ...]` (make chaos).
+"""`python -m chaos [--trials-scale N] [--seed S] [--only NAME ...]` (make chaos).
 
 Starts its own embedded PostgreSQL in a temporary directory on a free port (or uses the server
 of INVOICE_PIPELINE_DATABASE_URL, creating scratch databases there), runs the LONG sizes of the
@@ -22,21 +22,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from chaos import SCENARIOS
+from chaos.common import ChaosContext, ScenarioResult, machine_facts, server_version
 from invoice_pipeline.config import ENV_DATABASE_URL
 from invoice_pipeline.db.embedded import EmbeddedPostgres
 from invoice_pipeline.db.migrate import migrate
-from invoice_pipeline_tests.chaos import SCENARIOS
-from invoice_pipeline_tests.chaos.common import ChaosContext, ScenarioResult, machine_facts, server_version
-from invoice_pipeline_tests.support import create_database, drop_database, free_port
+from pipeline_support.helpers import create_database, drop_database, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "chaos.json"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m invoice_pipeline_tests.chaos", description=__doc__.splitlines()[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m chaos", description=__doc__.splitlines()[0])
     parser.add_argument(
         "--trials-scale", type=float, default=1.0, help="multiply every scenario's trial count"
     )
@@ -108,8 +106,7 @@ def main(argv: list[str] | None = None) -> int:
             "base_seed": args.seed,
             "sizes": "fast" if args.fast else "long",
             "machine": machine_facts() | {"postgres": server_version(server_url)},
-            "command": "python -m invoice_pipeline_tests.chaos "
-            + " ".join(sys.argv[1:] if argv is None else argv),
+            "command": "python -m chaos " + " ".join(sys.argv[1:] if argv is None else argv),
         }
         try:
             for name in names:

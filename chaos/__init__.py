@@ -1,0 +1,93 @@
+"""Reliability and security scenarios, parameterised by counts and a seed.
+
+The same scenario functions serve two callers: the pytest tests in invoice_pipeline_tests/chaos/
+run the FAST sizes inside the normal test suite, and `python -m chaos` (make chaos) runs the LONG
+sizes (times --trials-scale) and writes the figures to benchmarks/results/chaos.json.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from chaos.common import ChaosContext, ScenarioResult
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    module: str
+    fast: dict[str, int]
+    long: dict[str, int]
+    # Count parameters that --trials-scale multiplies (the others, e.g. process counts, stay).
+    scaled: tuple[str, ...] = ("trials",)
+
+    def load(self) -> Callable[[ChaosContext, dict[str, int], int], ScenarioResult]:
+        return importlib.import_module(self.module).run  # type: ignore[no-any-return]
+
+    def sized(self, long: bool, scale: float) -> dict[str, int]:
+        params = dict(self.long if long else self.fast)
+        for key in self.scaled:
+            if key in params:
+                params[key] = max(1, round(params[key] * scale))
+        return params
+
+
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario(
+            "redelivery_storm",
+            "chaos.redelivery",
+            fast={"trials": 50, "processes": 3},
+            long={"trials": 1000, "processes": 3},
+        ),
+        Scenario(
+            "kill9",
+            "chaos.kill9",
+            fast={"trials": 12},
+            long={"trials": 150},
+        ),
+        Scenario(
+            "postgres_restart",
+            "chaos.pg_restart",
+            fast={"trials": 2, "invoices": 12},
+            long={"trials": 15, "invoices": 30},
+        ),
+        Scenario(
+            "two_deployments",
+            "chaos.deployments",
+            fast={"trials": 1, "invoices": 40},
+            long={"trials": 4, "invoices": 150},
+        ),
+        Scenario(
+            "dedupe_properties",
+            "chaos.properties",
+            fast={"trials": 25},
+            long={"trials": 400},
+        ),
+        Scenario(
+            "hostile_inputs",
+            "chaos.hostile",
+            fast={"trials": 30},
+            long={"trials": 600},
+        ),
+        Scenario(
+            "dedupe_race_storm",
+            "chaos.dedupe_race",
+            # pairs per variation kind (four kinds); lanes: pairs raced at once, two processes each.
+            fast={"pairs": 8, "lanes": 1},
+            long={"pairs": 1000, "lanes": 1},
+            scaled=("pairs",),
+        ),
+        Scenario(
+            "security",
+            "chaos.security",
+            fast={"trials": 1, "dev_server": 1},
+            long={"trials": 3, "dev_server": 1},
+        ),
+    )
+}

@@ -1,0 +1,235 @@
+"""OCR of scans: real RapidOCR on a handful of generated scans (6 pages in all), plus the rules
+around it (confidence threshold, illegible scans, page cap) and a scan caught as the duplicate of
+the XML it was printed from, through the real pipeline and database.
+
+The engine is installed by pyproject.toml (`make`); these tests skip only when it cannot be
+imported here, and then say so loudly.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+import sys
+from decimal import Decimal
+from typing import Any
+
+import psycopg
+import pytest
+from PIL import Image
+
+from invoice_pipeline.documents import BadDocument, ExtractedText, extract_fields, extract_text
+from invoice_pipeline.documents import ocr as ocr_module
+from invoice_pipeline.documents.detect import sniff
+from invoice_pipeline.documents.limits import MAX_OCR_PAGES
+from invoice_pipeline.documents.ocr import OcrLayout, OcrLine, OcrPage
+from invoice_pipeline.documents.sandbox import Sandbox, SandboxLimits
+from invoice_pipeline.samples.render import SampleInvoice, letter_pdf, render_invoice
+from invoice_pipeline.samples.scans import DEGRADATIONS, degrade, draw_invoice, encode, render_pages
+from invoice_pipeline.store import InvoiceStore
+
+UNAVAILABLE = ocr_module.available()
+if UNAVAILABLE is not None:
+    print(
+        f"\n!! OCR engine (rapidocr-onnxruntime) cannot be imported: real-OCR tests are SKIPPED ({UNAVAILABLE})",
+        file=sys.stderr,
+    )
+needs_engine = pytest.mark.skipif(
+    UNAVAILABLE is not None, reason=f"!! OCR ENGINE NOT INSTALLED, real OCR NOT TESTED: {UNAVAILABLE}"
+)
+KEY_FIELDS = ("invoice_number", "issue_date", "payable_total", "currency", "seller_name")
+MAX_BYTES = 20 * 1024 * 1024
+
+
+def _scan(inv: SampleInvoice, degradation: str, seed: int, kind: str | None = None) -> bytes:
+    """A one-page scan of the invoice (the generated PDF's second page carries only its footer,
+    and these tests keep the pages they OCR few)."""
+    file_kind, dpi = DEGRADATIONS[degradation]
+    rng = random.Random(seed)
+    page = degrade(render_pages(render_invoice(inv, "pdf"), dpi)[0], degradation, rng)
+    return encode([page], kind or file_kind, dpi, jpeg_quality=30 if degradation == "noisy" else 85)
+
+
+def _assert_reads(fields: object, expected: object, page: int = 1) -> None:
+    for name in KEY_FIELDS:
+        assert getattr(fields, name) == getattr(expected, name), name
+        source = fields.sources[name]  # type: ignore[attr-defined]
+        assert source.source.startswith(f"ocr:page {page}:"), (name, source)
+        assert ocr_module.MIN_FIELD_CONFIDENCE <= source.confidence <= 1.0, (name, source)
+
+
+# -- without the engine ------------------------------------------------------------------------------
+
+
+def test_images_are_detected_by_content() -> None:
+    blank = Image.new("L", (40, 30), 255)
+    for fmt in ("PNG", "JPEG", "TIFF"):
+        out = io.BytesIO()
+        blank.save(out, fmt)
+        assert sniff(out.getvalue()) == "image", fmt
+
+
+def _layout(confidences: list[float]) -> OcrLayout:
+    return OcrLayout(
+        "test", (OcrPage(1, 0, 0.0, False, len(confidences), 0.1),), tuple(OcrLine(1, c) for c in confidences)
+    )
+
+
+OCR_TEXT = "\n".join(
+    [
+        "Acme Supplies GmbH · Hafenstraße 1 · 20457 Hamburg",
+        "Invoice No:          INV-00042",
+        "Invoice date:        2026-11-02",
+        "Amount due:          119.00 EUR",
+    ]
+)
+
+
+def test_a_field_below_the_confidence_threshold_is_null_with_a_reason() -> None:
+    layout = _layout([0.99, 0.98, 0.97, 0.55])  # the amount's line was barely readable
+    extracted = ExtractedText("image", OCR_TEXT, layout.to_structured(), ocr_module.METHOD, 1)
+    with pytest.raises(BadDocument) as info:
+        extract_fields(extracted)
+    assert info.value.code == "illegible_scan"
+    assert "payable_total" in info.value.reason and "invoice_number" not in info.value.reason
+
+    from invoice_pipeline.documents.text_fields import fields_from_text
+
+    fields = fields_from_text(OCR_TEXT, ocr=True, ocr_layout=layout)
+    assert fields.payable_total is None
+    source = fields.sources["payable_total"]
+    assert source.source.startswith("ocr:page 1:line 4")
+    assert source.confidence == 0.55 and source.reason is not None and "below" in source.reason
+    assert fields.invoice_number == "INV-00042"
+    assert fields.sources["invoice_number"].source.startswith("ocr:page 1:line 2")
+    assert fields.sources["invoice_number"].confidence == 0.98
+
+
+def test_confident_ocr_text_gives_fields_with_their_page() -> None:
+    layout = _layout([0.99, 0.98, 0.97, 0.96])
+    fields = extract_fields(ExtractedText("pdf", OCR_TEXT, layout.to_structured(), ocr_module.METHOD, 1))
+    assert (fields.invoice_number, fields.payable_total, fields.currency) == (
+        "INV-00042",
+        Decimal("119.00"),
+        "EUR",
+    )
+    assert fields.seller_name == "Acme Supplies GmbH"
+
+
+def test_a_scan_over_the_page_cap_is_too_complex_before_any_ocr() -> None:
+    pages = [Image.new("L", (50, 70), 255) for _ in range(MAX_OCR_PAGES + 1)]
+    out = io.BytesIO()
+    pages[0].save(out, "TIFF", save_all=True, append_images=pages[1:])
+    with pytest.raises(BadDocument) as info:
+        extract_text(out.getvalue())
+    assert info.value.code == "too_complex"
+    assert f"{MAX_OCR_PAGES + 1} pages" in info.value.reason
+
+
+def test_a_broken_image_is_unreadable_not_a_crash() -> None:
+    with pytest.raises(BadDocument) as info:
+        extract_text(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8)
+    assert info.value.code == "unreadable_document"
+
+
+# -- real OCR ----------------------------------------------------------------------------------------
+
+
+@needs_engine
+def test_a_blank_scan_has_no_text() -> None:
+    scan = encode([Image.new("RGB", (1654, 2339), "white")], "pdf", 200)
+    with pytest.raises(BadDocument) as info:
+        extract_text(scan)
+    assert info.value.code == "no_text_layer"
+    assert "blank scan" in info.value.reason
+
+
+@needs_engine
+def test_scanned_pdf_in_the_sandbox_reads_every_key_field_and_retires_the_worker() -> None:
+    inv = draw_invoice(11)
+    scan = _scan(inv, "clean", 1)
+    assert sniff(scan) == "pdf"
+    sandbox = Sandbox(SandboxLimits())  # the default limits: the OCR allowance must be enough
+    try:
+        before = sandbox.ping()
+        extracted = sandbox.read_text(
+            scan, "scan.pdf", max_bytes=MAX_BYTES, max_text_chars=1_000_000, max_pdf_pages=500
+        )
+        assert (extracted.format, extracted.method, extracted.page_count) == ("pdf", ocr_module.METHOD, 1)
+        layout = OcrLayout.from_structured(extracted.structured)
+        assert layout is not None and layout.pages[0].rotation == 0
+        _assert_reads(sandbox.read_fields(extracted), inv.to_fields())
+        # The worker that OCRed under the larger allowance is gone; a fresh one answers.
+        assert sandbox.ping() != before
+    finally:
+        sandbox.close()
+
+
+@needs_engine
+def test_a_photo_turned_sideways_is_read_upright() -> None:
+    inv = draw_invoice(12)
+    scan = _scan(inv, "rotated_90", 2)
+    extracted = extract_text(scan, "photo.png")
+    assert extracted.format == "image"
+    layout = OcrLayout.from_structured(extracted.structured)
+    assert layout is not None and layout.pages[0].rotation == 90
+    _assert_reads(extract_fields(extracted), inv.to_fields())
+
+
+@needs_engine
+def test_a_skewed_speckled_jpeg_is_normalised_and_read() -> None:
+    inv = draw_invoice(13)
+    scan = _scan(inv, "noisy", 3)
+    assert scan.startswith(b"\xff\xd8\xff")
+    extracted = extract_text(scan)
+    layout = OcrLayout.from_structured(extracted.structured)
+    assert layout is not None and layout.pages[0].denoised
+    _assert_reads(extract_fields(extracted), inv.to_fields())
+
+
+@needs_engine
+def test_a_two_page_tiff_names_the_page_each_field_came_from() -> None:
+    inv = draw_invoice(14)
+    cover = render_pages(letter_pdf(["Dear customer,", "please find our invoice on the next page."]), 200)
+    pages = cover + render_pages(render_invoice(inv, "pdf"), 200)[:1]
+    extracted = extract_text(encode(pages, "tiff", 200))
+    assert extracted.page_count == 2 and "\f" in extracted.text
+    _assert_reads(extract_fields(extracted), inv.to_fields(), page=2)
+
+
+@needs_engine
+def test_an_unreadable_scan_is_quarantined_naming_the_missing_fields() -> None:
+    letter = encode(
+        render_pages(letter_pdf(["Dear customer,", "thank you for your visit."]), 200), "png", 200
+    )
+    extracted = extract_text(letter)  # OCR finds text: it is saved before the fields are judged
+    with pytest.raises(BadDocument) as info:
+        extract_fields(extracted)
+    assert info.value.code == "illegible_scan"
+    for name in ("invoice_number", "payable_total", "seller_name"):
+        assert name in info.value.reason
+
+
+@needs_engine
+def test_a_scan_of_an_xml_invoice_is_found_as_its_duplicate(database_url: str, store: InvoiceStore) -> None:
+    from invoice_pipeline_tests.test_jobs import run_single
+
+    inv = draw_invoice(15)
+    xml = store.store_document(render_invoice(inv, "ubl"), "acme", "invoice.xml")
+    scan = store.store_document(_scan(inv, "clean", 5), "acme", "scan.pdf")
+    for ingested in (xml, scan):
+        assert run_single(database_url, ingested.invoice_id).success
+    with psycopg.connect(database_url) as conn:
+        rows: dict[Any, str] = dict(
+            conn.execute(
+                "SELECT id, duplicate_status FROM invoices WHERE id = ANY(%s)",
+                ([xml.invoice_id, scan.invoice_id],),
+            ).fetchall()
+        )
+        duplicate_of = conn.execute(
+            "SELECT duplicate_of FROM invoices WHERE id = %s", (scan.invoice_id,)
+        ).fetchone()
+    assert rows[xml.invoice_id] == "original"
+    assert rows[scan.invoice_id] in ("duplicate", "suspected")
+    assert duplicate_of is not None and duplicate_of[0] == xml.invoice_id
+    assert store.count_step_executions(scan.invoice_id, "extract_text") == 1

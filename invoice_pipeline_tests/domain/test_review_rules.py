@@ -1,0 +1,101 @@
+"""Business exceptions (domain/review.py): valid invoices a person must see, never quarantined."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import date
+from decimal import Decimal
+
+import pytest
+
+from invoice_pipeline.domain.fields import InvoiceFields
+from invoice_pipeline.domain.review import ReviewPolicy, reason_code, review_reasons
+from invoice_pipeline.domain.validation import validate_fields
+
+TODAY = date(2026, 11, 30)
+GOOD = InvoiceFields(
+    invoice_number="INV-1",
+    issue_date=date(2026, 11, 1),
+    due_date=date(2026, 12, 1),
+    currency="EUR",
+    net_total=Decimal("100.00"),
+    tax_total=Decimal("19.00"),
+    payable_total=Decimal("119.00"),
+    seller_name="Acme GmbH",
+)
+DEFAULT = ReviewPolicy()
+
+
+def codes(fields: InvoiceFields, policy: ReviewPolicy = DEFAULT) -> list[str]:
+    return [reason_code(r) for r in review_reasons(fields, policy, today=TODAY)]
+
+
+def test_a_plain_invoice_needs_nobody() -> None:
+    assert review_reasons(GOOD, DEFAULT, today=TODAY) == []
+
+
+def test_negative_invoice_is_held_with_amount_and_type() -> None:
+    fields = replace(GOOD, payable_total=Decimal("-120.00"), net_total=None, tax_total=None)
+    assert validate_fields(fields, today=TODAY) == []
+    (reason,) = review_reasons(fields, DEFAULT, today=TODAY)
+    assert reason.startswith("negative_total: payable -120.00 EUR on an invoice (type 380)")
+
+
+@pytest.mark.parametrize("total", ["-119.00", "119.00"])
+def test_credit_notes_of_either_sign_need_nobody(total: str) -> None:
+    assert codes(replace(GOOD, document_type="credit_note", payable_total=Decimal(total))) == []
+
+
+def test_due_before_issue_is_held_not_quarantined() -> None:
+    fields = replace(GOOD, due_date=date(2026, 10, 20))
+    assert validate_fields(fields, today=TODAY) == []
+    (reason,) = review_reasons(fields, DEFAULT, today=TODAY)
+    assert reason.startswith("due_before_issue: due 2026-10-20 is 12 day(s) before issue 2026-11-01")
+
+
+def test_impossible_values_stay_quarantined() -> None:
+    assert [p.code for p in validate_fields(replace(GOOD, currency="XYZ"), today=TODAY)] == [
+        "unknown_currency"
+    ]
+    assert [p.code for p in validate_fields(replace(GOOD, issue_date=date(1980, 1, 1)), today=TODAY)] == [
+        "bad_date"
+    ]
+
+
+def test_auto_approval_limit_per_org() -> None:
+    limit = ReviewPolicy(auto_approve_limit=Decimal("119.00"))
+    assert codes(GOOD, limit) == []  # at the limit: fine
+    assert codes(replace(GOOD, payable_total=Decimal("119.01")), limit) == ["over_approval_limit"]
+    # The limit is on the size of the amount: a large negative invoice is over it too.
+    assert codes(replace(GOOD, payable_total=Decimal("-500")), limit) == [
+        "negative_total",
+        "over_approval_limit",
+    ]
+    assert codes(replace(GOOD, payable_total=Decimal("99999999"))) == []  # default: unlimited
+
+
+def test_home_currency_and_stale_invoices() -> None:
+    policy = ReviewPolicy(home_currency="EUR", stale_after_days=90)
+    assert codes(GOOD, policy) == []
+    assert codes(replace(GOOD, currency="GBP"), policy) == ["foreign_currency"]
+    assert codes(replace(GOOD, issue_date=date(2026, 8, 1), due_date=None), policy) == ["stale_invoice"]
+
+
+def test_reason_codes_are_machine_readable() -> None:
+    assert reason_code("suspected_duplicate of 0b6c...: number reformatted") == "suspected_duplicate"
+    assert reason_code("negative_total: payable -1 EUR") == "negative_total"
+    assert reason_code("Free text") == ""
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"auto_approve_limit": Decimal("-1")},
+        {"auto_approve_limit": Decimal("NaN")},
+        {"home_currency": "euro"},
+        {"stale_after_days": 0},
+    ],
+)
+def test_policy_refuses_nonsense(kwargs: dict[str, object]) -> None:
+    with pytest.raises(ValueError):
+        ReviewPolicy(**kwargs)  # type: ignore[arg-type]
