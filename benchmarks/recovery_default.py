@@ -1,5 +1,8 @@
 """recovery_default: SIGKILL a run worker mid-invoice under `invoice-pipeline dev`, default settings.
 
+First, on the same server: one invoice launched from the UI (GraphQL, as the Launchpad does),
+timed from the launch until its run reports SUCCESS.
+
 Measured, not computed: the product as `make dev` runs it (embedded PostgreSQL, dagster dev with
 its daemon, the sensor and the schedules, every setting at its default). A multi-page PDF is
 ingested; when its run holds the lease and is extracting text, the process executing the run
@@ -17,6 +20,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
@@ -26,8 +30,9 @@ import psycopg
 
 from benchmarks.harness import BenchContext, BenchResult, free_port, register
 from invoice_pipeline.db.embedded import EmbeddedPostgres
+from invoice_pipeline.runs import InvoiceRef, single_run_config
 from invoice_pipeline.samples.generator import _Builder
-from invoice_pipeline.samples.render import Line, invoice_pdf
+from invoice_pipeline.samples.render import Line, invoice_pdf, ubl_xml
 from invoice_pipeline.store import InvoiceStore
 from pipeline_support.helpers import start_dev_server, stop_process_group, wait_for
 
@@ -116,6 +121,50 @@ def _kill_and_time(url: str, store: InvoiceStore, dev_pid: int, invoice: UUID) -
     return (again - killed_at).total_seconds(), len(workers), int(posted[0]) if posted else 0
 
 
+def _ui_launch_to_success(
+    ctx: BenchContext, url: str, store: InvoiceStore, ui_port: int, result: BenchResult
+) -> None:
+    """One invoice launched from the UI (GraphQL, as the Launchpad does) until its run's SUCCESS."""
+    from dagster import DagsterRunStatus
+    from dagster_graphql import DagsterGraphQLClient
+
+    gql = DagsterGraphQLClient("127.0.0.1", port_number=ui_port)
+    builder = _Builder(Path(tempfile.gettempdir()), 99)
+    for trial in range(ctx.pick(2, 5)):
+        inv = replace(builder.invoice(), invoice_number=f"UI-{trial:04d}")
+        invoice = store.store_document(ubl_xml(inv), "acme", f"ui-{trial}.xml").invoice_id
+        with psycopg.connect(url, autocommit=True) as conn:
+            # Requested already, as far as the sensor knows: only this launch processes it.
+            conn.execute(
+                "UPDATE invoices SET requested_at = now() + interval '1 day' WHERE id = %s", (invoice,)
+            )
+        started = time.monotonic()
+        run_id = gql.submit_job_execution(
+            "process_invoice",
+            run_config=single_run_config(InvoiceRef(str(invoice))),
+            tags={"launched_by": "bench"},
+        )
+        status = wait_for(
+            lambda run_id=run_id: (
+                (s := gql.get_run_status(run_id))
+                in (DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED)
+                and s
+            ),
+            timeout=240,
+            interval=0.1,
+            what="the launched run to finish",
+        )
+        seconds = time.monotonic() - started
+        state = store.invoice_state(invoice)
+        result.check(
+            f"UI launch {trial + 1}: run SUCCESS and the invoice processed by it",
+            status == DagsterRunStatus.SUCCESS and state is not None and state.status == "processed",
+            f"run {status}, invoice {state.status if state else 'missing'}",
+        )
+        result.figure("one invoice launched from the UI: launch to SUCCESS", "s").add(seconds)
+        ctx.log(f"UI launch {trial + 1}: SUCCESS after {seconds:.1f} s")
+
+
 @register(NAME, "SIGKILL a run worker mid-invoice under `invoice-pipeline dev` with default settings")
 def run(ctx: BenchContext) -> BenchResult:
     trials = ctx.pick(2, 6)
@@ -137,6 +186,7 @@ def run(ctx: BenchContext) -> BenchResult:
     dev = start_dev_server(env, ui_port, work / "dev.log")
     store = InvoiceStore(url, max_size=2)
     try:
+        _ui_launch_to_success(ctx, url, store, ui_port, result)
         for trial in range(trials):
             invoice = store.store_document(_slow_invoice(trial), "acme", f"slow-{trial}.pdf").invoice_id
             seconds, workers, posted = _kill_and_time(url, store, dev.pid, invoice)

@@ -154,7 +154,12 @@ def test_json_syntax_error() -> None:
 
 
 def test_unknown_binary_format() -> None:
-    _bad(b"\x89PNG\r\n\x1a\n\x00\x00", "unsupported_format")
+    _bad(b"\x7fELF\x02\x01\x01\x00\x00", "unsupported_format")
+
+
+def test_a_truncated_image_is_unreadable() -> None:
+    # A PNG signature makes it a scan to OCR (documents/ocr.py); nothing decodable follows.
+    _bad(b"\x89PNG\r\n\x1a\n\x00\x00", "unreadable_document")
 
 
 def test_format_is_detected_by_content_not_extension() -> None:
