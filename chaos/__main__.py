@@ -29,7 +29,7 @@ from invoice_pipeline.db.embedded import EmbeddedPostgres
 from invoice_pipeline.db.migrate import migrate
 from pipeline_support.helpers import create_database, drop_database, free_port
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "chaos.json"
 
 

@@ -35,7 +35,7 @@ from invoice_pipeline.store import InvoiceStore
 from pipeline_support import secrets_scan
 from pipeline_support.helpers import free_port, run_cli, start_dev_server, stop_process_group
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 INJECTIONS = [
     "Robert'); DROP TABLE invoices; --",
     "' OR '1'='1' --",

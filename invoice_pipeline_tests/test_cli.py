@@ -47,7 +47,7 @@ def test_ingest_process_status_show_on_generated_samples(
 
     status = json.loads(cli("status", "--json", env=env).stdout)
     assert status["locks_held"] == 0
-    assert set(status["by_status"]) <= {"processed", "quarantined"}, status["by_status"]
+    assert set(status["by_status"]) <= {"processed", "quarantined", "needs_review"}, status["by_status"]
 
     with psycopg.connect(database_url) as conn:
         rows = conn.execute(
@@ -65,6 +65,8 @@ def test_ingest_process_status_show_on_generated_samples(
             assert (status_, code) == ("quarantined", sample.quarantine_code), sample.name
         elif sample.duplicate_of:
             assert (status_, dup, original) == ("processed", "duplicate", sample.duplicate_of), sample.name
+        elif sample.review:
+            assert (status_, dup) == ("needs_review", "original"), sample.name
         else:
             assert (status_, dup) == ("processed", "original"), sample.name
     assert postings is not None and postings[0] == postings[1]

@@ -15,6 +15,7 @@ ASSETS = {
     "vendor_spend",
     "duplicate_report",
     "processing_latency",
+    "review_queue",
 }
 CHECKS = {
     "no_invoice_posted_twice",
@@ -22,6 +23,7 @@ CHECKS = {
     "no_stale_running_locks",
     "one_original_per_duplicate_group",
     "no_stuck_invoices",
+    "review_queue_not_overdue",
 }
 
 

@@ -83,5 +83,5 @@ def test_runs_page_filtered_by_invoice_tag_shows_its_run(
     page.get_by_text(run_id[:8]).first.wait_for()
     page.screenshot(path=str(ARTIFACTS / "runs-by-invoice.png"), full_page=True)
     page.goto(f"{dev_server.base_url}/runs/{run_id}")
-    page.get_by_text("process_one.extract_text").first.wait_for()
+    page.get_by_text("process_chunk.extract_text").first.wait_for()
     page.screenshot(path=str(ARTIFACTS / "run-detail.png"), full_page=True)

@@ -92,7 +92,7 @@ def test_reexecute_from_failure_skips_completed_steps(dev_server: DevServer, dev
         s["stepKey"]: s["status"]
         for s in gql._execute(STEP_STATS, {"runId": child})["runOrError"]["stepStats"]
     }
-    assert set(steps) == {"process_one.post_to_ledger", "process_one.release"}, steps
+    assert set(steps) == {"process_chunk.post_to_ledger", "process_chunk.release"}, steps
     assert dev_store.count_step_executions(inv, "extract_text") == 1, "completed steps were not re-run"
     assert dev_store.load_ledger_posting(inv) is not None
     state = dev_store.invoice_state(inv)
