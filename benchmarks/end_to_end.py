@@ -50,8 +50,10 @@ ORGS = 4
 BARE = "bare loop"
 BATCH = "batch run"
 BATCH_MEMORY = "batch run, in-memory instance"
+LARGE_CHUNK = 200
+BATCH_LARGE = f"batch run, chunks of {LARGE_CHUNK}"
 PER_INVOICE = "per-invoice runs"
-VARIANTS = (BARE, BATCH, BATCH_MEMORY, PER_INVOICE)
+VARIANTS = (BARE, BATCH, BATCH_LARGE, BATCH_MEMORY, PER_INVOICE)
 
 # -- shared with recovery_time -----------------------------------------------------------------
 
@@ -236,8 +238,8 @@ def run(ctx: BenchContext) -> BenchResult:
     store = db.store
     env = db.stage_env(reader)
 
-    def batch_config(batch: list[UUID]) -> dict[str, Any]:
-        return batch_run_config([InvoiceRef(str(i)) for i in batch])
+    def batch_config(batch: list[UUID], chunk_size: int | None = None) -> dict[str, Any]:
+        return batch_run_config([InvoiceRef(str(i)) for i in batch], chunk_size)
 
     def single_config(invoice_id: UUID) -> dict[str, Any]:
         return single_run_config(InvoiceRef(str(invoice_id)))
@@ -272,10 +274,12 @@ def run(ctx: BenchContext) -> BenchResult:
                         if variant == BARE:
                             bare_process(env, db, batch, "bench-bare")
                             ok = True
-                        elif variant in (BATCH, BATCH_MEMORY):
+                        elif variant in (BATCH, BATCH_LARGE, BATCH_MEMORY):
                             res = process_invoice_batch.execute_in_process(
-                                run_config=batch_config(batch),
-                                instance=instance if variant == BATCH else memory,
+                                run_config=batch_config(
+                                    batch, LARGE_CHUNK if variant == BATCH_LARGE else None
+                                ),
+                                instance=memory if variant == BATCH_MEMORY else instance,
                                 raise_on_error=False,
                             )
                             ok = res.success
@@ -308,7 +312,7 @@ def run(ctx: BenchContext) -> BenchResult:
                             "s",
                             note="longest stretch between acquire, breadcrumbs and completion of one lease",
                         ).add(float(gap[0]) if gap and gap[0] is not None else 0.0)
-                        if variant in (BATCH, PER_INVOICE):
+                        if variant in (BATCH, BATCH_LARGE, PER_INVOICE):
                             events = _dagster_events(setup.plain_url, run_ids)
                             result.figure(f"{variant}: Dagster events per invoice", "events").add(
                                 events / len(batch)
@@ -334,6 +338,11 @@ def run(ctx: BenchContext) -> BenchResult:
     overhead = result.ratio(
         "batch run / bare stage loop (invoices/s)", f"{BATCH}: invoices/s", f"{BARE}: invoices/s"
     )
+    large = result.ratio(
+        f"batch run in chunks of {LARGE_CHUNK} / bare stage loop (invoices/s)",
+        f"{BATCH_LARGE}: invoices/s",
+        f"{BARE}: invoices/s",
+    )
     result.ratio(
         "batch run, in-memory / Postgres storage (invoices/s)",
         f"{BATCH_MEMORY}: invoices/s",
@@ -347,6 +356,12 @@ def run(ctx: BenchContext) -> BenchResult:
         "Dagster overhead: batch run at least 0.67 of the bare stage loop (overhead at most 1.5x)",
         overhead.median >= 0.67,
         f"median ratio {fmt(overhead.median)}",
+        fatal=False,
+    )
+    result.check(
+        f"Dagster overhead at most 1.5x with chunks of {LARGE_CHUNK}",
+        large.median >= 0.67,
+        f"median ratio {fmt(large.median)}",
         fatal=False,
     )
     batch_rate = result.get(f"{BATCH}: invoices/s").median

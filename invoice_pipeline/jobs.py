@@ -14,7 +14,7 @@ from typing import Any
 
 from dagster import GraphDefinition, JobDefinition, graph, in_process_executor
 
-from invoice_pipeline.ops import STAGE_OPS, Chunk, claim, fan_out, release, release_lock_on_failure, start
+from invoice_pipeline.ops import STAGE_OPS, Chunk, claim, fan_out, release, start
 from invoice_pipeline.runs import PROCESS_INVOICE, PROCESS_INVOICE_BATCH, InvoiceRef
 
 
@@ -43,7 +43,6 @@ def make_jobs(resources: dict[str, Any] | None = None) -> tuple[JobDefinition, J
         return g.to_job(
             description=description,
             executor_def=in_process_executor,
-            hooks={release_lock_on_failure},
             resource_defs=resources,
         )
 

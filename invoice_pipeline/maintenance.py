@@ -163,7 +163,7 @@ def run_maintenance(db: InvoiceDatabase, instance: DagsterInstance | None) -> Ma
     swept = db.store.release_stale_locks(stale_after=db.lock_ttl)
     reconciled = reconcile_dead_runs(db, instance) if instance is not None else []
     # A holder that died left no error to back off from: its invoice is due again at once.
-    # (A step that failed is rescheduled with backoff by the failure hook, not here.)
+    # (A step that failed is rescheduled with backoff by its op on its last try, not here.)
     rescheduled = db.store.reschedule_orphans(max_attempts=db.max_attempts, retry_base=timedelta(0))
     released = release_abandoned_requests(db, instance) if instance is not None else []
     expired = expire_lost_requests(db, instance) if instance is not None else []

@@ -4,7 +4,7 @@ What flows between ops is a `Chunk`: the ids of the leases a run holds (small, s
 pickling and re-execution). Each stage op resumes the chunk's leases, runs the stage
 (`stages.run_stage`: breadcrumbs, fast-forward, work, outcomes), materializes its assets once
 for the chunk, and passes the survivors on. One bad invoice never fails the op; a systemic
-error (the database is unreachable) does, and the retry policy and failure hook take over.
+error (the database is unreachable) does: the retry policy retries it, and its last try releases the chunk's leases.
 """
 
 from collections.abc import Iterator, Sequence
@@ -18,7 +18,6 @@ from dagster import (
     DynamicOut,
     DynamicOutput,
     Failure,
-    HookContext,
     Jitter,
     MetadataValue,
     OpDefinition,
@@ -29,7 +28,6 @@ from dagster import (
     TableColumn,
     TableRecord,
     TableSchema,
-    failure_hook,
     op,
 )
 from pydantic import Field
@@ -241,12 +239,12 @@ def make_stage_op(stage: Stage) -> OpDefinition:
         try:
             report = run_stage(stage, invoice_db.stage_env(document_reader), chunk.claims)
         except Exception as exc:
-            # Systemic (the database is unreachable): the failure hook releases the chunk's leases
-            # once the retries are spent.
-            raise Failure(
-                f"{stage.name} failed for the whole chunk: {type(exc).__name__}: {exc}",
-                metadata={"job_ids": MetadataValue.json([str(c.job_id) for c in chunk.claims])},
-            ) from exc
+            # Systemic (the database is unreachable): retried by the policy; the last try
+            # releases the chunk's leases.
+            message = f"{stage.name} failed for the whole chunk: {type(exc).__name__}: {exc}"
+            if _last_try(context):
+                release_after_failure(context, invoice_db, chunk.claims, message)
+            raise Failure(message) from exc
         _drop_leases(invoice_db, chunk, report)
         _report(context, invoice_db.store, stage, report)
         if _is_single(context, chunk) and not report.survivors:
@@ -360,35 +358,40 @@ def release(context: OpExecutionContext, chunk: Chunk, invoice_db: InvoiceDataba
             + "; ".join(f"{i}: {why}" for i, why in [*finished.lost.items(), *finished.failed.items()])
         )
     if not finished.written:
-        raise Failure(
-            "lease lost, stopping: no invoice of the chunk could be completed",
-            metadata={"job_ids": MetadataValue.json([str(c.job_id) for c in chunk.claims])},
-            allow_retries=False,
-        )
+        message = "lease lost, stopping: no invoice of the chunk could be completed"
+        release_after_failure(context, invoice_db, chunk.claims, message)
+        raise Failure(message, allow_retries=False)
 
 
-@failure_hook(required_resource_keys={"invoice_db"})
-def release_lock_on_failure(context: HookContext) -> None:
-    """Release a failed op's leases at once, so their retry does not wait for the sweep."""
-    exc = context.op_exception
-    metadata = getattr(exc, "metadata", None) or {}
-    jobs = metadata.get("job_ids")
-    if jobs is None:
-        return
-    db: InvoiceDatabase = context.resources.invoice_db
-    for job_id in _job_ids(getattr(jobs, "data", jobs)):
-        db.lease_keeper.drop(job_id)
-        outcome = db.store.fail(job_id, str(exc), max_attempts=db.max_attempts, retry_base=db.retry_base)
-        if outcome is not None:
-            context.log.warning(
-                f"invoice {outcome.invoice_id}: {outcome.status} after {outcome.attempts} attempt(s)"
-                + (
-                    f", next attempt at {outcome.next_attempt_at.isoformat()}"
-                    if outcome.status == "failed"
-                    else ""
-                )
+def _last_try(context: OpExecutionContext) -> bool:
+    return context.retry_number >= TRANSIENT_RETRY.max_retries
+
+
+def release_after_failure(
+    context: OpExecutionContext, invoice_db: InvoiceDatabase, claims: Sequence[Claimed], error: str
+) -> None:
+    """Release a failed op's leases at once, so their retries do not wait for the sweep.
+
+    Done by the op itself on its last try rather than by a failure hook: a hook adds a
+    HOOK_SKIPPED event to the run's log for every step that did not fail. Best effort: when the
+    database is what failed, this fails too, and the sweep releases the leases after their TTL.
+    """
+    keeper = invoice_db.lease_keeper
+    for c in claims:
+        keeper.drop(c.job_id)
+    try:
+        for c in claims:
+            outcome = invoice_db.store.fail(
+                c.job_id, error, max_attempts=invoice_db.max_attempts, retry_base=invoice_db.retry_base
             )
-
-
-def _job_ids(value: object) -> list[UUID]:
-    return [UUID(str(v)) for v in value] if isinstance(value, Sequence) and not isinstance(value, str) else []
+            if outcome is not None:
+                context.log.warning(
+                    f"invoice {outcome.invoice_id}: {outcome.status} after {outcome.attempts} attempt(s)"
+                    + (
+                        f", next attempt at {outcome.next_attempt_at.isoformat()}"
+                        if outcome.status == "failed"
+                        else ""
+                    )
+                )
+    except Exception as exc:
+        context.log.error(f"could not release the chunk's leases ({exc}); the sweep will, after their TTL")

@@ -88,7 +88,7 @@ def test_backoff_doubles_per_attempt_and_dead_letters_after_max(
     for attempt in (1, 2, 3):
         lease = store.acquire(inv, attempt)
         assert lease is not None
-        # What the failure hook does when a step fails with an error.
+        # What a failed op does on its last try when a step fails with an error.
         store.fail(lease.job_id, "boom", max_attempts=3, retry_base=timedelta(seconds=10))
         message = evaluate(database_url, instance, lock_ttl_seconds=1, retry_base_seconds=10, max_attempts=3)
         state = store.invoice_state(inv)
