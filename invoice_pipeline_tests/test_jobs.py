@@ -13,7 +13,7 @@ from invoice_pipeline.assets.lineage import PIPELINE_ASSET_KEYS
 from invoice_pipeline.documents import ExtractedText
 from invoice_pipeline.jobs import make_jobs
 from invoice_pipeline.resources import DocumentReader
-from invoice_pipeline.runs import InvoiceRef, refs_from_lists, unique_refs
+from invoice_pipeline.runs import InvoiceRef, batch_run_config, refs_from_lists, unique_refs
 from invoice_pipeline.store import InvoiceStore
 from invoice_pipeline_tests.factories import pipeline_resources
 from pipeline_support.factories import json_invoice
@@ -35,7 +35,7 @@ def run_batch(
 ) -> ExecuteInProcessResult:
     _, job = make_jobs(pipeline_resources(database_url, reader))
     return job.execute_in_process(
-        run_config={"ops": {"fan_out": {"config": {"invoice_ids": [str(i) for i in invoice_ids]}}}},
+        run_config=batch_run_config([InvoiceRef(str(i)) for i in invoice_ids]),
         raise_on_error=False,
         instance=INSTANCE,
     )
@@ -251,6 +251,24 @@ def _failure_messages(result: ExecuteInProcessResult) -> str:
     return "\n".join(
         str(e.event_specific_data) for e in result.all_events if e.event_type == DagsterEventType.STEP_FAILURE
     )
+
+
+def test_of_two_copies_in_one_chunk_the_first_to_arrive_is_the_original(
+    database_url: str, store: InvoiceStore
+) -> None:
+    """A chunk is worked in arrival order, not in the random order of its invoices' UUIDs."""
+    pairs = []
+    for i in range(12):
+        first = store.store_document(json_invoice(f"P-{i}", total=f"{50 + i}.00"), "acme", f"a{i}.json")
+        # The same invoice again, reformatted: other bytes, an exact copy by its fields.
+        again = json_invoice(f"P-{i}", total=f"{50 + i}.00").replace(b"{", b"{ ", 1)
+        pairs.append((first.invoice_id, store.store_document(again, "acme", f"b{i}.json").invoice_id))
+    # Listed copies first: the run's config order must not decide either.
+    assert run_batch(database_url, [c for _, c in pairs] + [o for o, _ in pairs]).success
+    for original, copy in pairs:
+        assert store.load_duplicate_decision(original).status == "original"  # type: ignore[union-attr]
+        decision = store.load_duplicate_decision(copy)
+        assert decision is not None and decision.status == "duplicate" and decision.original_id == original
 
 
 def test_batch_one_bad_invoice_never_fails_its_chunk(database_url: str, store: InvoiceStore) -> None:

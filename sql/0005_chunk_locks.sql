@@ -13,6 +13,7 @@
 --      waited has made it terminal, and it is skipped;
 --   2. insert the running job; ON CONFLICT DO NOTHING is the lock's "no";
 --   3. mark the invoice processing for the jobs that were inserted.
+-- The rows come back in arrival order (invoices.seq), the order the stages work them in.
 -- p_attempts may hold NULLs (or be NULL): those invoices take their next attempt.
 CREATE FUNCTION acquire_processing_locks(p_invoice_ids uuid[], p_attempts integer[], p_owner text)
 RETURNS TABLE (invoice_id uuid, org_id text, job_id uuid, attempt integer)
@@ -45,9 +46,11 @@ AS $$
             requested_by = NULL, updated_at = now()
         FROM taken t
         WHERE i.id = t.invoice_id
-        RETURNING i.id, i.org_id
+        RETURNING i.id, i.org_id, i.seq
     )
+    -- In arrival order: the stages work a chunk in this order, so of two copies in one chunk the
+    -- one that arrived first is decided first, and becomes the original.
     SELECT t.invoice_id, m.org_id, t.id, t.attempt
     FROM taken t JOIN marked m ON m.id = t.invoice_id
-    ORDER BY t.invoice_id
+    ORDER BY m.seq
 $$;
