@@ -68,10 +68,6 @@ class Chunk:
     claims: tuple[Claimed, ...]
     run_id: str
 
-    @property
-    def invoice_ids(self) -> list[UUID]:
-        return [c.invoice_id for c in self.claims]
-
 
 class ProcessInvoiceConfig(Config):
     invoice_id: str
@@ -155,10 +151,12 @@ def _explain_unclaimed(context: OpExecutionContext, store: InvoiceStore, ids: li
     """Why invoices were not claimed: one line for the run, and a failure where a person must act."""
     reasons: list[str] = []
     dead_letters: list[UUID] = []
+    missing: list[UUID] = []
     for invoice_id in ids[:20]:
         holder = store.current_holder(invoice_id)
         state = store.invoice_state(invoice_id)
         if state is None:
+            missing.append(invoice_id)
             reasons.append(f"{invoice_id}: no such invoice")
         elif holder is not None:
             reasons.append(f"{invoice_id}: held elsewhere by {holder.describe()}")
@@ -169,7 +167,7 @@ def _explain_unclaimed(context: OpExecutionContext, store: InvoiceStore, ids: li
             reasons.append(f"{invoice_id}: already {state.status}")
     more = f" (and {len(ids) - 20} more)" if len(ids) > 20 else ""
     context.log.warning(f"{len(ids)} of {asked} invoice(s) not claimed{more}: " + "; ".join(reasons))
-    if asked == 1 and (dead_letters or store.invoice_state(ids[0]) is None):
+    if asked == 1 and (dead_letters or missing):
         what = reasons[0]
         hint = (
             " process_invoice does not retry dead letters: launch the requeue_invoices job (or run "
@@ -273,6 +271,11 @@ def _drop_leases(invoice_db: InvoiceDatabase, chunk: Chunk, report: StageReport)
             keeper.drop(c.job_id)
 
 
+INVOICES_TABLE = TableSchema(
+    [TableColumn("invoice_id", "string"), TableColumn("org_id", "string"), TableColumn("outcome", "string")]
+)
+
+
 def _report(context: OpExecutionContext, store: InvoiceStore, stage: Stage, report: StageReport) -> None:
     """One materialization per asset per chunk, and a log line only when something went wrong."""
     by_kind = {
@@ -307,13 +310,7 @@ def _report(context: OpExecutionContext, store: InvoiceStore, stage: Stage, repo
                 )
                 for c in materialized
             ],
-            schema=TableSchema(
-                [
-                    TableColumn("invoice_id", "string"),
-                    TableColumn("org_id", "string"),
-                    TableColumn("outcome", "string"),
-                ]
-            ),
+            schema=INVOICES_TABLE,
         ),
     }
     for asset in stage.assets:

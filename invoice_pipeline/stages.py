@@ -30,7 +30,7 @@ from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.matching import MatchCandidate
 from invoice_pipeline.domain.review import SUSPECTED_DUPLICATE, ReviewPolicy, review_reasons
 from invoice_pipeline.domain.validation import validate_fields
-from invoice_pipeline.records import ChunkWrite, Lease, Posting, Quarantine, Rescheduled, Verdict
+from invoice_pipeline.records import ChunkWrite, Lease, Posting, Quarantine, Verdict
 from invoice_pipeline.store import InvoiceStore, is_systemic
 
 T = TypeVar("T")
@@ -134,7 +134,6 @@ class StageReport:
     outcomes: dict[UUID, Outcome]  # the invoices the stage worked on, or dropped
     skipped: frozenset[UUID]  # fast-forwarded: their work was done before
     survivors: tuple[Claimed, ...]  # go on to the next stage, in chunk order
-    rescheduled: tuple[Rescheduled, ...] = ()
 
     def count(self, kind: type) -> int:
         return sum(isinstance(o, kind) for o in self.outcomes.values())
@@ -151,19 +150,17 @@ def run_stage(stage: Stage, env: StageEnv, chunk: Sequence[Claimed]) -> StageRep
     done = stage.done(store, [c.invoice_id for c in chunk])
     crumbs = store.record_steps(stage.name, [c.lease for c in chunk], {c.invoice_id for c in chunk} - done)
     outcomes = unwritten(crumbs)
+    # Fast-forwarded: done before, and the breadcrumb saying so was written under a live lease.
+    skipped = frozenset(done & crumbs.written.keys())
     todo = [c for c in chunk if c.invoice_id in crumbs.written and c.invoice_id not in done]
     if todo:
         outcomes |= stage.work(env, todo)
     outcomes |= settle(env, chunk, outcomes)
-    rescheduled = fail_attempts(env, chunk, outcomes)
+    fail_attempts(env, chunk, outcomes)
     survivors = tuple(
-        c
-        for c in chunk
-        if (c.invoice_id in done and c.invoice_id in crumbs.written)
-        or isinstance(outcomes.get(c.invoice_id), SURVIVING)
+        c for c in chunk if c.invoice_id in skipped or isinstance(outcomes.get(c.invoice_id), SURVIVING)
     )
-    skipped = frozenset(i for i in done if i in crumbs.written)
-    return StageReport(stage.name, outcomes, skipped, survivors, tuple(rescheduled))
+    return StageReport(stage.name, outcomes, skipped, survivors)
 
 
 def unwritten(write: ChunkWrite[Any]) -> dict[UUID, Outcome]:
@@ -190,23 +187,17 @@ def settle(env: StageEnv, chunk: Sequence[Claimed], outcomes: dict[UUID, Outcome
     return unwritten(env.store.quarantine_many(quarantined))
 
 
-def fail_attempts(
-    env: StageEnv, chunk: Sequence[Claimed], outcomes: dict[UUID, Outcome]
-) -> list[Rescheduled]:
+def fail_attempts(env: StageEnv, chunk: Sequence[Claimed], outcomes: dict[UUID, Outcome]) -> None:
     """Release each failed invoice's lock at once and schedule its retry (or dead-letter it).
 
     A lost lease is finished already; its invoice is rescheduled too unless someone else holds
     it now (`fail` changes nothing then), instead of waiting for the sweep to notice.
     """
-    rescheduled = []
     for c in chunk:
         outcome = outcomes.get(c.invoice_id)
         if isinstance(outcome, Failed | Lost):
             error = outcome.error if isinstance(outcome, Failed) else f"lease lost: {outcome.detail}"
-            done = env.store.fail(c.job_id, error, max_attempts=env.max_attempts, retry_base=env.retry_base)
-            if done is not None:
-                rescheduled.append(done)
-    return rescheduled
+            env.store.fail(c.job_id, error, max_attempts=env.max_attempts, retry_base=env.retry_base)
 
 
 def each(
@@ -425,7 +416,8 @@ STAGES: tuple[Stage, ...] = (
         "validate",
         "Quarantine what cannot be paid: missing number or total, bad amounts, dates, currency.",
         (),
-        _done_query("validate"),
+        # Validation leaves no row of its own: a recorded duplicate decision proves it passed.
+        _done_query("detect_duplicates"),
         validate,
     ),
     Stage(

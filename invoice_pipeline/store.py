@@ -193,8 +193,7 @@ class InvoiceStore:
             return IngestResult(existing[0], sha256, created=False)
 
     def load_document(self, invoice_id: UUID | str) -> StoredDocument | None:
-        with self.pool.connection() as conn:
-            return self._one(conn, StoredDocument, "load_document", {"invoice_id": as_uuid(invoice_id)})
+        return self.load_documents([as_uuid(invoice_id)]).get(as_uuid(invoice_id))
 
     def load_documents(self, invoice_ids: Sequence[UUID]) -> dict[UUID, StoredDocument]:
         with self.pool.connection() as conn:
@@ -321,10 +320,10 @@ class InvoiceStore:
         try:
             return self._write_chunk_once(items, write, prepare)
         except psycopg.Error as exc:
-            if is_systemic(exc) or len(items) == 1:
-                if len(items) == 1 and not is_systemic(exc):
-                    return ChunkWrite({}, {}, {items[0][0].invoice_id: exc})
+            if is_systemic(exc):
                 raise
+            if len(items) == 1:
+                return ChunkWrite({}, {}, {items[0][0].invoice_id: exc})
         written: dict[UUID, R] = {}
         lost: dict[UUID, str] = {}
         failed: dict[UUID, Exception] = {}

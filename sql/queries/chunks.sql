@@ -21,10 +21,6 @@ SELECT invoice_id FROM extracted_texts WHERE invoice_id = ANY(%(invoice_ids)s::u
 -- name: done_extract_fields
 SELECT id FROM invoices WHERE id = ANY(%(invoice_ids)s::uuid[]) AND fields IS NOT NULL
 
--- Validation leaves no row of its own: a recorded duplicate decision proves it passed.
--- name: done_validate
-SELECT id FROM invoices WHERE id = ANY(%(invoice_ids)s::uuid[]) AND duplicate_status IS NOT NULL
-
 -- name: done_detect_duplicates
 SELECT id FROM invoices WHERE id = ANY(%(invoice_ids)s::uuid[]) AND duplicate_status IS NOT NULL
 

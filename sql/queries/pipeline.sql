@@ -15,24 +15,10 @@ RETURNING id
 -- name: invoice_for_document
 SELECT id FROM invoices WHERE org_id = %(org_id)s AND document_sha256 = %(sha256)s
 
--- name: load_document
-SELECT i.id AS invoice_id, i.org_id, i.source_filename AS filename, d.sha256, d.content
-FROM invoices i JOIN documents d ON d.sha256 = i.document_sha256
-WHERE i.id = %(invoice_id)s
-
 -- name: invoice_state
 SELECT id AS invoice_id, org_id, status, processing_stage, attempts, next_attempt_at,
        last_error, quarantine_code, quarantine_reason
 FROM invoices WHERE id = %(invoice_id)s
-
--- name: record_step_executed
-WITH crumb AS (
-    UPDATE invoices SET processing_stage = %(step)s, updated_at = now() WHERE id = %(invoice_id)s
-)
-INSERT INTO step_events (invoice_id, job_id, step, event) VALUES (%(invoice_id)s, %(job_id)s, %(step)s, 'executed')
-
--- name: record_step_skipped
-INSERT INTO step_events (invoice_id, job_id, step, event) VALUES (%(invoice_id)s, %(job_id)s, %(step)s, 'skipped')
 
 -- name: count_step_executions
 SELECT count(*) AS n FROM step_events
@@ -46,18 +32,12 @@ SET job_id = EXCLUDED.job_id, format = EXCLUDED.format, method = EXCLUDED.method
     page_count = EXCLUDED.page_count, text = EXCLUDED.text, structured = EXCLUDED.structured,
     created_at = clock_timestamp()
 
--- name: load_extracted_text
-SELECT format, method, page_count, text, structured FROM extracted_texts WHERE invoice_id = %(invoice_id)s
-
 -- name: save_fields
 UPDATE invoices
 SET fields = %(fields)s, invoice_number = %(invoice_number)s, document_type = %(document_type)s,
     currency = %(currency)s, payable_total = %(payable_total)s, issue_date = %(issue_date)s,
     seller_name = %(seller_name)s, seller_vat_id = %(seller_vat_id)s, updated_at = now()
 WHERE id = %(invoice_id)s
-
--- name: load_fields
-SELECT fields FROM invoices WHERE id = %(invoice_id)s AND fields IS NOT NULL
 
 -- name: load_duplicate_decision
 SELECT id AS invoice_id, duplicate_status AS status, duplicate_group_id AS group_id,
@@ -132,9 +112,6 @@ UPDATE invoices SET review_reasons = %(reasons)s, updated_at = now() WHERE id = 
 
 -- name: load_review_reasons
 SELECT review_reasons FROM invoices WHERE id = %(invoice_id)s AND cardinality(review_reasons) > 0
-
--- name: load_approval
-SELECT decision, rule, decided_at FROM approvals WHERE invoice_id = %(invoice_id)s
 
 -- name: post_to_ledger
 INSERT INTO ledger_postings (invoice_id, job_id, org_id, amount, currency)
