@@ -42,6 +42,7 @@ BENCHMARK_MODULES = (
     "benchmarks.recovery_default",
     "benchmarks.sandbox_overhead",
     "benchmarks.ocr",
+    "benchmarks.page_reading",
 )
 
 

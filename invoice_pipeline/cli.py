@@ -533,7 +533,9 @@ def cmd_review_policy(args: argparse.Namespace, settings: Settings) -> int:
     if problem is not None:
         raise ConfigError(f"--org: {problem}")
     changes = {
-        k: getattr(args, k) for k in ("auto_approve_limit", "home_currency", "stale_after_days") if k in args
+        k: getattr(args, k)
+        for k in ("auto_approve_limit", "home_currency", "stale_after_days", "default_currency")
+        if k in args
     }
     store = _store(settings)
     try:
@@ -547,6 +549,7 @@ def cmd_review_policy(args: argparse.Namespace, settings: Settings) -> int:
         f"org {printable(args.org)}: auto-approve limit {policy.auto_approve_limit or 'none'}, "
         f"home currency {policy.home_currency or 'any'}, stale after {policy.stale_after_days or 'never'}"
         + (" days" if policy.stale_after_days else "")
+        + f", default currency {policy.default_currency or 'none (held as currency_unknown)'}"
     )
     return EXIT_OK
 
@@ -614,6 +617,12 @@ def add_review_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         type=days_or_none,
         default=argparse.SUPPRESS,
         help="hold invoices issued longer ago (none: never)",
+    )
+    policy.add_argument(
+        "--default-currency",
+        type=currency_or_none,
+        default=argparse.SUPPRESS,
+        help="the currency of documents that name none (none: hold them as currency_unknown)",
     )
     policy.set_defaults(func=cmd_review_policy)
 

@@ -28,7 +28,12 @@ from invoice_pipeline.dedupe import match_outcome
 from invoice_pipeline.documents import BadDocument, ExtractedText
 from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.matching import MatchCandidate
-from invoice_pipeline.domain.review import SUSPECTED_DUPLICATE, ReviewPolicy, review_reasons
+from invoice_pipeline.domain.review import (
+    SUSPECTED_DUPLICATE,
+    ReviewPolicy,
+    review_reasons,
+    with_default_currency,
+)
 from invoice_pipeline.domain.validation import validate_fields
 from invoice_pipeline.records import ChunkWrite, Lease, Posting, Quarantine, Verdict
 from invoice_pipeline.store import InvoiceStore, is_systemic
@@ -293,8 +298,12 @@ def extract_fields(env: StageEnv, items: list[Claimed]) -> dict[UUID, Outcome]:
     texts = env.store.load_extracted_texts([c.invoice_id for c in items])
     have = [c for c in items if c.invoice_id in texts]
     outcomes: dict[UUID, Outcome] = {c.invoice_id: _missing("extracted text") for c in items if c not in have}
+    policies = env.store.review_policies(sorted({c.org_id for c in have})) if have else {}
     fields, problems = each(
-        have, lambda c: env.parser.read_fields(texts[c.invoice_id]), env.max_stage_seconds, "extract_fields"
+        have,
+        lambda c: with_default_currency(env.parser.read_fields(texts[c.invoice_id]), policies[c.org_id]),
+        env.max_stage_seconds,
+        "extract_fields",
     )
     write = env.store.save_fields_of(
         [(c.lease, fields[c.invoice_id]) for c in have if c.invoice_id in fields]

@@ -30,9 +30,10 @@ from invoice_pipeline.config import validate_database_url
 from invoice_pipeline.db.sqlfiles import query
 from invoice_pipeline.documents.extracted import ExtractedText
 from invoice_pipeline.domain.fields import InvoiceFields
-from invoice_pipeline.domain.keys import lock_ids, search_ids
+from invoice_pipeline.domain.keys import decision_lock_ids, search_ids
 from invoice_pipeline.domain.matching import MatchCandidate
 from invoice_pipeline.domain.review import DEFAULT_POLICY, SUSPECTED_DUPLICATE, ReviewPolicy, reason_code
+from invoice_pipeline.domain.validation import posting_gaps
 from invoice_pipeline.leases import LeaseLost
 from invoice_pipeline.records import (
     AcquiredLock,
@@ -472,7 +473,15 @@ class InvoiceStore:
         by_invoice = {lease.invoice_id: candidate for lease, candidate in items}
 
         def take_locks(conn: psycopg.Connection[Any], live: list[Lease]) -> None:
-            ids = sorted({i for lease in live for i in lock_ids(by_invoice[lease.invoice_id].block)})
+            ids = sorted(
+                {
+                    i
+                    for lease in live
+                    for i in decision_lock_ids(
+                        by_invoice[lease.invoice_id].block, by_invoice[lease.invoice_id].number
+                    )
+                }
+            )
             conn.execute(query("take_dedupe_locks"), {"lock_ids": ids})
 
         def decide(
@@ -516,10 +525,11 @@ class InvoiceStore:
             DuplicateCandidateRow,
             "locked_duplicate_candidates",
             {
-                "lock_ids": list(lock_ids(candidate.block)),
+                "lock_ids": list(decision_lock_ids(candidate.block, candidate.number)),
                 "org_id": candidate.org_id,
                 "invoice_id": UUID(candidate.invoice_id),
                 "block_keys": list(search_ids(candidate.block)),
+                "number_key": candidate.number.id,
             },
         )
 
@@ -804,7 +814,7 @@ class InvoiceStore:
         wanted = sorted(set(org_ids))
         with self.pool.connection() as conn:
             rows = conn.execute(query("review_policies"), {"org_ids": wanted}).fetchall()
-        found = {str(r[0]): ReviewPolicy(r[1], r[2], r[3]) for r in rows}
+        found = {str(r[0]): ReviewPolicy(r[1], r[2], r[3], r[4]) for r in rows}
         return {org: found.get(org, DEFAULT_POLICY) for org in wanted}
 
     def set_review_policy(self, org_id: str, policy: ReviewPolicy, updated_by: str) -> None:
@@ -859,6 +869,12 @@ class InvoiceStore:
                 return (
                     f"it is a suspected duplicate of {target.duplicate_of}: approving would pay it twice; "
                     "decide that first with not-duplicate (then it continues) or confirm-duplicate"
+                )
+            gaps = posting_gaps(InvoiceFields.from_json(target.fields)) if target.fields else ["fields"]
+            if gaps:
+                return (
+                    f"it has no {' and no '.join(g.removeprefix('a ') for g in gaps)}, which posting needs: "
+                    "reject it and ask the seller for a corrected copy"
                 )
             if not self._save_review_approval(
                 conn, lease, "approved", self._said(f"approved by {actor}", note)

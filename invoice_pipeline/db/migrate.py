@@ -10,7 +10,7 @@ from typing import Any
 
 import psycopg
 
-from invoice_pipeline.db.rekey import rekey_decided_invoices
+from invoice_pipeline.db.rekey import rekey_decided_invoices, set_number_keys
 from invoice_pipeline.db.sqlfiles import migration_files
 
 # Any fixed 64-bit number: it only has to differ from the keys the application locks on.
@@ -21,6 +21,7 @@ MIGRATION_LOCK_ID = 0x1A7E_F00D_0000_0001
 # that file's change makes stale.
 DATA_MIGRATIONS: dict[str, Callable[[psycopg.Connection[Any]], object]] = {
     "0003_blocking_keys_and_review.sql": rekey_decided_invoices,
+    "0007_page_money_fails_closed.sql": set_number_keys,
 }
 
 

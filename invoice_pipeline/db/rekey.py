@@ -44,3 +44,20 @@ def rekey_decided_invoices(conn: psycopg.Connection[Any]) -> int:
                 invoice_id,
             )
     return rekeyed
+
+
+def set_number_keys(conn: psycopg.Connection[Any]) -> int:
+    """The number key (sql/0007) of every invoice decided before it existed.
+
+    Without it an old original would never be found as the number twin of a new copy that
+    has no blocking key (a scan without currency of an invoice paid last year).
+    """
+    filled = 0
+    for invoice_id, org_id, fields in conn.execute(query("decided_invoices_to_rekey")).fetchall():
+        try:
+            candidate = MatchCandidate.from_fields(str(invoice_id), org_id, InvoiceFields.from_json(fields))
+        except ValueError:
+            continue
+        conn.execute(query("set_number_key"), {"invoice_id": invoice_id, "number_key": candidate.number.id})
+        filled += 1
+    return filled

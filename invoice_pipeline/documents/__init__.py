@@ -20,6 +20,7 @@ from .json_format import JSON_SCHEMA_PATH, decode_json_text, fields_from_json, l
 from .limits import DEFAULT_MAX_BYTES, MAX_PDF_PAGES, MAX_TEXT_CHARS, first_unstorable, storable_text
 from .ocr import KEY_FIELDS, METHOD, REQUIRED_FIELDS, OcrLayout, illegible, ocr_image
 from .pdf import embedded_invoice_xml, open_pdf, text_layer
+from .reading.words import TextBoxes
 from .text_fields import fields_from_text, looks_like_invoice
 from .ubl import fields_from_ubl
 from .xmlsafe import decoded_text, parse_xml, reparse, serialize
@@ -107,7 +108,7 @@ def extract_text(
             "facturx-pdf", text, serialize(embedded.root), f"pdf-embedded-xml:{embedded.name}", page_count
         )
     layer = text_layer(content, max_chars=max_text_chars)
-    if layer.structured is None and not looks_like_invoice(layer.text):
+    if not layer.method.startswith("ocr") and not looks_like_invoice(layer.text):
         raise BadDocument("not_an_invoice", NOT_AN_INVOICE_REASON)
     return ExtractedText("pdf", layer.text, layer.structured, layer.method, layer.page_count)
 
@@ -160,7 +161,13 @@ def _fields(extracted: ExtractedText) -> InvoiceFields:
         layout = (
             OcrLayout.from_structured(extracted.structured) if extracted.method.startswith("ocr") else None
         )
-        fields = fields_from_text(extracted.text, ocr=extracted.method.startswith("ocr"), ocr_layout=layout)
+        # A text PDF stores its segment boxes; an older stored text has none and reads without.
+        boxes = (
+            None if extracted.method.startswith("ocr") else TextBoxes.from_structured(extracted.structured)
+        )
+        fields = fields_from_text(
+            extracted.text, ocr=extracted.method.startswith("ocr"), ocr_layout=layout, boxes=boxes
+        )
         if layout is not None:
             # A scan missing what validation needs is quarantined as illegible, naming every key
             # field that could not be read (or was read below the confidence threshold).

@@ -27,6 +27,15 @@ class FieldCollector:
         self.values[name] = value
         self.sources[name] = FieldSource(source, confidence)
 
+    def put(self, name: str, value: Any, source: FieldSource) -> None:
+        """Like `set`, with a full FieldSource (page and box of a value read from the page)."""
+        if name not in FIELD_NAMES:
+            raise KeyError(name)
+        if value is None:
+            return
+        self.values[name] = value
+        self.sources[name] = source
+
     def miss(self, name: str, source: FieldSource) -> None:
         """Record why a field is empty, unless a value was already found."""
         if not self.has(name):

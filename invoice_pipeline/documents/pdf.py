@@ -19,6 +19,7 @@ from .detect import classify_xml
 from .errors import BadDocument, resource_error, too_complex
 from .limits import DEFAULT_MAX_BYTES, MAX_PDF_PAGES, MAX_TEXT_CHARS, storable_text, text_too_long
 from .ocr import METHOD, ocr_pdf
+from .reading.words import TextBoxes
 from .xmlsafe import parse_xml
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,8 @@ class PdfText:
     text: str
     page_count: int
     method: str
-    # For OCR: the per-line page and confidence (ocr.OcrLayout JSON), else None.
+    # For OCR: the per-line page and confidence (ocr.OcrLayout JSON); for a text layer, the
+    # boxes of its segments (`TextBoxes` JSON), so a field can say where on the page it is.
     structured: str | None = None
 
 
@@ -235,7 +237,38 @@ def _line_text(words: list[dict[str, Any]], width: float = MAX_PAGE_POINTS) -> s
     return out.rstrip()
 
 
+# Boxes are kept for at most this many segments (a few thousand per invoice page): the stored
+# geometry stays a fraction of the bounded text, and a pathological file simply has no boxes.
+MAX_BOXED_SEGMENTS = 20_000
+
+
 def layout_text(pdf: pdfplumber.PDF, *, max_chars: int = MAX_TEXT_CHARS) -> str:
+    """The layout text alone (see `layout_text_and_boxes`)."""
+    return layout_text_and_boxes(pdf, max_chars=max_chars)[0]
+
+
+def _segment_boxes(words: list[dict[str, Any]], width: float) -> list[tuple[float, float, float, float]]:
+    """The box of each segment `_line_text` makes of these words, in the same order."""
+    words = sorted(words, key=lambda w: w["x0"] if math.isfinite(w["x0"]) else width)
+    boxes: list[list[float]] = []
+    prev_x1: float | None = None
+    for w in words:
+        size = float(w.get("size") or 10.0)
+        box = [float(w["x0"]), float(w["top"]), float(w["x1"]), float(w["bottom"])]
+        if not all(math.isfinite(v) for v in box):
+            box = [0.0, 0.0, 0.0, 0.0]
+        if prev_x1 is None or w["x0"] - prev_x1 > max(1.5 * size, 8.0):
+            boxes.append(box)
+        else:
+            last = boxes[-1]
+            last[:] = [min(last[0], box[0]), min(last[1], box[1]), max(last[2], box[2]), max(last[3], box[3])]
+        prev_x1 = w["x1"]
+    return [(round(b[0], 1), round(b[1], 1), round(b[2], 1), round(b[3], 1)) for b in boxes]
+
+
+def layout_text_and_boxes(
+    pdf: pdfplumber.PDF, *, max_chars: int = MAX_TEXT_CHARS
+) -> tuple[str, list[list[tuple[float, float, float, float]]] | None]:
     """Text with one line per visual line and columns kept apart by >= 3 spaces.
 
     Plain text extraction glues the sender block and the address window into one line; the
@@ -244,8 +277,12 @@ def layout_text(pdf: pdfplumber.PDF, *, max_chars: int = MAX_TEXT_CHARS) -> str:
     so an oversized text is never built.
     """
     pages: list[str] = []
+    boxes: list[list[tuple[float, float, float, float]]] | None = []
     total = 0
-    for page in pdf.pages:
+    segments = 0
+    for page_index, page in enumerate(pdf.pages):
+        if page_index and boxes is not None:
+            boxes.append([])  # the "\f" line between pages
         width = float(page.width) if math.isfinite(page.width) and page.width > 0 else MAX_PAGE_POINTS
         width = min(width, MAX_PAGE_POINTS)
         words = page.extract_words(extra_attrs=["size"], keep_blank_chars=False, use_text_flow=False)
@@ -270,25 +307,34 @@ def layout_text(pdf: pdfplumber.PDF, *, max_chars: int = MAX_TEXT_CHARS) -> str:
             if total > max_chars:
                 raise text_too_long(total, max_chars)
             rendered.append(text)
+            if boxes is not None:
+                line_boxes = _segment_boxes(line, width)
+                segments += len(line_boxes)
+                boxes = None if segments > MAX_BOXED_SEGMENTS else boxes
+                if boxes is not None:
+                    boxes.append(line_boxes)
+        if not lines and boxes is not None:
+            boxes.append([])  # an empty page is still one (empty) line of the text
         pages.append("\n".join(rendered))
         # pdfplumber caches every page's objects on the PDF; without this a long file holds all
         # of them at once (~15 MB per dense page).
         page.close()
-    return "\n\f\n".join(pages)
+    return "\n\f\n".join(pages), boxes
 
 
 def text_layer(content: bytes, *, max_chars: int = MAX_TEXT_CHARS, ocr: bool = True) -> PdfText:
     """The text layer; for a scan (no text), OCR unless `ocr` is False (then the text is empty)."""
     try:
         with pdfplumber.open(io.BytesIO(content), password="") as pdf:
-            text = layout_text(pdf, max_chars=max_chars)
+            text, boxes = layout_text_and_boxes(pdf, max_chars=max_chars)
             count = len(pdf.pages)
     except BadDocument:
         raise
     except Exception as exc:  # pdfminer raises many unrelated types on damaged input
         raise _pdf_error(exc, "PDF text could not be read") from None
     if text.replace("\f", "").strip():
-        return PdfText(storable_text(text), count, "pdf-text-layer")
+        structured = TextBoxes(tuple(tuple(line) for line in boxes)).to_structured() if boxes else None
+        return PdfText(storable_text(text), count, "pdf-text-layer", structured)
     if not ocr:
         return PdfText("", count, "pdf-text-layer")
     # No text layer: a scan. OCR is the expensive step (seconds per page), which is why its

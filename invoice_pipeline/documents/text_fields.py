@@ -13,7 +13,7 @@ import re
 import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date
 from decimal import Decimal, InvalidOperation
 from typing import Any, Generic, TypeVar
@@ -24,6 +24,8 @@ from ..domain.fields import FieldSource, InvoiceFields
 from ..domain.validation import KNOWN_CURRENCIES
 from .collect import FieldCollector
 from .ocr import MIN_FIELD_CONFIDENCE, OcrLayout
+from .reading.amounts import EXEMPT, Found, find_amounts, resolve
+from .reading.words import PageGeometry, TextBoxes, union
 
 T = TypeVar("T")
 _I = re.IGNORECASE
@@ -34,6 +36,7 @@ class Seg:
     line: int
     col: int
     text: str
+    index: int = 0  # position among the line's segments (its box in `TextBoxes`)
 
     @property
     def end(self) -> int:
@@ -48,6 +51,8 @@ class Hit(Generic[T]):
     confidence: float
     # The line the value itself was read from, when it sits below its label.
     value_line: int | None = None
+    # (line, segment index) of the label's and the value's segments, for the field's box.
+    segs: tuple[tuple[int, int], ...] = ()
 
     @property
     def source(self) -> str:
@@ -58,7 +63,12 @@ class TextDoc:
     def __init__(self, text: str) -> None:
         self.lines: list[list[Seg]] = []
         for i, line in enumerate(text.replace("\r", "").split("\n")):
-            self.lines.append([Seg(i, m.start(), m.group()) for m in re.finditer(r"\S+(?: {1,2}\S+)*", line)])
+            self.lines.append(
+                [
+                    Seg(i, m.start(), m.group(), k)
+                    for k, m in enumerate(re.finditer(r"\S+(?: {1,2}\S+)*", line))
+                ]
+            )
 
     def segs(self) -> Iterator[Seg]:
         for line in self.lines:
@@ -415,10 +425,12 @@ def labelled(
                     continue
                 conf = confidences[min(tier, len(confidences) - 1)]
                 value = value_of(seg.text[m.end() :])
+                value_seg = seg
                 if value is None:
                     for right in doc.right_of(seg)[:2]:
                         value = value_of(right.text)
                         if value is not None:
+                            value_seg = right
                             break
                 value_line: int | None = None
                 if value is None and below:
@@ -427,9 +439,11 @@ def labelled(
                         if value is not None:
                             conf -= 0.1
                             value_line = under.line
+                            value_seg = under
                             break
                 if value is not None:
-                    hits.append(Hit(value, seg.line, m.group().strip(), conf, value_line))
+                    where = ((seg.line, seg.index), (value_seg.line, value_seg.index))
+                    hits.append(Hit(value, seg.line, m.group().strip(), conf, value_line, where))
                     if pick == "first":
                         return hits[0]
         if hits:
@@ -564,37 +578,56 @@ def _fullest_spelling(doc: TextDoc, hit: Hit[str], layout: OcrLayout | None) -> 
     return best
 
 
-def fields_from_text(text: str, *, ocr: bool = False, ocr_layout: OcrLayout | None = None) -> InvoiceFields:
-    """Fields by label rules. With `ocr_layout` (an OCRed scan), each field's source is its page and
-    its confidence the OCR score of the line(s) it was read from; below the threshold it is null."""
+def fields_from_text(
+    text: str,
+    *,
+    ocr: bool = False,
+    ocr_layout: OcrLayout | None = None,
+    boxes: TextBoxes | None = None,
+) -> InvoiceFields:
+    """Fields by label rules, amounts by the page's arithmetic (`reading.amounts`).
+
+    With `ocr_layout` (an OCRed scan), each field's source is its page and its confidence the OCR
+    score of the line(s) it was read from; below the threshold it is null. With `boxes` (a text
+    PDF's segment boxes) each field also says where on its page it was read.
+    """
     doc = TextDoc(text)
+    geometry = PageGeometry(text, boxes)
     c = FieldCollector(default_reason="no labelled value found in the PDF text")
     scale = 0.8 if ocr else 1.0
     n_lines = len(doc.lines)
     top_limit = max(25, n_lines // 2)
+    kind = "ocr" if ocr_layout else "pdf-text"
+
+    def located(
+        label: str, lines: list[int], segs: tuple[tuple[int, int], ...], confidence: float
+    ) -> FieldSource:
+        page = geometry.page(lines[0])
+        box = union([geometry.box(line, index) for line, index in segs])
+        return FieldSource(f"{kind}:page {page}:line {lines[-1] + 1}:{label!r}", confidence, None, page, box)
 
     def put(name: str, hit: Hit[Any] | None, reason: str) -> None:
         if hit is None:
-            c.miss(name, FieldSource("ocr" if ocr_layout else "pdf-text", 0.0, reason))
-        elif ocr_layout is not None:
-            lines = [hit.line] if hit.value_line is None else [hit.line, hit.value_line]
+            c.miss(name, FieldSource(kind, 0.0, reason))
+            return
+        lines = [hit.line] if hit.value_line is None else [hit.line, hit.value_line]
+        if ocr_layout is not None:
             page, confidence = ocr_layout.locate(lines)
-            source = f"ocr:page {page}:line {lines[-1] + 1}:{hit.label!r}"
+            where = replace(located(hit.label, lines, hit.segs, round(confidence, 3)), page=page)
             if confidence < MIN_FIELD_CONFIDENCE:
                 # A misread digit scores low; a value we are not sure of is not offered as one.
                 c.miss(
                     name,
-                    FieldSource(
-                        source,
-                        confidence,
-                        f"OCR confidence {confidence:.2f} is below {MIN_FIELD_CONFIDENCE:.2f}; "
+                    replace(
+                        where,
+                        reason=f"OCR confidence {confidence:.2f} is below {MIN_FIELD_CONFIDENCE:.2f}; "
                         "not guessed: read it from the scan",
                     ),
                 )
             else:
-                c.set(name, hit.value, source, round(confidence, 3))
+                c.put(name, hit.value, where)
         else:
-            c.set(name, hit.value, hit.source, round(hit.confidence * scale, 2))
+            c.put(name, hit.value, located(hit.label, lines, hit.segs, round(hit.confidence * scale, 2)))
 
     number = labelled(doc, NUMBER_LABELS, first_identifier, below=True, exclude_before=_NOT_THIS_DOC)
     if number is None:
@@ -631,25 +664,46 @@ def fields_from_text(text: str, *, ocr: bool = False, ocr_layout: OcrLayout | No
     due = labelled(doc, DUE_DATE_LABELS, first_date, below=True)
     put("due_date", due, "no due date / payment term date found")
 
-    payable = labelled(doc, PAYABLE_LABELS, first_money, below=True, pick="last")
-    if payable is None:
-        payable = labelled(doc, (PAYABLE_WEAK,), first_money, pick="last", confidences=(0.5,))
-    net = labelled(doc, NET_LABELS, first_money, below=True, pick="last")
-    tax = labelled(doc, TAX_LABELS, first_money, below=True, pick="last")
-    for name, hit, what in (
-        ("payable_total", payable, "no 'Amount due' / 'Zahlbetrag' / 'Total TTC' label with an amount"),
-        ("net_total", net, "no net total label with an amount"),
-        ("tax_total", tax, "no VAT/tax total label with an amount"),
-    ):
-        put(name, None if hit is None else Hit(hit.value.amount, hit.line, hit.label, hit.confidence), what)
+    found = find_amounts(text)
+
+    def amount_hit(f: Found) -> Hit[Decimal]:
+        lines = sorted({f.label_seg.line, f.value_seg.line})
+        segs = ((f.label_seg.line, f.label_seg.index), (f.value_seg.line, f.value_seg.index))
+        value_line = f.value_seg.line if f.value_seg.line != f.label_seg.line else None
+        return Hit(f.amount, lines[0], f.label, round(0.9 * f.strength, 2), value_line, segs)
+
+    def amount_source(f: Found) -> FieldSource:
+        hit = amount_hit(f)
+        lines = [hit.line] if hit.value_line is None else [hit.line, hit.value_line]
+        confidence = ocr_layout.locate(lines)[1] if ocr_layout is not None else hit.confidence
+        return located(f.label, lines, hit.segs, round(confidence, 3))
+
+    resolution = resolve(found, exempt=EXEMPT.search(text) is not None, source_of=amount_source)
+    put(
+        "payable_total",
+        None if resolution.payable is None else amount_hit(resolution.payable),
+        "no amount labelled as due ('Amount due' / 'Zahlbetrag' / 'Net à payer') or as the gross total",
+    )
+    put(
+        "net_total",
+        None if resolution.net is None else amount_hit(resolution.net),
+        "no net total on the page",
+    )
+    if resolution.tax_found is not None:
+        put("tax_total", amount_hit(resolution.tax_found), "")
+    elif resolution.tax is not None and resolution.check.confirmed:
+        c.put("tax_total", resolution.tax, FieldSource(f"{kind}:{resolution.check.rule}", 0.8 * scale))
+    else:
+        put("tax_total", None, "no VAT/tax total on the page")
+    payable = first_money_near(doc, resolution.payable)
 
     currency_hit: Hit[str] | None = labelled(
         doc,
         (CURRENCY_LABELS,),
         lambda t: next((m for m in re.findall(r"\b[A-Z]{3}\b", t) if m in KNOWN_CURRENCIES), None),
     )
-    if currency_hit is None and payable is not None and payable.value.currency:
-        currency_hit = Hit(payable.value.currency, payable.line, payable.label, 0.85)
+    if currency_hit is None and payable is not None:
+        currency_hit = payable
     if currency_hit is None:
         counts, first_line = _currency_hits(doc)
         if counts:
@@ -688,7 +742,57 @@ def fields_from_text(text: str, *, ocr: bool = False, ocr_layout: OcrLayout | No
 
     po = labelled(doc, PO_LABELS, first_identifier)
     put("po_number", po, "no purchase order reference found")
-    return c.build()
+    if (
+        currency_hit is None
+        and vat is not None
+        and (vat_currency := currency_of_vat_id(vat.value)) is not None
+    ):
+        # Last resort: the seller's VAT id says which country issued the invoice.
+        c.put(
+            "currency",
+            vat_currency,
+            FieldSource(f"{kind}:from seller VAT id country {vat.value[:2].upper()}", 0.5 * scale),
+        )
+    return replace(c.build(), amount_check=resolution.check)
+
+
+def first_money_near(doc: TextDoc, found: Found | None) -> Hit[str] | None:
+    """The currency printed with the payable amount (its value segment or its label)."""
+    if found is None:
+        return None
+    for seg in (found.value_seg, found.label_seg):
+        for m in _AMOUNT.finditer(seg.text):
+            if code := _currency_near(seg.text, m.start(), m.end()):
+                return Hit(code, seg.line, found.label, 0.85, None, ((seg.line, seg.index),))
+    return None
+
+
+# Eurozone and other countries whose VAT-id prefix names the currency they invoice in.
+_EURO_VAT_PREFIXES = frozenset("AT BE CY DE EE EL ES FI FR GR HR IE IT LT LU LV MT NL PT SI SK".split())
+_VAT_PREFIX_CURRENCY = {
+    "GB": "GBP",
+    "XI": "GBP",
+    "CH": "CHF",
+    "CHE": "CHF",
+    "PL": "PLN",
+    "CZ": "CZK",
+    "DK": "DKK",
+    "SE": "SEK",
+    "NO": "NOK",
+    "HU": "HUF",
+    "RO": "RON",
+    "BG": "BGN",
+}
+
+
+def currency_of_vat_id(vat_id: str) -> str | None:
+    prefix = re.match(r"[A-Za-z]{2,3}", vat_id)
+    if prefix is None:
+        return None
+    code = prefix.group().upper()
+    if code[:2] in _EURO_VAT_PREFIXES:
+        return "EUR"
+    return _VAT_PREFIX_CURRENCY.get(code) or _VAT_PREFIX_CURRENCY.get(code[:2])
 
 
 def looks_like_invoice(text: str) -> bool:
@@ -696,4 +800,5 @@ def looks_like_invoice(text: str) -> bool:
     return (
         labelled(doc, NUMBER_LABELS, first_identifier, below=True, exclude_before=_NOT_THIS_DOC) is not None
         or labelled(doc, PAYABLE_LABELS, first_money, below=True) is not None
+        or any(f.kind in ("due", "gross") for f in find_amounts(text))
     )

@@ -26,17 +26,104 @@ FIELD_NAMES: tuple[str, ...] = (
 )
 
 
+# Prefixes of `FieldSource.source` for values read from the visible page (a PDF text layer, OCR,
+# or a learnt vendor layout) rather than from structured data (XML, JSON). A page-read payable
+# total is paid only when `InvoiceFields.amount_check` confirms it.
+PAGE_SOURCES: tuple[str, ...] = ("pdf-text", "ocr", "layout:")
+
+# A box on a page in PDF points, origin top-left: (x0, top, x1, bottom).
+Box = tuple[float, float, float, float]
+
+
 @dataclass(frozen=True)
 class FieldSource:
     """Where one field's value came from: an XPath, a JSON pointer or a text heuristic.
 
     `reason` is set when the value is None, so a missing field explains itself instead of
-    looking like a guess.
+    looking like a guess. A value read from the page also says where: `page` (1-based) and
+    `box`, the union of the label's and the value's words.
     """
 
     source: str
     confidence: float = 1.0
     reason: str | None = None
+    page: int | None = None
+    box: Box | None = None
+
+    @property
+    def from_page(self) -> bool:
+        return self.source.startswith(PAGE_SOURCES)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"source": self.source, "confidence": self.confidence, "reason": self.reason}
+        if self.page is not None:
+            out["page"] = self.page
+        if self.box is not None:
+            out["box"] = list(self.box)
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> FieldSource:
+        box = data.get("box")
+        return cls(
+            str(data["source"]),
+            float(data.get("confidence", 1.0)),
+            data.get("reason"),
+            data.get("page"),
+            (float(box[0]), float(box[1]), float(box[2]), float(box[3])) if box else None,
+        )
+
+
+# What an amount printed on a page is, as its label says: the amount still due, the gross
+# total, the net total, the tax, an amount already paid, or a number with no telling label.
+AmountRole = Literal["due", "gross", "net", "tax", "prepaid", "other"]
+
+
+@dataclass(frozen=True)
+class AmountCandidate:
+    """One amount the page reader found, with its evidence (shown to a person in review)."""
+
+    role: AmountRole
+    amount: Decimal
+    source: FieldSource
+
+    def to_json(self) -> dict[str, Any]:
+        return {"role": self.role, "amount": str(self.amount), "source": self.source.to_json()}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> AmountCandidate:
+        return cls(data["role"], Decimal(data["amount"]), FieldSource.from_json(data["source"]))
+
+
+@dataclass(frozen=True)
+class AmountCheck:
+    """Whether the page's own arithmetic confirms the payable total that was read.
+
+    `confirmed` only when the amounts found agree (net + tax = gross, gross - prepaid = due,
+    line totals sum to the net, within rounding) and the payable total is the one labelled as
+    the amount due (or the gross total when nothing is prepaid). `rule` says which equation
+    held, or why none did; `candidates` are every amount considered, for the review item.
+    Money fails closed: an unconfirmed page-read total is held for a person, never posted.
+    """
+
+    confirmed: bool
+    rule: str
+    candidates: tuple[AmountCandidate, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "confirmed": self.confirmed,
+            "rule": self.rule,
+            "candidates": [c.to_json() for c in self.candidates],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> AmountCheck:
+        return cls(
+            bool(data["confirmed"]),
+            str(data["rule"]),
+            tuple(AmountCandidate.from_json(c) for c in data.get("candidates") or ()),
+        )
 
 
 @dataclass(frozen=True)
@@ -54,16 +141,24 @@ class InvoiceFields:
     buyer_name: str | None = None
     po_number: str | None = None
     sources: Mapping[str, FieldSource] = field(default_factory=dict)
+    # Set by the page reader (None for XML and JSON, whose totals are data, not guesses).
+    amount_check: AmountCheck | None = None
+
+    @property
+    def payable_from_page(self) -> bool:
+        """The payable total was read from the visible page, so it needs `amount_check`."""
+        source = self.sources.get("payable_total")
+        return source is not None and source.from_page
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name == "sources":
-                out["sources"] = {
-                    name: {"source": s.source, "confidence": s.confidence, "reason": s.reason}
-                    for name, s in value.items()
-                }
+                out["sources"] = {name: s.to_json() for name, s in value.items()}
+            elif f.name == "amount_check":
+                if value is not None:
+                    out["amount_check"] = value.to_json()
             elif isinstance(value, date):
                 out[f.name] = value.isoformat()
             elif isinstance(value, Decimal):
@@ -93,8 +188,6 @@ class InvoiceFields:
             seller_vat_id=data.get("seller_vat_id"),
             buyer_name=data.get("buyer_name"),
             po_number=data.get("po_number"),
-            sources={
-                name: FieldSource(s["source"], float(s.get("confidence", 1.0)), s.get("reason"))
-                for name, s in (data.get("sources") or {}).items()
-            },
+            sources={name: FieldSource.from_json(s) for name, s in (data.get("sources") or {}).items()},
+            amount_check=AmountCheck.from_json(data["amount_check"]) if data.get("amount_check") else None,
         )

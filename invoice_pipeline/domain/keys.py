@@ -12,13 +12,23 @@ pair the matcher can accept, exact or fuzzy, passes its gate first, and the gate
 
 The blocking key is exactly those parts, with the total cut into buckets `AMOUNT_TOLERANCE` wide.
 
+`NumberKey` is what an invoice shares with every copy of it whatever the page left out:
+(org, document type, normalised number). When the blocking key cannot be formed (a number
+without digits, no currency, a scan that read less than the e-invoice did), the matcher still
+compares the invoice with its number twins (`matching.twins`), so every decision also locks its
+number key and searches by it. A duplicate check that silently compared with nothing is how a
+copy gets paid twice.
+
 INVARIANT: if `find_match(a, [b])` can accept the pair, then
-`set(lock_ids(a)) & set(lock_ids(b))` is not empty, and `a`'s stored blocking key is in
-`search_ids(b)`. Proof: the gate makes every part but the bucket equal, and two totals at most
-one bucket width apart fall in the same or adjacent buckets (floor). Each invoice locks its own
-bucket and the next one up, so of two adjacent buckets k and k+1 both lock k+1; the search reads
-k-1, k and k+1. The property test in `invoice_pipeline_tests/domain/test_keys.py` checks this on
-generated pairs, and that weakening the keys breaks it. Change the gate, change this key.
+`set(decision_lock_ids(a)) & set(decision_lock_ids(b))` is not empty, and `b` is found by `a`'s
+candidate search (its blocking key in `search_ids(a)`, or the same number key). Proof: a pair
+accepted through the gate has every part of the blocking key but the bucket equal, and two
+totals at most one bucket width apart fall in the same or adjacent buckets (floor). Each invoice
+locks its own bucket and the next one up, so of two adjacent buckets k and k+1 both lock k+1;
+the search reads k-1, k and k+1. A pair accepted as number twins has the same number key, which
+both lock and the search reads. The property test in `invoice_pipeline_tests/domain/test_keys.py`
+checks this on generated pairs, and that weakening the keys breaks it. Change the gate, change
+this key.
 """
 
 from __future__ import annotations
@@ -84,6 +94,20 @@ class BlockingKey:
         return replace(self, amount_bucket=self.amount_bucket + buckets)
 
 
+@dataclass(frozen=True)
+class NumberKey:
+    """(org, document type, normalised invoice number): shared by an invoice and all its exact-number copies."""
+
+    org_id: str
+    document_type: str
+    invoice_number: str
+
+    @property
+    def id(self) -> int:
+        """Signed 64-bit id: an advisory lock of every decision and the indexed `invoices.number_key`."""
+        return _hash64("\x1f".join(("number", self.org_id, self.document_type, self.invoice_number)))
+
+
 def amount_bucket(total: Decimal) -> int:
     return int((total / AMOUNT_TOLERANCE).to_integral_value(rounding=ROUND_FLOOR))
 
@@ -104,6 +128,11 @@ def search_ids(key: BlockingKey | None) -> tuple[int, ...]:
     if key is None:
         return ()
     return tuple(sorted({key.shifted(d).id for d in (-1, 0, 1)}))
+
+
+def decision_lock_ids(block: BlockingKey | None, number: NumberKey) -> tuple[int, ...]:
+    """Every advisory lock a duplicate decision takes, ascending: its blocking key's and its number key's."""
+    return tuple(sorted({*lock_ids(block), number.id}))
 
 
 def _hash64(text: str) -> int:

@@ -20,6 +20,14 @@ id is a different seller, whatever the names say), otherwise by name.
 * **fuzzy** (`suspected`, held for a person): anything that needed tolerance — a reformatted or
   OCR-confused number, a cent of rounding, a seller recognised by a similar name, or by name on
   one side and VAT id on the other. Issue dates, when both are known, must be close.
+
+A pair that cannot pass the gate because one side lacks what the gate compares (no currency, no
+digits in the number, so no blocking key) is not waved through unchecked: **number twins** (the
+same org, document type and normalised number, `keys.NumberKey`) of the same seller are
+compared on what both sides do have. Totals or currencies that both sides state and that differ
+make them two invoices. Otherwise: exact when both state the same total and currency (a number
+without digits, read in full on both), else suspected — a scan that read less than the
+e-invoice it copies is held for a person, never paid.
 """
 
 from __future__ import annotations
@@ -32,7 +40,7 @@ from decimal import Decimal
 from rapidfuzz import fuzz
 
 from .fields import InvoiceFields
-from .keys import AMOUNT_TOLERANCE, BlockingKey, BusinessKey
+from .keys import AMOUNT_TOLERANCE, BlockingKey, BusinessKey, NumberKey
 from .normalize import (
     blocking_key,
     business_key,
@@ -64,6 +72,10 @@ class MatchCandidate:
     document_type: str
 
     @property
+    def number(self) -> NumberKey:
+        return NumberKey(self.org_id, self.key.document_type, self.key.invoice_number)
+
+    @property
     def stored_keys(self) -> dict[str, object]:
         """The keys a decided invoice keeps in its row (invoices' key columns), by column name."""
         return {
@@ -71,6 +83,7 @@ class MatchCandidate:
             "business_key_hash": self.key.hash,
             "vendor_key": self.key.vendor,
             "block_key": self.block.id if self.block else None,
+            "number_key": self.number.id,
         }
 
     @classmethod
@@ -141,7 +154,56 @@ def _seller(new: MatchCandidate, old: MatchCandidate) -> tuple[float, bool, str]
     return similarity, exact, f"seller names {old.seller_name!r} ~ {new.seller_name!r} ({how})"
 
 
+def twins(new: MatchCandidate, old: MatchCandidate) -> bool:
+    """Number twins that the gate cannot fully compare: one side has no blocking key or no currency."""
+    return (
+        new.org_id == old.org_id
+        and new.invoice_id != old.invoice_id
+        and new.number == old.number
+        and not (gate_comparable(new) and gate_comparable(old))
+    )
+
+
+def gate_comparable(c: MatchCandidate) -> bool:
+    """Everything the gate compares is known: a blocking key, and a currency in it."""
+    return c.block is not None and bool(c.block.currency)
+
+
+def _compare_twins(new: MatchCandidate, old: MatchCandidate, threshold: float) -> Match | None:
+    seller = _seller(new, old)
+    if seller is None or seller[0] < threshold:
+        return None
+    seller_sim, seller_exact, seller_reason = seller
+    reasons = [seller_reason, f"same invoice number {new.invoice_number} ~ {old.invoice_number}"]
+    unknown = []
+    for what, a, b in (
+        ("payable total", new.payable_total, old.payable_total),
+        ("currency", _currency(new), _currency(old)),
+    ):
+        if a is None or b is None:
+            unknown.append(what)
+        elif what == "payable total" and abs(a - b) > AMOUNT_TOLERANCE:  # type: ignore[operator]
+            return None
+        elif what == "currency" and a != b:
+            return None
+        else:
+            reasons.append(f"same {what} {b}")
+    if not unknown and seller_exact and new.payable_total == old.payable_total:
+        return Match(old.invoice_id, 100.0, EXACT, (*reasons, f"same document type {new.document_type}"))
+    if unknown:
+        reasons.append(
+            f"{' and '.join(unknown)} missing on one side: only the number and the seller could be compared"
+        )
+    return Match(old.invoice_id, round(seller_sim, 2), FUZZY, tuple(reasons))
+
+
+def _currency(c: MatchCandidate) -> str | None:
+    return (c.currency or "").strip().upper() or None
+
+
 def _compare(new: MatchCandidate, old: MatchCandidate, days: int, threshold: float) -> Match | None:
+    if twins(new, old):
+        return _compare_twins(new, old, threshold)
     if not passes_gate(new, old):
         return None
     seller = _seller(new, old)

@@ -21,11 +21,11 @@ database and so is not computed here.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date, timedelta
 from decimal import Decimal
 
-from .fields import InvoiceFields
+from .fields import FieldSource, InvoiceFields
 
 NEGATIVE_TOTAL = "negative_total"
 DUE_BEFORE_ISSUE = "due_before_issue"
@@ -33,6 +33,9 @@ OVER_LIMIT = "over_approval_limit"
 FOREIGN_CURRENCY = "foreign_currency"
 STALE_INVOICE = "stale_invoice"
 SUSPECTED_DUPLICATE = "suspected_duplicate"
+AMOUNT_UNCONFIRMED = "amount_unconfirmed"
+CURRENCY_UNKNOWN = "currency_unknown"
+DUPLICATE_CHECK_IMPOSSIBLE = "duplicate_check_impossible"
 
 # Every code a reason can start with, for argument validation and the docs.
 REASON_CODES: tuple[str, ...] = (
@@ -42,6 +45,9 @@ REASON_CODES: tuple[str, ...] = (
     FOREIGN_CURRENCY,
     STALE_INVOICE,
     SUSPECTED_DUPLICATE,
+    AMOUNT_UNCONFIRMED,
+    CURRENCY_UNKNOWN,
+    DUPLICATE_CHECK_IMPOSSIBLE,
 )
 
 _CODE = re.compile(r"^[a-z][a-z0-9_]*")
@@ -59,11 +65,15 @@ class ReviewPolicy:
       currency is a classic AP error). None: any known currency is fine.
     * `stale_after_days`: an invoice issued longer ago than this is held (late invoices are
       where duplicate payments and fraud hide). None: no age limit.
+    * `default_currency`: the currency of an invoice whose document names none (most scans).
+      None: such an invoice is held (`currency_unknown`), because nothing is paid in a
+      currency nobody stated.
     """
 
     auto_approve_limit: Decimal | None = None
     home_currency: str | None = None
     stale_after_days: int | None = None
+    default_currency: str | None = None
 
     def __post_init__(self) -> None:
         if self.auto_approve_limit is not None and (
@@ -74,6 +84,10 @@ class ReviewPolicy:
             )
         if self.home_currency is not None and not re.fullmatch(r"[A-Z]{3}", self.home_currency):
             raise ValueError(f"home_currency must be a 3-letter ISO 4217 code, got {self.home_currency!r}")
+        if self.default_currency is not None and not re.fullmatch(r"[A-Z]{3}", self.default_currency):
+            raise ValueError(
+                f"default_currency must be a 3-letter ISO 4217 code, got {self.default_currency!r}"
+            )
         if self.stale_after_days is not None and self.stale_after_days < 1:
             raise ValueError(f"stale_after_days must be at least 1, got {self.stale_after_days}")
 
@@ -88,6 +102,7 @@ def review_reasons(fields: InvoiceFields, policy: ReviewPolicy, *, today: date |
     """
     out: list[str] = []
     payable, currency = fields.payable_total, fields.currency or "?"
+    out.extend(money_reasons(fields))
     kind = "credit note" if fields.document_type == "credit_note" else "invoice"
 
     # A credit note may carry either sign (validation.py explains why); an invoice asking for a
@@ -123,6 +138,59 @@ def review_reasons(fields: InvoiceFields, policy: ReviewPolicy, *, today: date |
                 "check it was not paid already"
             )
     return out
+
+
+def money_reasons(fields: InvoiceFields) -> list[str]:
+    """What stops the amount from being paid as read: money fails closed.
+
+    A payable total read from the page (text layer or OCR) is paid only when the page's own
+    arithmetic confirms it (`AmountCheck`); and nothing is paid in an unknown currency (the
+    org's `default_currency` fills it in before this runs, when the org has one).
+    """
+    out: list[str] = []
+    check = fields.amount_check
+    if fields.payable_total is not None and fields.payable_from_page and not (check and check.confirmed):
+        why = check.rule if check is not None else "the reader gave no arithmetic check"
+        shown = ", ".join(
+            f"{c.role} {c.amount} ({c.source.source})" for c in (check.candidates if check else ())[:8]
+        )
+        out.append(
+            f"{AMOUNT_UNCONFIRMED}: payable {fields.payable_total} was read from the page and no arithmetic "
+            f"on the page confirms it ({why})"
+            + (f"; amounts found: {shown}" if shown else "")
+            + "; check the amount due on the document"
+        )
+    if not fields.currency:
+        out.append(
+            f"{CURRENCY_UNKNOWN}: no currency on the document ({_reason_of(fields, 'currency')}); "
+            "nothing is paid in a currency nobody stated; reject it and ask for a corrected copy, or give "
+            "the org a default currency (review policy --default-currency) for documents that name none"
+        )
+        # Without a currency there is no blocking key: the invoice was compared only with
+        # invoices of the very same number (matching.twins), not with differently written ones.
+        out.append(
+            f"{DUPLICATE_CHECK_IMPOSSIBLE}: without a currency the duplicate check could only compare "
+            "invoices of the same number and seller, not differently written numbers of the same invoice"
+        )
+    return out
+
+
+def with_default_currency(fields: InvoiceFields, policy: ReviewPolicy) -> InvoiceFields:
+    """The org's default currency for a document that names none; the fields unchanged otherwise."""
+    if fields.currency or policy.default_currency is None:
+        return fields
+    source = FieldSource(
+        "org policy: default currency",
+        1.0,
+        f"the document names no currency ({_reason_of(fields, 'currency')}); the org's policy says "
+        f"{policy.default_currency}",
+    )
+    return replace(fields, currency=policy.default_currency, sources={**fields.sources, "currency": source})
+
+
+def _reason_of(fields: InvoiceFields, name: str) -> str:
+    source = fields.sources.get(name)
+    return (source.reason or source.source) if source is not None else "not read"
 
 
 def reason_code(reason: str) -> str:

@@ -188,3 +188,14 @@ def validate_fields(
     if include_warnings:
         return sorted(out, key=lambda p: p.severity != "error")
     return [p for p in out if p.severity == "error"]
+
+
+def posting_gaps(fields: InvoiceFields) -> list[str]:
+    """What posting needs and these fields lack: checked before an invoice is approved (by the
+    pipeline or a person), so that posting never fails for missing data."""
+    gaps = []
+    if fields.payable_total is None or not fields.payable_total.is_finite():
+        gaps.append("a payable total")
+    if not fields.currency:
+        gaps.append("a currency")
+    return gaps

@@ -165,3 +165,40 @@ def test_same_number_and_total_from_another_seller_never_matches(seller: str, va
 def test_exact_beats_an_earlier_fuzzy_candidate() -> None:
     m = find_match(cand("new"), [cand("fuzzy", total="1436.51"), cand("exact")])
     assert m is not None and m.original_id == "exact" and m.exact
+
+
+# -- number twins: the check that runs when no blocking key can be formed (issue 18) --------------
+
+
+def test_a_number_without_digits_is_still_compared_and_an_identical_copy_is_exact() -> None:
+    original, copy = cand("old", number="INV-ABC"), cand("new", number="inv abc")
+    assert original.block is None and copy.block is None  # no digits, no blocking key
+    m = find_match(copy, [original])
+    assert m is not None and m.exact and m.original_id == "old"
+
+
+def test_a_copy_without_currency_is_suspected_never_exact() -> None:
+    """A scan that found no currency, of an e-invoice that stated EUR: held, never paid twice."""
+    m = find_match(cand("scan", currency=None, vat=None), [cand("xml")])
+    assert m is not None and not m.exact
+    assert any("currency missing on one side" in r for r in m.reasons)
+
+
+def test_two_invoices_without_currency_are_at_most_suspected() -> None:
+    m = find_match(cand("b", currency=None), [cand("a", currency=None)])
+    assert m is not None and not m.exact
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        {"total": "1436.60"},  # a different amount stated on both sides: another invoice
+        {"currency": "USD"},
+        {"seller": "Globex Ltd", "vat": "DE999999999"},
+        {"org": "org-2"},
+        {"doc_type": "credit_note"},
+    ],
+)
+def test_number_twins_that_state_a_difference_are_not_copies(other: dict[str, object]) -> None:
+    new = cand("new", number="INV-ABC", **other)  # type: ignore[arg-type]
+    assert find_match(new, [cand("old", number="INV-ABC")]) is None

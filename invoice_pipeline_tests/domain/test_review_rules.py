@@ -8,9 +8,18 @@ from decimal import Decimal
 
 import pytest
 
-from invoice_pipeline.domain.fields import InvoiceFields
-from invoice_pipeline.domain.review import ReviewPolicy, reason_code, review_reasons
-from invoice_pipeline.domain.validation import validate_fields
+from invoice_pipeline.domain.fields import AmountCheck, FieldSource, InvoiceFields
+from invoice_pipeline.domain.review import (
+    AMOUNT_UNCONFIRMED,
+    CURRENCY_UNKNOWN,
+    DEFAULT_POLICY,
+    DUPLICATE_CHECK_IMPOSSIBLE,
+    ReviewPolicy,
+    reason_code,
+    review_reasons,
+    with_default_currency,
+)
+from invoice_pipeline.domain.validation import posting_gaps, validate_fields
 
 TODAY = date(2026, 11, 30)
 GOOD = InvoiceFields(
@@ -99,3 +108,45 @@ def test_reason_codes_are_machine_readable() -> None:
 def test_policy_refuses_nonsense(kwargs: dict[str, object]) -> None:
     with pytest.raises(ValueError):
         ReviewPolicy(**kwargs)  # type: ignore[arg-type]
+
+
+def _page_read(total: str, check: AmountCheck | None, currency: str | None = "EUR") -> InvoiceFields:
+    source = FieldSource("pdf-text:page 1:line 30:'Total'", 0.8)
+    return InvoiceFields(
+        invoice_number="INV-1",
+        issue_date=date(2024, 5, 1),
+        currency=currency,
+        payable_total=Decimal(total),
+        seller_name="Acme GmbH",
+        sources={"payable_total": source, "currency": FieldSource("pdf-text", 0.8)},
+        amount_check=check,
+    )
+
+
+def test_a_page_read_total_no_arithmetic_confirms_is_held() -> None:
+    held = review_reasons(_page_read("24.99", AmountCheck(False, "no tax found")), DEFAULT_POLICY)
+    assert [reason_code(r) for r in held] == [AMOUNT_UNCONFIRMED]
+    assert "no tax found" in held[0]
+    # No check at all (an old reader, a bug) is the same: fail closed.
+    assert [reason_code(r) for r in review_reasons(_page_read("24.99", None), DEFAULT_POLICY)] == [
+        AMOUNT_UNCONFIRMED
+    ]
+
+
+def test_a_confirmed_page_total_and_a_structured_total_need_nobody() -> None:
+    confirmed = AmountCheck(True, "net 24.99 + tax 5.00 = gross 29.99")
+    assert review_reasons(_page_read("29.99", confirmed), DEFAULT_POLICY) == []
+    assert review_reasons(replace(GOOD, payable_total=Decimal("29.99")), DEFAULT_POLICY) == []
+
+
+def test_no_currency_is_held_unless_the_org_names_a_default() -> None:
+    fields = _page_read("29.99", AmountCheck(True, "ok"), currency=None)
+    assert [reason_code(r) for r in review_reasons(fields, DEFAULT_POLICY)] == [
+        CURRENCY_UNKNOWN,
+        DUPLICATE_CHECK_IMPOSSIBLE,
+    ]
+    policy = ReviewPolicy(default_currency="CHF")
+    filled = with_default_currency(fields, policy)
+    assert filled.currency == "CHF" and filled.sources["currency"].source == "org policy: default currency"
+    assert review_reasons(filled, policy) == []
+    assert posting_gaps(fields) == ["a currency"] and posting_gaps(filled) == []

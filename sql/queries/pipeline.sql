@@ -49,10 +49,11 @@ FROM invoices WHERE id = %(invoice_id)s AND duplicate_status IS NOT NULL
 -- name: take_dedupe_locks
 SELECT take_dedupe_locks(%(lock_ids)s::bigint[])
 
--- Takes the decision's advisory locks, then reads its candidates (see the function in sql/0003).
+-- Takes the decision's advisory locks, then reads its candidates (see the function in sql/0007).
 -- name: locked_duplicate_candidates
 SELECT id, org_id, fields
-FROM locked_duplicate_candidates(%(lock_ids)s::bigint[], %(org_id)s, %(invoice_id)s, %(block_keys)s::bigint[])
+FROM locked_duplicate_candidates(%(lock_ids)s::bigint[], %(org_id)s, %(invoice_id)s, %(block_keys)s::bigint[],
+                                 %(number_key)s)
 
 -- The three decisions. Each applies only to an undecided invoice (a re-executed step finds its
 -- decision made and keeps it) and returns the decision as load_duplicate_decision reads it, so
@@ -61,6 +62,7 @@ FROM locked_duplicate_candidates(%(lock_ids)s::bigint[], %(org_id)s, %(invoice_i
 UPDATE invoices
 SET duplicate_status = 'original', duplicate_of = NULL, business_key = %(business_key)s,
     business_key_hash = %(business_key_hash)s, vendor_key = %(vendor_key)s, block_key = %(block_key)s,
+    number_key = %(number_key)s,
     match_how = NULL, match_score = NULL, match_reasons = NULL, updated_at = now()
 WHERE id = %(invoice_id)s AND duplicate_status IS NULL
 RETURNING id AS invoice_id, duplicate_status AS status, duplicate_group_id AS group_id,
@@ -83,7 +85,7 @@ WITH undecided AS (
 UPDATE invoices
 SET duplicate_status = 'duplicate', duplicate_of = %(original_id)s, duplicate_group_id = (SELECT id FROM grp),
     business_key = %(business_key)s, business_key_hash = %(business_key_hash)s,
-    vendor_key = %(vendor_key)s, block_key = %(block_key)s,
+    vendor_key = %(vendor_key)s, block_key = %(block_key)s, number_key = %(number_key)s,
     match_how = %(how)s, match_score = %(score)s, match_reasons = %(reasons)s, updated_at = now()
 WHERE id = %(invoice_id)s AND duplicate_status IS NULL
 RETURNING id AS invoice_id, duplicate_status AS status, duplicate_group_id AS group_id,
@@ -95,7 +97,7 @@ RETURNING id AS invoice_id, duplicate_status AS status, duplicate_group_id AS gr
 UPDATE invoices
 SET duplicate_status = 'suspected', duplicate_of = %(original_id)s, duplicate_group_id = NULL,
     business_key = %(business_key)s, business_key_hash = %(business_key_hash)s,
-    vendor_key = %(vendor_key)s, block_key = %(block_key)s,
+    vendor_key = %(vendor_key)s, block_key = %(block_key)s, number_key = %(number_key)s,
     match_how = %(how)s, match_score = %(score)s, match_reasons = %(reasons)s, updated_at = now()
 WHERE id = %(invoice_id)s AND duplicate_status IS NULL
 RETURNING id AS invoice_id, duplicate_status AS status, duplicate_group_id AS group_id,
@@ -251,3 +253,7 @@ UPDATE invoices
 SET business_key = %(business_key)s, business_key_hash = %(business_key_hash)s,
     vendor_key = %(vendor_key)s, block_key = %(block_key)s
 WHERE id = %(invoice_id)s
+
+-- The number key came with 0007; invoices decided before it get theirs.
+-- name: set_number_key
+UPDATE invoices SET number_key = %(number_key)s WHERE id = %(invoice_id)s

@@ -4,15 +4,18 @@
 -- another reviewer.
 
 -- name: review_policies
-SELECT org_id, auto_approve_limit, home_currency, stale_after_days
+SELECT org_id, auto_approve_limit, home_currency, stale_after_days, default_currency
 FROM review_policies WHERE org_id = ANY(%(org_ids)s::text[])
 
 -- name: set_review_policy
-INSERT INTO review_policies (org_id, auto_approve_limit, home_currency, stale_after_days, updated_by)
-VALUES (%(org_id)s, %(auto_approve_limit)s, %(home_currency)s, %(stale_after_days)s, %(updated_by)s)
+INSERT INTO review_policies (org_id, auto_approve_limit, home_currency, stale_after_days, default_currency,
+                             updated_by)
+VALUES (%(org_id)s, %(auto_approve_limit)s, %(home_currency)s, %(stale_after_days)s, %(default_currency)s,
+        %(updated_by)s)
 ON CONFLICT (org_id) DO UPDATE
 SET auto_approve_limit = EXCLUDED.auto_approve_limit, home_currency = EXCLUDED.home_currency,
-    stale_after_days = EXCLUDED.stale_after_days, updated_by = EXCLUDED.updated_by, updated_at = now()
+    stale_after_days = EXCLUDED.stale_after_days, default_currency = EXCLUDED.default_currency,
+    updated_by = EXCLUDED.updated_by, updated_at = now()
 
 -- The invoices an action may apply to: by id, or by filter (org, status, reason code, age).
 -- A reason matches the code a review reason starts with (domain/review.py) or the quarantine

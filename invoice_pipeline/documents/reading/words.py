@@ -1,0 +1,78 @@
+"""Where a line and its segments are on the page: page numbers and boxes for field sources.
+
+The layout text (`pdf.layout_text`, `ocr`) has one visual line per text line and pages apart
+by a "\\f" line. For a text PDF, `TextBoxes` keeps the box (PDF points, origin top-left) of
+every segment of every line, stored in `ExtractedText.structured`; an older stored text
+without it still reads, only without boxes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ...domain.fields import Box
+
+BOXES_KEY = "pdf_text_boxes"
+
+
+@dataclass(frozen=True)
+class TextBoxes:
+    """Per text line, the boxes of its segments in reading order (empty for a "\\f" line)."""
+
+    lines: tuple[tuple[Box, ...], ...]
+
+    def to_structured(self) -> str:
+        return json.dumps(
+            {BOXES_KEY: [[list(b) for b in line] for line in self.lines]}, separators=(",", ":")
+        )
+
+    @classmethod
+    def from_structured(cls, structured: str | None) -> TextBoxes | None:
+        if not structured or not structured.lstrip().startswith("{"):
+            return None
+        try:
+            data = json.loads(structured)[BOXES_KEY]
+            return cls(
+                tuple(
+                    tuple((float(b[0]), float(b[1]), float(b[2]), float(b[3])) for b in line) for line in data
+                )
+            )
+        except (ValueError, KeyError, TypeError, IndexError):
+            return None
+
+
+def union(boxes: Sequence[Box | None]) -> Box | None:
+    known = [b for b in boxes if b is not None]
+    if not known:
+        return None
+    return (
+        min(b[0] for b in known),
+        min(b[1] for b in known),
+        max(b[2] for b in known),
+        max(b[3] for b in known),
+    )
+
+
+class PageGeometry:
+    """Page number (1-based) of each text line and, when known, each segment's box."""
+
+    def __init__(self, text: str, boxes: TextBoxes | None) -> None:
+        self.page_of: list[int] = []
+        page = 1
+        for line in text.replace("\r", "").split("\n"):
+            if line == "\f":
+                page += 1
+            self.page_of.append(page)
+        # Boxes that do not line up with the text (a text edited after extraction) are ignored.
+        self.boxes = boxes if boxes is not None and len(boxes.lines) == len(self.page_of) else None
+
+    def page(self, line: int) -> int:
+        return self.page_of[line] if 0 <= line < len(self.page_of) else 1
+
+    def box(self, line: int, index: int) -> Box | None:
+        if self.boxes is None or not 0 <= line < len(self.boxes.lines):
+            return None
+        row = self.boxes.lines[line]
+        return row[index] if 0 <= index < len(row) else None

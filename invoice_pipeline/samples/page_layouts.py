@@ -1,0 +1,304 @@
+"""Invoice pages in more layouts than `render.invoice_pdf`: six languages, number formats,
+totals tables with per-rate VAT rows, a prepaid row and an amount due that is not the gross.
+
+Each `PageCase` carries its truth, so the page-reading benchmark can score what is read from
+the rendered PDF (no XML is embedded: only the visible page can be read).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import random
+from dataclasses import dataclass
+from decimal import Decimal
+
+from fpdf import FPDF
+
+from .render import FIXED_PDF_DATE
+
+
+@dataclass(frozen=True)
+class PageLabels:
+    heading: str
+    number: str
+    issue: str
+    due_date: str
+    bill_to: str
+    net: str
+    tax: str  # with "{rate}" for the per-rate rows
+    tax_total: str
+    gross: str
+    prepaid: str
+    due: str
+    vat: str
+    stamp: str  # a version/print stamp with a date that is not the issue date
+
+
+PAGE_LABELS: dict[str, PageLabels] = {
+    "en": PageLabels(
+        "INVOICE",
+        "Invoice number",
+        "Invoice date",
+        "Due date",
+        "Bill to",
+        "Subtotal",
+        "VAT {rate}%",
+        "Total VAT",
+        "Total incl. VAT",
+        "Already paid",
+        "Balance due",
+        "VAT Reg. No.",
+        "Printed on",
+    ),
+    "de": PageLabels(
+        "RECHNUNG",
+        "Rechnungsnummer",
+        "Rechnungsdatum",
+        "Fällig am",
+        "Rechnungsempfänger",
+        "Nettobetrag",
+        "USt {rate}%",
+        "Summe USt",
+        "Gesamtbetrag",
+        "Anzahlung",
+        "Zahlbetrag",
+        "USt-IdNr.",
+        "Stylesheet-Version 3 vom",
+    ),
+    "fr": PageLabels(
+        "FACTURE",
+        "Facture n°",
+        "Date de facture",
+        "Date d'échéance",
+        "Client",
+        "Total HT",
+        "TVA {rate}%",
+        "Total TVA",
+        "Total TTC",
+        "Acompte",
+        "Net à payer",
+        "N° TVA",
+        "Édité le",
+    ),
+    "nl": PageLabels(
+        "FACTUUR",
+        "Factuurnummer",
+        "Factuurdatum",
+        "Vervaldatum",
+        "Klant",
+        "Totaal excl. BTW",
+        "BTW {rate}%",
+        "Totaal BTW",
+        "Totaal incl. BTW",
+        "Vooruitbetaald",
+        "Te betalen",
+        "BTW-nummer",
+        "Afgedrukt op",
+    ),
+    "it": PageLabels(
+        "FATTURA",
+        "Fattura n.",
+        "Data fattura",
+        "Scadenza",
+        "Cliente",
+        "Imponibile",
+        "IVA {rate}%",
+        "Totale IVA",
+        "Totale fattura",
+        "Acconto",
+        "Totale da pagare",
+        "Partita IVA",
+        "Stampato il",
+    ),
+    "es": PageLabels(
+        "FACTURA",
+        "Factura n.º",
+        "Fecha de factura",
+        "Vencimiento",
+        "Cliente",
+        "Base imponible",
+        "IVA {rate}%",
+        "Total IVA",
+        "Importe total",
+        "Anticipo",
+        "Importe a pagar",
+        "NIF",
+        "Impreso el",
+    ),
+}
+CURRENCY_BY_LANG = {"en": "GBP", "de": "EUR", "fr": "EUR", "nl": "EUR", "it": "EUR", "es": "EUR"}
+VAT_PREFIX = {"en": "GB", "de": "DE", "fr": "FR", "nl": "NL", "it": "IT", "es": "ES"}
+# Number formats: 1,234.56 / 1.234,56 / 1 234,56 / 1'234.56
+FORMATS = ("en", "de", "fr", "ch")
+
+
+def fmt_amount(value: Decimal, style: str) -> str:
+    text = f"{abs(value):,.2f}"
+    if style == "de":
+        text = text.replace(",", "X").replace(".", ",").replace("X", ".")
+    elif style == "fr":
+        text = text.replace(",", " ").replace(".", ",")
+    elif style == "ch":
+        text = text.replace(",", "'")
+    return f"-{text}" if value < 0 else text
+
+
+@dataclass(frozen=True)
+class PageCase:
+    name: str
+    lang: str
+    layout: str
+    invoice_number: str
+    issue_date: dt.date
+    currency: str
+    seller_name: str
+    seller_vat_id: str
+    buyer_name: str
+    net: Decimal
+    tax_rows: tuple[tuple[Decimal, Decimal], ...]  # (rate, tax)
+    prepaid: Decimal
+    number_format: str
+    totals_right: bool
+    show_currency: bool
+
+    @property
+    def tax(self) -> Decimal:
+        return sum((t for _, t in self.tax_rows), Decimal("0.00"))
+
+    @property
+    def gross(self) -> Decimal:
+        return self.net + self.tax
+
+    @property
+    def amount_due(self) -> Decimal:
+        return self.gross - self.prepaid
+
+
+_SELLERS = (
+    "Halvorsen Metaalwerk B.V.",
+    "Officine Ruggeri S.r.l.",
+    "Talleres Ebro S.L.",
+    "Brightwater Tools Ltd",
+    "Kessler Haustechnik GmbH",
+    "Atelier Morvan SARL",
+    "Lindqvist Design AB",
+    "Pereira Consulting SA",
+)
+_BUYERS = (
+    "Northfield Bakery",
+    "Stadtwerke Talheim",
+    "Café du Marché",
+    "Hotel Zonneweide",
+    "Bar Centrale",
+    "Ferretería López",
+)
+
+
+def page_cases(seed: int, count: int) -> list[PageCase]:
+    rng = random.Random(seed)
+    out: list[PageCase] = []
+    langs = tuple(PAGE_LABELS)
+    for i in range(count):
+        lang = langs[i % len(langs)]
+        rates = rng.choice(
+            ((Decimal(19),), (Decimal(21), Decimal(9)), (Decimal(20),), (Decimal(22), Decimal(10)))
+        )
+        net_parts = [Decimal(rng.randint(500, 400_000)) / 100 for _ in rates]
+        rows = tuple(
+            (r, (n * r / 100).quantize(Decimal("0.01"))) for r, n in zip(rates, net_parts, strict=True)
+        )
+        net = sum(net_parts, Decimal("0.00"))
+        gross = net + sum((t for _, t in rows), Decimal(0))
+        prepaid = (gross * Decimal(rng.choice((0, 0, 0.3, 0.5)))).quantize(Decimal("0.01"))
+        out.append(
+            PageCase(
+                name=f"page-{i:03d}-{lang}",
+                lang=lang,
+                layout=f"{lang}-{'right' if i % 2 else 'left'}-{'rates' if len(rates) > 1 else 'single'}",
+                invoice_number=f"{rng.choice(('INV', 'RE', 'F', 'FV', 'FA'))}-{rng.randint(2020, 2026)}-{rng.randint(1, 99999):05d}",
+                issue_date=dt.date(2025, 1, 1) + dt.timedelta(days=rng.randint(0, 300)),
+                currency=CURRENCY_BY_LANG[lang],
+                seller_name=rng.choice(_SELLERS),
+                seller_vat_id=f"{VAT_PREFIX[lang]}{rng.randint(100_000_000, 999_999_999)}",
+                buyer_name=rng.choice(_BUYERS),
+                net=net,
+                tax_rows=rows,
+                prepaid=prepaid,
+                number_format=rng.choice(FORMATS),
+                totals_right=i % 2 == 1,
+                show_currency=rng.random() < 0.7,
+            )
+        )
+    return out
+
+
+def _date(value: dt.date, lang: str) -> str:
+    if lang == "en":
+        return value.isoformat()
+    if lang in ("nl", "es", "it"):
+        return value.strftime("%d-%m-%Y") if lang == "nl" else value.strftime("%d/%m/%Y")
+    return value.strftime("%d.%m.%Y") if lang == "de" else value.strftime("%d/%m/%Y")
+
+
+def page_pdf(case: PageCase) -> bytes:
+    lab = PAGE_LABELS[case.lang]
+    money = (
+        (lambda v: f"{fmt_amount(v, case.number_format)} {case.currency}")
+        if case.show_currency
+        else (lambda v: fmt_amount(v, case.number_format))
+    )
+    pdf = FPDF(format="A4")
+    pdf.set_creation_date(FIXED_PDF_DATE)
+    pdf.add_page()
+    pdf.set_font("Helvetica", "B", 15)
+    pdf.set_xy(20, 15)
+    pdf.cell(100, 8, case.seller_name)
+    pdf.set_font("Helvetica", "", 9)
+    pdf.set_xy(20, 24)
+    pdf.cell(100, 5, "Industrieweg 4, 1234 AB Stad")
+    pdf.set_font("Helvetica", "", 10)
+    pdf.set_xy(20, 45)
+    pdf.cell(60, 5, f"{lab.bill_to}:")
+    pdf.set_xy(20, 51)
+    pdf.cell(60, 5, case.buyer_name)
+    pdf.set_xy(20, 57)
+    pdf.cell(60, 5, "Marktplein 7")
+    pdf.set_font("Helvetica", "B", 16)
+    pdf.set_xy(20, 80)
+    pdf.cell(80, 8, lab.heading)
+    pdf.set_font("Helvetica", "", 10)
+    due_date = case.issue_date + dt.timedelta(days=30)
+    for k, (label, value) in enumerate(
+        (
+            (lab.number, case.invoice_number),
+            (lab.issue, _date(case.issue_date, case.lang)),
+            (lab.due_date, _date(due_date, case.lang)),
+        )
+    ):
+        pdf.set_xy(110, 45 + 6 * k)
+        pdf.cell(40, 5, f"{label}:")
+        pdf.cell(40, 5, value)
+    rows: list[tuple[str, Decimal]] = [(lab.net, case.net)]
+    rows += [(lab.tax.format(rate=f"{rate}"), tax) for rate, tax in case.tax_rows]
+    if len(case.tax_rows) > 1:
+        rows.append((lab.tax_total, case.tax))
+    rows.append((lab.gross, case.gross))
+    if case.prepaid:
+        rows.append((lab.prepaid, case.prepaid))
+        rows.append((lab.due, case.amount_due))
+    x = 110 if case.totals_right else 20
+    y = 110.0
+    for label, amount in rows:
+        pdf.set_xy(x, y)
+        pdf.cell(50, 6, label)
+        pdf.cell(35, 6, money(amount), align="R")
+        y += 6
+    pdf.set_font("Helvetica", "", 7)
+    pdf.set_xy(20, 270)
+    pdf.cell(170, 4, f"{lab.stamp} 02.01.2019")
+    pdf.set_xy(20, 276)
+    pdf.cell(170, 4, f"{case.seller_name} - {lab.vat}: {case.seller_vat_id}")
+    out = io.BytesIO()
+    pdf.output(out)
+    return out.getvalue()
