@@ -22,7 +22,7 @@ def insert_decided_originals(url: str, org: str, fields: Iterable[InvoiceFields]
     with psycopg.connect(url) as conn, conn.cursor() as cur:
         with cur.copy(
             "COPY invoices (org_id, status, fields, invoice_number, payable_total, currency, seller_name,"
-            " seller_vat_id, duplicate_status, business_key, business_key_hash, vendor_key, block_key)"
+            " seller_vat_id, duplicate_status, business_key, business_key_hash, vendor_key, block_key, number_key)"
             " FROM STDIN"
         ) as copy:
             for f in fields:
@@ -38,7 +38,7 @@ def insert_decided_originals(url: str, org: str, fields: Iterable[InvoiceFields]
                         f.seller_name,
                         f.seller_vat_id,
                         "original",
-                        *c.stored_keys.values(),  # business_key, business_key_hash, vendor_key, block_key
+                        *c.stored_keys.values(),  # business_key, business_key_hash, vendor_key, block_key, number_key
                     )
                 )
                 n += 1

@@ -491,8 +491,9 @@ def resolve(found: Sequence[Found], *, exempt: bool, source_of: Callable[[Found]
                         continue
                     if abs(net.amount + tax.amount - top_amount) > tax.tolerance:
                         continue
-                    if tax.amount == 0 and not exempt:
-                        continue
+                    # A printed tax of 0.00 is a statement like any other row (an
+                    # intra-EU or export invoice): net + 0.00 = total closes the chain. Only a
+                    # missing tax row needs the page to say why (above).
                     head = f"net {_fmt(net.amount)} + {tax.what} = {top_name} {_fmt(top_amount)}"
                 rule = f"{head}; {tail}"
                 if best is None:
