@@ -8,7 +8,9 @@ migration, in the same transaction.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from typing import Any
+from uuid import UUID
 
 import psycopg
 
@@ -28,11 +30,7 @@ def rekey_decided_invoices(conn: psycopg.Connection[Any]) -> int:
     for a person; the earlier one stays the original every new copy is matched against.
     """
     rekeyed = 0
-    for invoice_id, org_id, fields in conn.execute(query("decided_invoices_to_rekey")).fetchall():
-        try:
-            candidate = MatchCandidate.from_fields(str(invoice_id), org_id, InvoiceFields.from_json(fields))
-        except ValueError:
-            continue
+    for invoice_id, candidate in _decided(conn):
         params = {"invoice_id": invoice_id, **candidate.stored_keys}
         try:
             with conn.transaction():
@@ -53,11 +51,19 @@ def set_number_keys(conn: psycopg.Connection[Any]) -> int:
     has no blocking key (a scan without currency of an invoice paid last year).
     """
     filled = 0
-    for invoice_id, org_id, fields in conn.execute(query("decided_invoices_to_rekey")).fetchall():
-        try:
-            candidate = MatchCandidate.from_fields(str(invoice_id), org_id, InvoiceFields.from_json(fields))
-        except ValueError:
-            continue
+    for invoice_id, candidate in _decided(conn):
         conn.execute(query("set_number_key"), {"invoice_id": invoice_id, "number_key": candidate.number.id})
         filled += 1
     return filled
+
+
+def _decided(conn: psycopg.Connection[Any]) -> Iterator[tuple[UUID, MatchCandidate]]:
+    """Every decided invoice whose fields form a key, oldest first, as the matcher sees it."""
+    for invoice_id, org_id, fields in conn.execute(query("decided_invoices_to_rekey")).fetchall():
+        try:
+            yield (
+                invoice_id,
+                MatchCandidate.from_fields(str(invoice_id), org_id, InvoiceFields.from_json(fields)),
+            )
+        except ValueError:
+            continue

@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from datetime import date
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any, Generic, TypeVar
 
 from rapidfuzz import fuzz
@@ -24,7 +24,7 @@ from ..domain.fields import FieldSource, InvoiceFields
 from ..domain.validation import KNOWN_CURRENCIES
 from .collect import FieldCollector
 from .ocr import MIN_FIELD_CONFIDENCE, OcrLayout
-from .reading.amounts import EXEMPT, Found, find_amounts, resolve
+from .reading.amounts import EXEMPT, Found, find_amounts, parse_number, resolve
 from .reading.words import PageGeometry, TextBoxes, union
 
 T = TypeVar("T")
@@ -113,24 +113,8 @@ _DOLLAR_PREFIXES = {
 }
 
 
-def parse_amount(raw: str) -> Decimal | None:
-    s = re.sub(r"[\s\u00a0\u202f']", "", raw)
-    if "," in s and "." in s:
-        dec = "," if s.rfind(",") > s.rfind(".") else "."
-        s = s.replace("." if dec == "," else ",", "").replace(",", ".")
-    elif "," in s or "." in s:
-        sep = "," if "," in s else "."
-        head, _, tail = s.rpartition(sep)
-        # One separator followed by exactly three digits is a thousands separator ("1.234"),
-        # except after a lone zero ("0.025" is a unit price).
-        if s.count(sep) > 1 or (len(tail) == 3 and head.lstrip("-") not in ("", "0")):
-            s = s.replace(sep, "")
-        else:
-            s = s.replace(sep, ".")
-    try:
-        return Decimal(s)
-    except InvalidOperation:
-        return None
+# One reading of printed numbers for the whole page reader.
+parse_amount = parse_number
 
 
 @dataclass(frozen=True)
