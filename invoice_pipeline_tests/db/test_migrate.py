@@ -12,6 +12,7 @@ from invoice_pipeline.db.migrate import MigrationError, migrate
 from invoice_pipeline.db.sqlfiles import migration_files, sql_dir
 from invoice_pipeline.dedupe import decide_duplicate
 from invoice_pipeline.domain.fields import InvoiceFields
+from invoice_pipeline.domain.matching import MatchCandidate
 from invoice_pipeline.store import InvoiceStore
 from pipeline_support.factories import json_invoice
 
@@ -123,3 +124,46 @@ def test_invoices_decided_before_blocking_keys_are_rekeyed_and_still_found(
     finally:
         store.close()
     assert decision.status == "duplicate" and decision.original_id == old_original
+
+
+def test_invoices_decided_before_number_keys_are_found_by_a_copy_without_currency(
+    empty_database_url: str, tmp_path: Path
+) -> None:
+    """0007 added the number key; its data migration fills it for invoices decided before, so a
+    later copy with no blocking key (here: no currency) still finds them. Without the data
+    migration the copy becomes a second original (checked by skipping `set_number_keys`)."""
+    old = tmp_path / "sql"
+    old.mkdir()
+    for path in migration_files():
+        if path.name < "0007":
+            shutil.copy(path, old / path.name)
+    migrate(empty_database_url, old)
+    fields = InvoiceFields.from_json(json.loads(json_invoice("INV-88")))
+    keys = MatchCandidate.from_fields("x", "acme", fields).stored_keys
+    with psycopg.connect(empty_database_url) as conn:
+        row = conn.execute(
+            "INSERT INTO invoices (org_id, status, fields, payable_total, currency, duplicate_status,"
+            " business_key, business_key_hash, vendor_key, block_key)"
+            " VALUES ('acme', 'processed', %s, 119.00, 'EUR', 'original', %s, %s, %s, %s) RETURNING id",
+            (
+                json.dumps(fields.to_json()),
+                keys["business_key"],
+                keys["business_key_hash"],
+                keys["vendor_key"],
+                keys["block_key"],
+            ),
+        ).fetchone()
+        assert row is not None
+        old_original = row[0]
+    assert migrate(empty_database_url).applied == ["0007_page_money_fails_closed.sql"]
+    scan = InvoiceFields.from_json(json.loads(json_invoice("INV-88", currency=None, vat_id=None)))  # type: ignore[arg-type]
+    store = InvoiceStore(empty_database_url, max_size=2)
+    try:
+        copy = store.store_document(json_invoice("INV-88", currency=None, vat_id=None), "acme").invoice_id  # type: ignore[arg-type]
+        lease = store.acquire(copy, 1)
+        assert lease is not None
+        store.save_fields(lease, scan)
+        decision = decide_duplicate(store, lease, "acme", scan)
+    finally:
+        store.close()
+    assert decision.status == "suspected" and decision.original_id == old_original
