@@ -44,7 +44,7 @@ from benchmarks.harness import (
 )
 from invoice_pipeline.dedupe import decide_duplicate
 from invoice_pipeline.domain.fields import InvoiceFields
-from invoice_pipeline.domain.keys import BlockingKey, lock_ids
+from invoice_pipeline.domain.keys import BlockingKey, NumberKey, decision_lock_ids
 from invoice_pipeline.store import InvoiceStore
 
 NAME = "dedupe_contention"
@@ -69,15 +69,15 @@ FROM invoices
 """
 
 
-def _global(_: BlockingKey | None) -> tuple[int, ...]:
+def _global(_: BlockingKey | None, __: NumberKey) -> tuple[int, ...]:
     return (GLOBAL_LOCK_ID,)
 
 
-def _none(_: BlockingKey | None) -> tuple[int, ...]:
+def _none(_: BlockingKey | None, __: NumberKey) -> tuple[int, ...]:
     return ()
 
 
-LOCKS = {"blocking_keys": lock_ids, "global": _global, "no_lock": _none}
+LOCKS = {"blocking_keys": decision_lock_ids, "global": _global, "no_lock": _none}
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,7 @@ def build_spec(n: int, seed: int = 2026) -> list[Spec]:
 
 
 def decide_task(w: WorkerContext, *, variant: str, items: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
-    store_module.lock_ids = LOCKS[variant]  # type: ignore[assignment]  # the only difference
+    store_module.decision_lock_ids = LOCKS[variant]  # type: ignore[assignment]  # the only difference
     store = InvoiceStore(w.url, min_size=1, max_size=1)
     try:
         work = []
@@ -150,7 +150,7 @@ def decide_task(w: WorkerContext, *, variant: str, items: list[tuple[str, dict[s
         t1 = time.monotonic()
     finally:
         store.close()
-        store_module.lock_ids = lock_ids  # type: ignore[assignment]
+        store_module.decision_lock_ids = decision_lock_ids  # type: ignore[assignment]
     return {"start": t0, "end": t1}
 
 

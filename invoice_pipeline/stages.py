@@ -34,7 +34,7 @@ from invoice_pipeline.domain.review import (
     review_reasons,
     with_default_currency,
 )
-from invoice_pipeline.domain.validation import validate_fields
+from invoice_pipeline.domain.validation import posting_gaps, validate_fields
 from invoice_pipeline.records import ChunkWrite, Lease, Posting, Quarantine, Verdict
 from invoice_pipeline.store import InvoiceStore, is_systemic
 
@@ -399,9 +399,10 @@ def post_to_ledger(env: StageEnv, items: list[Claimed]) -> dict[UUID, Outcome]:
     outcomes: dict[UUID, Outcome] = {}
     for c in items:
         found = fields.get(c.invoice_id)
-        if found is None or found.payable_total is None or not found.currency:
+        if found is None or posting_gaps(found):
             outcomes[c.invoice_id] = _missing("payable total and currency")
             continue
+        assert found.currency is not None
         postings.append((c.lease, Posting(c.org_id, payable(found), found.currency)))
     return outcomes | written_outcomes(env.store.post_many(postings), Done("posted"))
 

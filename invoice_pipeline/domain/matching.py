@@ -44,6 +44,7 @@ from .keys import AMOUNT_TOLERANCE, BlockingKey, BusinessKey, NumberKey
 from .normalize import (
     blocking_key,
     business_key,
+    normalize_currency,
     normalize_invoice_number,
     normalize_vat_id,
     normalize_vendor,
@@ -198,7 +199,7 @@ def _compare_twins(new: MatchCandidate, old: MatchCandidate, threshold: float) -
 
 
 def _currency(c: MatchCandidate) -> str | None:
-    return (c.currency or "").strip().upper() or None
+    return normalize_currency(c.currency) or None
 
 
 def _compare(new: MatchCandidate, old: MatchCandidate, days: int, threshold: float) -> Match | None:

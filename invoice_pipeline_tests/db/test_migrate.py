@@ -91,16 +91,21 @@ def test_new_file_is_applied_and_a_failing_one_changes_nothing(
     assert migrate(empty_database_url, copy).applied == ["9001_extra.sql"]
 
 
+def _migrate_before(url: str, tmp_path: Path, first_new: str) -> None:
+    """The database as a release before `first_new` left it: every migration older than it."""
+    old = tmp_path / "sql"
+    old.mkdir()
+    for path in migration_files():
+        if path.name < first_new:
+            shutil.copy(path, old / path.name)
+    migrate(url, old)
+
+
 def test_invoices_decided_before_blocking_keys_are_rekeyed_and_still_found(
     empty_database_url: str, tmp_path: Path
 ) -> None:
     """0003 changed how keys are made; its data migration recomputes them for decided invoices."""
-    old = tmp_path / "sql"
-    old.mkdir()
-    for path in migration_files():
-        if path.name < "0003":
-            shutil.copy(path, old / path.name)
-    migrate(empty_database_url, old)
+    _migrate_before(empty_database_url, tmp_path, "0003")
     fields = json.loads(json_invoice("INV-77", vat_id="DE123456789"))
     with psycopg.connect(empty_database_url) as conn:
         # What the old code stored: the VAT id with its prefix in the key, no blocking key.
@@ -132,12 +137,7 @@ def test_invoices_decided_before_number_keys_are_found_by_a_copy_without_currenc
     """0007 added the number key; its data migration fills it for invoices decided before, so a
     later copy with no blocking key (here: no currency) still finds them. Without the data
     migration the copy becomes a second original (checked by skipping `set_number_keys`)."""
-    old = tmp_path / "sql"
-    old.mkdir()
-    for path in migration_files():
-        if path.name < "0007":
-            shutil.copy(path, old / path.name)
-    migrate(empty_database_url, old)
+    _migrate_before(empty_database_url, tmp_path, "0007")
     fields = InvoiceFields.from_json(json.loads(json_invoice("INV-88")))
     keys = MatchCandidate.from_fields("x", "acme", fields).stored_keys
     with psycopg.connect(empty_database_url) as conn:
