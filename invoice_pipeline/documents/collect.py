@@ -20,15 +20,10 @@ class FieldCollector:
         return self.values.get(name) is not None
 
     def set(self, name: str, value: Any, source: str, confidence: float = 1.0) -> None:
-        if name not in FIELD_NAMES:
-            raise KeyError(name)
-        if value is None:
-            return
-        self.values[name] = value
-        self.sources[name] = FieldSource(source, confidence)
+        self.put(name, value, FieldSource(source, confidence))
 
     def put(self, name: str, value: Any, source: FieldSource) -> None:
-        """Like `set`, with a full FieldSource (page and box of a value read from the page)."""
+        """A value with its full FieldSource (a value read from the page carries its page and box)."""
         if name not in FIELD_NAMES:
             raise KeyError(name)
         if value is None:

@@ -19,7 +19,7 @@ from .detect import classify_xml
 from .errors import BadDocument, resource_error, too_complex
 from .limits import DEFAULT_MAX_BYTES, MAX_PDF_PAGES, MAX_TEXT_CHARS, storable_text, text_too_long
 from .ocr import METHOD, ocr_pdf
-from .reading.words import TextBoxes
+from .reading.words import TextBoxes, union
 from .xmlsafe import parse_xml
 
 log = logging.getLogger(__name__)
@@ -216,24 +216,31 @@ def _column(x0: float, width: float) -> int:
     return int(min(max(x, 0.0), width) / POINTS_PER_COLUMN)
 
 
-def _line_text(words: list[dict[str, Any]], width: float = MAX_PAGE_POINTS) -> str:
+def _segments(words: list[dict[str, Any]], width: float) -> list[list[dict[str, Any]]]:
+    """The words of one line grouped into segments, left to right: a gap wider than 1.5 times
+    the font size starts a new one. The text and the boxes are both made from these groups, so a
+    box always belongs to the segment it is stored beside."""
     words = sorted(words, key=lambda w: w["x0"] if math.isfinite(w["x0"]) else width)
-    segments: list[tuple[float, list[str]]] = []
+    segments: list[list[dict[str, Any]]] = []
     prev_x1: float | None = None
     for w in words:
         size = float(w.get("size") or 10.0)
         if prev_x1 is None or w["x0"] - prev_x1 > max(1.5 * size, 8.0):
-            segments.append((w["x0"], [w["text"]]))
+            segments.append([w])
         else:
-            segments[-1][1].append(w["text"])
+            segments[-1].append(w)
         prev_x1 = w["x1"]
+    return segments
+
+
+def _line_text(words: list[dict[str, Any]], width: float = MAX_PAGE_POINTS) -> str:
     out = ""
-    for x0, parts in segments:
-        col = _column(x0, width)
+    for segment in _segments(words, width):
+        col = _column(segment[0]["x0"], width)
         if out:
             out += SEGMENT_GAP
         out = out.ljust(col)
-        out += " ".join(parts)
+        out += " ".join(w["text"] for w in segment)
     return out.rstrip()
 
 
@@ -249,21 +256,17 @@ def layout_text(pdf: pdfplumber.PDF, *, max_chars: int = MAX_TEXT_CHARS) -> str:
 
 def _segment_boxes(words: list[dict[str, Any]], width: float) -> list[tuple[float, float, float, float]]:
     """The box of each segment `_line_text` makes of these words, in the same order."""
-    words = sorted(words, key=lambda w: w["x0"] if math.isfinite(w["x0"]) else width)
-    boxes: list[list[float]] = []
-    prev_x1: float | None = None
-    for w in words:
-        size = float(w.get("size") or 10.0)
-        box = [float(w["x0"]), float(w["top"]), float(w["x1"]), float(w["bottom"])]
-        if not all(math.isfinite(v) for v in box):
-            box = [0.0, 0.0, 0.0, 0.0]
-        if prev_x1 is None or w["x0"] - prev_x1 > max(1.5 * size, 8.0):
-            boxes.append(box)
-        else:
-            last = boxes[-1]
-            last[:] = [min(last[0], box[0]), min(last[1], box[1]), max(last[2], box[2]), max(last[3], box[3])]
-        prev_x1 = w["x1"]
-    return [(round(b[0], 1), round(b[1], 1), round(b[2], 1), round(b[3], 1)) for b in boxes]
+    out = []
+    for segment in _segments(words, width):
+        box = union([_word_box(w) for w in segment])
+        assert box is not None
+        out.append((round(box[0], 1), round(box[1], 1), round(box[2], 1), round(box[3], 1)))
+    return out
+
+
+def _word_box(w: dict[str, Any]) -> tuple[float, float, float, float]:
+    box = (float(w["x0"]), float(w["top"]), float(w["x1"]), float(w["bottom"]))
+    return box if all(math.isfinite(v) for v in box) else (0.0, 0.0, 0.0, 0.0)
 
 
 def layout_text_and_boxes(

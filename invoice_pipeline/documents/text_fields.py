@@ -25,22 +25,13 @@ from ..domain.validation import KNOWN_CURRENCIES
 from .collect import FieldCollector
 from .ocr import MIN_FIELD_CONFIDENCE, OcrLayout
 from .reading.amounts import EXEMPT, Found, find_amounts, parse_number, resolve
-from .reading.words import PageGeometry, TextBoxes, union
+from .reading.words import PageGeometry, Segment, TextBoxes, segments, union
 
 T = TypeVar("T")
 _I = re.IGNORECASE
 
 
-@dataclass(frozen=True)
-class Seg:
-    line: int
-    col: int
-    text: str
-    index: int = 0  # position among the line's segments (its box in `TextBoxes`)
-
-    @property
-    def end(self) -> int:
-        return self.col + len(self.text)
+Seg = Segment
 
 
 @dataclass(frozen=True)
@@ -61,14 +52,7 @@ class Hit(Generic[T]):
 
 class TextDoc:
     def __init__(self, text: str) -> None:
-        self.lines: list[list[Seg]] = []
-        for i, line in enumerate(text.replace("\r", "").split("\n")):
-            self.lines.append(
-                [
-                    Seg(i, m.start(), m.group(), k)
-                    for k, m in enumerate(re.finditer(r"\S+(?: {1,2}\S+)*", line))
-                ]
-            )
+        self.lines: list[list[Seg]] = segments(text)
 
     def segs(self) -> Iterator[Seg]:
         for line in self.lines:
@@ -113,10 +97,6 @@ _DOLLAR_PREFIXES = {
 }
 
 
-# One reading of printed numbers for the whole page reader.
-parse_amount = parse_number
-
-
 @dataclass(frozen=True)
 class Money:
     amount: Decimal
@@ -143,7 +123,7 @@ def first_money(text: str) -> Money | None:
         tail = text[m.end() : m.end() + 2]
         if tail.strip().startswith("%"):
             continue
-        amount = parse_amount(m.group("num"))
+        amount = parse_number(m.group("num"))
         if amount is None:
             continue
         if m.group("sign"):
@@ -324,18 +304,6 @@ PAYABLE_LABELS = (
     r"|total\s*[àa]\s*payer|importe\s*a\s*pagar|totale\s*da\s*pagare|te\s*betalen",
     r"total\s*ttc|gesamtbetrag|rechnungsbetrag|bruttosumme|bruttobetrag|gesamtsumme|endbetrag|invoice\s*total"
     r"|grand\s*total|total\s*amount|total\s*incl\.?(?:uding)?\s*(?:vat|tax)|total\s*\(incl|total\s*brutto|summe\s*brutto",
-)
-PAYABLE_WEAK = r"(?<![\w-])total\b(?!\s*(?:net|excl|ht\b|vat|tax|tva|mwst|ust|hors|before|sans|\())"
-NET_LABELS = (
-    r"net\s*total|total\s*net|sub-?\s*total|net\s*amount|total\s*excl\.?(?:uding)?\s*(?:vat|tax)|total\s*before\s*tax"
-    r"|total\s*\(?excl|summe\s*netto|netto\s*summe|nettosumme|gesamt\s*netto|rechnungssumme\s*ohne\s*ust\.?"
-    r"|total\s*ht|montant\s*ht|total\s*hors\s*taxes?|base\s*imponible|imponibile",
-    r"nettobetrag|netto|warenwert",
-)
-TAX_LABELS = (
-    r"vat\s*total|total\s*vat|tax\s*total|total\s*tax|sales\s*tax|steuerbetrag|mwst\.?\s*-?\s*betrag|ust\.?\s*-?\s*betrag"
-    r"|summe\s*(?:ust|mwst)|umsatzsteuer\s*gesamt|total\s*tva|montant\s*tva|iva\s*total|total\s*iva",
-    r"vat\s*amount|tax\s*amount|umsatzsteuer|mwst\.?|tva",
 )
 VAT_LABELS = (
     r"(?:vat|tax)\s*-?\s*(?:id|no\b\.?|number|reg(?:istration)?\.?\s*(?:no\b\.?|number)?)|ust\.?\s*-?\s*id\.?\s*(?:-?\s*nr\.?)?"

@@ -20,6 +20,7 @@ from typing import Literal
 
 from ...domain.fields import AmountCandidate, AmountCheck, AmountRole, FieldSource
 from ...domain.validation import KNOWN_CURRENCIES
+from .words import Segment, segments
 
 # What a label says an amount is. "rounding" and "other" become role "other" in the contract.
 Kind = Literal["due", "gross", "net", "tax", "prepaid", "rounding", "other"]
@@ -208,20 +209,6 @@ def amount_label(text: str) -> LabelMatch | None:
 
 
 @dataclass(frozen=True)
-class Segment:
-    """A run of text on one line, apart from its neighbours by at least three spaces."""
-
-    line: int
-    index: int  # position among the line's segments
-    col: int
-    text: str
-
-    @property
-    def end(self) -> int:
-        return self.col + len(self.text)
-
-
-@dataclass(frozen=True)
 class Found:
     """One labelled amount on the page."""
 
@@ -234,18 +221,6 @@ class Found:
     # A row of a per-rate breakdown (a rate in the label, or one of several rows under a
     # column header): summed to a tax total, never itself a total.
     rate_row: bool = False
-
-
-def segments(text: str) -> list[list[Segment]]:
-    out: list[list[Segment]] = []
-    for i, line in enumerate(text.replace("\r", "").split("\n")):
-        out.append(
-            [
-                Segment(i, k, m.start(), m.group())
-                for k, m in enumerate(re.finditer(r"\S+(?: {1,2}\S+)*", line))
-            ]
-        )
-    return out
 
 
 def _amount_only(seg: Segment) -> Decimal | None:

@@ -9,12 +9,41 @@ without it still reads, only without boxes.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ...domain.fields import Box
 
 BOXES_KEY = "pdf_text_boxes"
+# A segment: words kept apart from the next by at least three spaces (pdf.SEGMENT_GAP).
+_SEGMENT = re.compile(r"\S+(?: {1,2}\S+)*")
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A run of text on one line of the layout text, apart from its neighbours by three spaces.
+
+    `index` is its position among the line's segments: its box in `TextBoxes` (the layout text
+    and the boxes are cut into the same segments, `pdf._segments`).
+    """
+
+    line: int
+    index: int
+    col: int
+    text: str
+
+    @property
+    def end(self) -> int:
+        return self.col + len(self.text)
+
+
+def segments(text: str) -> list[list[Segment]]:
+    """The segments of every line of a layout text, line by line."""
+    return [
+        [Segment(i, k, m.start(), m.group()) for k, m in enumerate(_SEGMENT.finditer(line))]
+        for i, line in enumerate(text.replace("\r", "").split("\n"))
+    ]
 
 
 @dataclass(frozen=True)
