@@ -10,6 +10,9 @@ the product's vendor normalisation (case, accents, punctuation, legal form), whi
 duplicate detection compares; the exact spelling rate is reported beside it. Two worker
 processes share the pages (this machine has two cores).
 
+Linking: each scan is also compared, as dedupe would, with the e-invoice it was drawn from,
+decided before it in the same org: exact or suspected counts as linked.
+
 ocr_recovery: the payoff of the extract_text checkpoint, through the CLI and the database only.
 A 3-page scan is processed by `invoice-pipeline process` from scratch (baseline). A second copy
 (another org) is processed by a worker that is SIGKILLed as soon as the database holds its
@@ -37,6 +40,9 @@ import psycopg
 from benchmarks.harness import BenchContext, BenchResult, register
 from invoice_pipeline.documents import BadDocument, extract_fields, extract_text
 from invoice_pipeline.documents.ocr import MIN_FIELD_CONFIDENCE, OcrLayout
+from invoice_pipeline.domain.fields import InvoiceFields
+from invoice_pipeline.domain.keys import search_ids
+from invoice_pipeline.domain.matching import MatchCandidate, find_match
 from invoice_pipeline.domain.normalize import normalize_vendor
 from invoice_pipeline.samples.render import letter_pdf, render_invoice
 from invoice_pipeline.samples.scans import (
@@ -53,9 +59,30 @@ KEY_FIELDS = ("invoice_number", "issue_date", "payable_total", "currency", "sell
 SEED = 2026
 
 
-def _read(sample: tuple[str, str, bytes, dict[str, Any]]) -> dict[str, Any]:
+def _linked(scan: InvoiceFields, einvoice: InvoiceFields) -> str:
+    """Whether dedupe would link the scan to its e-invoice decided before it (same org).
+
+    The e-invoice is compared when the store's candidate query would return it
+    (`locked_duplicate_candidates`: a shared blocking key or the same number key), then
+    `find_match` decides: exact, suspected (held for a person) or not linked.
+    """
+    try:
+        new = MatchCandidate.from_fields("scan", "org", scan)
+        old = MatchCandidate.from_fields("e-invoice", "org", einvoice)
+    except ValueError:
+        return "no key"
+    compared = (
+        old.block is not None and old.block.id in search_ids(new.block)
+    ) or old.number.id == new.number.id
+    if not compared:
+        return "not compared"
+    match = find_match(new, [old])
+    return "not linked" if match is None else ("exact" if match.exact else "suspected")
+
+
+def _read(sample: tuple[str, str, bytes, dict[str, Any], InvoiceFields]) -> dict[str, Any]:
     """One scan through the product's readers, in a pool worker; the verdict per key field."""
-    name, degradation, content, truth = sample
+    name, degradation, content, truth, einvoice = sample
     started = time.perf_counter()
     out: dict[str, Any] = {"name": name, "degradation": degradation, "fields": {}, "code": None}
     try:
@@ -65,8 +92,10 @@ def _read(sample: tuple[str, str, bytes, dict[str, Any]]) -> dict[str, Any]:
         fields = extract_fields(extracted)
     except BadDocument as exc:
         out["code"] = exc.code
+        out["linked"] = f"quarantined {exc.code}"
         out["seconds"] = time.perf_counter() - started
         return out
+    out["linked"] = _linked(fields, einvoice)
     for key in KEY_FIELDS:
         value, expected = getattr(fields, key), truth[key]
         if value is None:
@@ -98,7 +127,8 @@ def accuracy(ctx: BenchContext) -> BenchResult:
     )
     samples = scan_corpus(per_degradation, seed=SEED, first_page_only=True)
     work = [
-        (s.name, s.degradation, s.content, {k: getattr(s.expected, k) for k in KEY_FIELDS}) for s in samples
+        (s.name, s.degradation, s.content, {k: getattr(s.expected, k) for k in KEY_FIELDS}, s.expected)
+        for s in samples
     ]
     with mp.get_context("spawn").Pool(2) as pool:
         outcomes = pool.map(_read, work, chunksize=1)
@@ -154,6 +184,13 @@ def accuracy(ctx: BenchContext) -> BenchResult:
             f"{100 * share:.1f} % of {len(clean)} clean scans",
             fatal=False,
         )
+    linked = Counter(o["linked"] for o in outcomes)
+    share = (linked["exact"] + linked["suspected"]) / len(outcomes)
+    result.figure("scan_linked_to_its_einvoice", "%", better="higher").add(100 * share)
+    result.notes.append(f"scan of an e-invoice decided before it: {dict(linked)}")
+    result.check(
+        "scan_of_an_einvoice_linked_at_least_90pct", share >= 0.90, f"{100 * share:.1f} %", fatal=False
+    )
     wrong = sum(len(o.get("wrong", [])) for o in outcomes)
     result.notes.insert(0, f"{wrong} wrong values in {len(outcomes) * len(KEY_FIELDS)} key fields read")
     return result

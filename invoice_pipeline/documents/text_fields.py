@@ -25,6 +25,7 @@ from ..domain.validation import KNOWN_CURRENCIES
 from .collect import FieldCollector
 from .ocr import MIN_FIELD_CONFIDENCE, OcrLayout
 from .reading.amounts import EXEMPT, Found, find_amounts, parse_number, resolve
+from .reading.parties import LEGAL_MARKERS, footer_lines, footer_seller
 from .reading.words import PageGeometry, Segment, TextBoxes, segments, union
 
 T = TypeVar("T")
@@ -218,6 +219,17 @@ def first_date(text: str) -> date | None:
     return dates[0][1] if dates else None
 
 
+_COMPACT_DATE = re.compile(r"^\W{0,3}((?:19|20)\d{2})(\d{2})(\d{2})(?!\d)")
+
+
+def labelled_date(text: str) -> date | None:
+    """The date after a date label, where "20260815" is a date too (never read without a label)."""
+    if (found := first_date(text)) is not None:
+        return found
+    m = _COMPACT_DATE.match(text)
+    return _mk(int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else None
+
+
 _ID_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9\-/._]*")
 # A short letter prefix set apart from its digits: "INV 42", "inv.#0042", "F.#2024/7".
 _PREFIXED_NUMBER = re.compile(r"[A-Za-z]{1,5}\.?(?: ?#| )\d[A-Za-z0-9\-/._]*")
@@ -255,6 +267,13 @@ _VAT_VALUE_LOWER = re.compile(
 )
 
 
+def vat_id_value(text: str) -> str | None:
+    """A VAT id that starts with a VAT country prefix, read after a bare tax word."""
+    value = vat_value(text)
+    prefix = re.match(r"[A-Z]{2,3}", value or "")
+    return value if prefix and {prefix.group(), prefix.group()[:2]} & _VAT_COUNTRIES else None
+
+
 def vat_value(text: str) -> str | None:
     for pattern in (_VAT_VALUE, _VAT_VALUE_LOWER):
         for m in pattern.finditer(text):
@@ -280,12 +299,27 @@ NUMBER_LABELS = (
     r"(?:factura|fattura|factuur|faktura)\s*(?:n[°º]|n\b\.?|no\b\.?|nr\b\.?|n[úu]mero|numero|nummer)",
 )
 NUMBER_HEADING = r"^(?:invoice|rechnung|facture|factura|fattura|factuur|credit\s*note|gutschrift|avoir)\b"
+# A bare number marker ("N° FA-1", "Numero: X", "No. 42") means the invoice number only in the
+# heading's block, where the heading says what it numbers.
+_HEADING_ALONE = re.compile(NUMBER_HEADING + r"\W*$", _I)
+_BARE_NUMBER = re.compile(
+    r"^(?:n\.?[°º]|no\b\.?|n\.|nr\b\.?|#|num[ée]ro\b|number\b|nummer\b|n[úu]mero\b)\s*[:.]?\s*(?=\S)", _I
+)
+_HEADING_REACH = 3
 
 ISSUE_DATE_LABELS = (
     r"(?:invoice|billing|issue|document)\s*date|date\s*of\s*(?:invoice|issue)|rechnungsdatum|belegdatum"
     r"|ausstellungsdatum|date\s*(?:de\s*(?:la\s*)?facture|d['’][ée]mission)(?!\s*associ)|fecha\s*(?:de\s*)?(?:factura|emisi[oó]n)"
     r"|data\s*(?:fattura|emissione)|factuurdatum|issued\s*(?:at|on)|dated",
-    r"(?<![\w-])(?:date|datum|data|fecha)\b(?!\s*(?:de\s*)?(?:livraison|prestation|d[ée]but|fin|commande|[ée]ch[ée]ance|paiement|facture\s*associ))",
+    r"(?<![\w-])(?:date|datum|data|fecha)\b(?!\s*(?:de\s*|d['’]\s*|of\s*|di\s*|van\s*)?(?:livraison|prestation|d[ée]but|fin|commande"
+    r"|[ée]ch[ée]ance|paiement|facture\s*associ|limite|r[èe]glement|exigibilit|impression|payment|delivery|supply|service"
+    r"|order|print|pago|vencimiento|entrega|pagamento|scadenza|consegna|levering|betaling))",
+)
+# Dates that stamp the page itself, not the invoice: a format or stylesheet version, a print run.
+_STAMP_CONTEXT = re.compile(
+    r"version|stylesheet|\bstand\b|druck|gedruckt|print|impression|erstellt\s*mit|generated|created\s*(?:with|by)"
+    r"|\bseite\b|\bpage\b",
+    _I,
 )
 _ISSUE_EXCLUDE = re.compile(
     r"(due|delivery|deliver|order|liefer|leistungs|f[äa]llig|[ée]ch[ée]ance|livraison|service|payment|zahlungs|bestell"
@@ -309,7 +343,13 @@ VAT_LABELS = (
     r"(?:vat|tax)\s*-?\s*(?:id|no\b\.?|number|reg(?:istration)?\.?\s*(?:no\b\.?|number)?)|ust\.?\s*-?\s*id\.?\s*(?:-?\s*nr\.?)?"
     r"|ust-?idnr\.?|umsatzsteuer-?\s*id(?:entifikations)?(?:nummer|-nr\.?)?|uid(?:-nr\.?)?|n[°º]\s*(?:de\s*)?tva(?:\s*intracom\w*)?"
     r"|num[ée]ro\s*de\s*tva|tva\s*intracom\w*|p\.?\s*iva|partita\s*iva|nif|cif|btw(?:-?\s*(?:nr|nummer)\.?)?"
-    r"|mwst\.?-?\s*nr\.?|vat",
+    r"|mwst\.?-?\s*nr\.?|n[°º]\s*intracom\w*|vat",
+    # Bare tax words also head amounts ("TVA 123,54"): only a well-formed VAT id counts after them.
+    r"tva|btw|iva|mwst|ust|moms|dph|dic",
+)
+# VAT-id country prefixes (EU, "EL" for Greece, UK, Northern Ireland, Switzerland, Norway).
+_VAT_COUNTRIES = frozenset(
+    "AT BE BG CY CZ DE DK EE EL ES FI FR HR HU IE IT LT LU LV MT NL PL PT RO SE SI SK GB XI CH CHE NO".split()
 )
 _BUYER_CONTEXT = re.compile(
     r"(your|ihre|customer|client|kunden|buyer|k[äa]ufer|acheteur|vos|bill\s*to)\W*\S*\W*$", _I
@@ -351,6 +391,55 @@ _SENDER_SEPARATORS = re.compile(r"\s+[●•·|∙▪]\s+|\s+[-–]\s+")
 # ---------------------------------------------------------------- search
 
 
+def label_hits(
+    doc: TextDoc,
+    pattern: str,
+    value_of: Callable[[str], T | None],
+    *,
+    below: bool = False,
+    confidence: float = 0.85,
+    exclude_before: re.Pattern[str] | None = None,
+) -> Iterator[Hit[T]]:
+    """Every value after (or right of, or under) a label matching `pattern`, in page order."""
+    rx = re.compile(pattern, _I)
+    for seg in doc.segs():
+        for m in rx.finditer(seg.text):
+            if m.start() > 0 and seg.text[m.start() - 1].isalnum():
+                continue
+            if m.end() < len(seg.text) and seg.text[m.end()].isalnum() and m.group()[-1].isalnum():
+                continue  # "Po" inside "Positionssumme"
+            prefix = seg.text[: m.start()]
+            if exclude_before is not None and exclude_before.search(prefix):
+                continue
+            conf = confidence
+            value = value_of(seg.text[m.end() :])
+            value_seg = seg
+            # A label inside a sentence ("... en indiquant le numéro de facture") heads no
+            # column: what stands beside or below it is something else (a phone number).
+            in_prose = len(_WORD.findall(prefix)) >= 2
+            if value is None and not in_prose:
+                for right in doc.right_of(seg)[:2]:
+                    value = value_of(right.text)
+                    if value is not None:
+                        value_seg = right
+                        break
+            value_line: int | None = None
+            if value is None and below and not in_prose:
+                for under in doc.below(seg, seg.col + m.start(), seg.col + m.end()):
+                    value = value_of(_under_slice(under, seg.col + m.start(), seg.col + m.end()))
+                    if value is not None:
+                        conf -= 0.1
+                        value_line = under.line
+                        value_seg = under
+                        break
+            if value is not None:
+                where = ((seg.line, seg.index), (value_seg.line, value_seg.index))
+                yield Hit(value, seg.line, m.group().strip(), conf, value_line, where)
+
+
+_WORD = re.compile(r"[^\W\d_]{2,}")
+
+
 def labelled(
     doc: TextDoc,
     labels: tuple[str, ...] | str,
@@ -361,45 +450,22 @@ def labelled(
     confidences: tuple[float, ...] = (0.85, 0.7, 0.6),
     exclude_before: re.Pattern[str] | None = None,
 ) -> Hit[T] | None:
-    """The value after (or right of, or under) the strongest label tier that yields one."""
+    """The first (or last) value of the strongest label tier that yields one."""
     tiers = (labels,) if isinstance(labels, str) else labels
     for tier, pattern in enumerate(tiers):
-        rx = re.compile(pattern, _I)
-        hits: list[Hit[T]] = []
-        for seg in doc.segs():
-            for m in rx.finditer(seg.text):
-                if m.start() > 0 and seg.text[m.start() - 1].isalnum():
-                    continue
-                if m.end() < len(seg.text) and seg.text[m.end()].isalnum() and m.group()[-1].isalnum():
-                    continue  # "Po" inside "Positionssumme"
-                prefix = seg.text[: m.start()]
-                if exclude_before is not None and exclude_before.search(prefix):
-                    continue
-                conf = confidences[min(tier, len(confidences) - 1)]
-                value = value_of(seg.text[m.end() :])
-                value_seg = seg
-                if value is None:
-                    for right in doc.right_of(seg)[:2]:
-                        value = value_of(right.text)
-                        if value is not None:
-                            value_seg = right
-                            break
-                value_line: int | None = None
-                if value is None and below:
-                    for under in doc.below(seg, seg.col + m.start(), seg.col + m.end()):
-                        value = value_of(_under_slice(under, seg.col + m.start(), seg.col + m.end()))
-                        if value is not None:
-                            conf -= 0.1
-                            value_line = under.line
-                            value_seg = under
-                            break
-                if value is not None:
-                    where = ((seg.line, seg.index), (value_seg.line, value_seg.index))
-                    hits.append(Hit(value, seg.line, m.group().strip(), conf, value_line, where))
-                    if pick == "first":
-                        return hits[0]
-        if hits:
-            return hits[-1]
+        hits = label_hits(
+            doc,
+            pattern,
+            value_of,
+            below=below,
+            confidence=confidences[min(tier, len(confidences) - 1)],
+            exclude_before=exclude_before,
+        )
+        if pick == "first":
+            if (hit := next(hits, None)) is not None:
+                return hit
+        elif found := list(hits):
+            return found[-1]
     return None
 
 
@@ -435,7 +501,12 @@ def _sender_line(doc: TextDoc, limit: int) -> Seg | None:
         if seg.line >= limit:
             break
         parts = [p for p in _SENDER_SEPARATORS.split(seg.text) if p.strip()]
-        if len(parts) >= 3 and _has_letters(parts[0]) and any(re.search(r"\d", p) for p in parts[1:]):
+        if (
+            len(parts) >= 3
+            and _has_letters(parts[0])
+            and any(re.search(r"\d", p) for p in parts[1:])
+            and not LEGAL_MARKERS.search(seg.text)
+        ):
             return seg
     return None
 
@@ -584,6 +655,8 @@ def fields_from_text(
     number = labelled(doc, NUMBER_LABELS, first_identifier, below=True, exclude_before=_NOT_THIS_DOC)
     if number is None:
         number = labelled(doc, (NUMBER_HEADING,), first_identifier, confidences=(0.5,))
+    if number is None:
+        number = number_under_heading(doc)
     put("invoice_number", number, "no 'Invoice No' / 'Rechnungsnummer' / 'Facture n°' label with a value")
 
     credit = next((s for s in doc.segs() if s.line < top_limit and CREDIT_NOTE_HEADING.match(s.text)), None)
@@ -597,15 +670,18 @@ def fields_from_text(
     else:
         c.set("document_type", "invoice", "pdf-text:no credit-note heading", 0.6 * scale)
 
-    issue = labelled(doc, ISSUE_DATE_LABELS, first_date, below=True, exclude_before=_ISSUE_EXCLUDE)
+    issue = labelled(doc, ISSUE_DATE_LABELS, labelled_date, below=True, exclude_before=_ISSUE_EXCLUDE)
     if issue is None and number is not None:
         line_text = " ".join(s.text for s in doc.lines[number.line])
         if d := first_date(line_text):
             issue = Hit(d, number.line, "date on the invoice-number line", 0.6)
+    issue = issue or date_under_heading(doc)
     if issue is None:
         for seg in doc.segs():
-            if _ISSUE_EXCLUDE.search(seg.text.split(":")[0] + " ") or re.search(
-                r"f[äa]llig|due|bis\b|until", seg.text, _I
+            if (
+                _ISSUE_EXCLUDE.search(seg.text.split(":")[0] + " ")
+                or re.search(r"f[äa]llig|due|bis\b|until", seg.text, _I)
+                or _STAMP_CONTEXT.search(seg.text)
             ):
                 continue
             if d := first_date(seg.text):
@@ -613,7 +689,7 @@ def fields_from_text(
                 break
     put("issue_date", issue, "no invoice date found")
 
-    due = labelled(doc, DUE_DATE_LABELS, first_date, below=True)
+    due = labelled(doc, DUE_DATE_LABELS, labelled_date, below=True)
     put("due_date", due, "no due date / payment term date found")
 
     found = find_amounts(text)
@@ -672,6 +748,9 @@ def fields_from_text(
     seller = seller or _role_block_name(doc, SELLER_ROLE, n_lines)
     buyer = _name_below_sender(doc, sender) if sender is not None else None
     buyer = buyer or _role_block_name(doc, BUYER_ROLE, n_lines)
+    footer = footer_lines(doc.lines)
+    if seller is None and (owner := footer_seller(doc.lines)) is not None:
+        seller = Hit(owner.name, owner.line, "legal footer", 0.7 if owner.repeated else 0.55)
     if seller is None:
         for seg in doc.segs():
             if seg.line >= top_limit:
@@ -689,7 +768,7 @@ def fields_from_text(
     put("seller_name", seller, "no sender line, seller block or company name with a legal form found")
     put("buyer_name", buyer, "no address window or 'Bill to' / 'Käufer' / 'Client' block found")
 
-    vat = labelled(doc, VAT_LABELS, vat_value, exclude_before=_BUYER_CONTEXT)
+    vat = seller_vat(doc, seller, buyer, footer)
     put("seller_vat_id", vat, "no VAT id (e.g. 'VAT-ID: DE123456789') found")
 
     po = labelled(doc, PO_LABELS, first_identifier)
@@ -697,7 +776,7 @@ def fields_from_text(
     if (
         currency_hit is None
         and vat is not None
-        and (vat_currency := currency_of_vat_id(vat.value)) is not None
+        and (vat_currency := currency_of_vat_id(vat.value, issue.value if issue else None)) is not None
     ):
         # Last resort: the seller's VAT id says which country issued the invoice.
         c.put(
@@ -706,6 +785,103 @@ def fields_from_text(
             FieldSource(f"{kind}:from seller VAT id country {vat.value[:2].upper()}", 0.5 * scale),
         )
     return replace(c.build(), amount_check=resolution.check)
+
+
+_CUSTOMER_REFERENCE = re.compile(
+    r"^(?:kunden|customer|client|debitor|account)\s*-?\s*(?:nummer|nr|no|number|id|n[°º])|^(?:your|ihre|vos|votre)\b",
+    _I,
+)
+_BLOCK_DEPTH = 8
+
+
+def seller_vat(
+    doc: TextDoc, seller: Hit[str] | None, buyer: Hit[str] | None, footer: set[int]
+) -> Hit[str] | None:
+    """The VAT id the seller owns when the page prints several (the buyer's is often there too).
+
+    Ranked: in the legal footer, or in the seller's block, over one in the buyer's block or
+    listed among the customer's references ("Kundennummer", "USt-IdNr." below it); then the
+    label's strength; then page order.
+    """
+    candidates: list[tuple[int, int, Hit[str]]] = []
+    for tier, (pattern, value_of) in enumerate(((VAT_LABELS[0], vat_value), (VAT_LABELS[1], vat_id_value))):
+        for hit in label_hits(
+            doc, pattern, value_of, confidence=(0.85, 0.6)[tier], exclude_before=_BUYER_CONTEXT
+        ):
+            score = 0
+            if hit.line in footer:
+                score += 2
+            if seller is not None and _in_block(doc, seller, hit):
+                score += 1
+            if (buyer is not None and _in_block(doc, buyer, hit)) or _among_customer_references(doc, hit):
+                score -= 2
+            candidates.append((score, -tier, hit))
+    if not candidates:
+        return None
+    return max(candidates, key=lambda c: (c[0], c[1], -c[2].line))[2]
+
+
+def _column(doc: TextDoc, hit: Hit[Any]) -> tuple[int, int]:
+    seg = doc.lines[hit.line][hit.segs[0][1]] if hit.segs else doc.lines[hit.line][0]
+    return seg.col, seg.end
+
+
+def _in_block(doc: TextDoc, owner: Hit[str], hit: Hit[str]) -> bool:
+    """`hit` sits a few lines under `owner`'s name, in the same column, in one run of lines."""
+    if not owner.line <= hit.line <= owner.line + _BLOCK_DEPTH or not doc.lines[owner.line]:
+        return False
+    name_seg = next((s for s in doc.lines[owner.line] if owner.value in s.text), None)
+    if name_seg is None:
+        return False
+
+    def overlaps(seg: Seg) -> bool:
+        return seg.col < name_seg.end + 6 and seg.end > name_seg.col - 6
+
+    # The block runs down its column without a gap: a line with nothing there ends it.
+    for line in range(owner.line + 1, hit.line):
+        if not any(overlaps(seg) for seg in doc.lines[line]):
+            return False
+    start, end = _column(doc, hit)
+    return start < name_seg.end + 6 and end > name_seg.col - 6
+
+
+def _among_customer_references(doc: TextDoc, hit: Hit[str]) -> bool:
+    start, end = _column(doc, hit)
+    for i in range(max(0, hit.line - 2), hit.line):
+        for seg in doc.lines[i]:
+            if seg.col < end + 6 and seg.end > start - 6 and _CUSTOMER_REFERENCE.search(seg.text):
+                return True
+    return False
+
+
+def _heading_block(doc: TextDoc) -> Iterator[tuple[Seg, Seg]]:
+    """(heading, segment) for the segments of the few lines under an "INVOICE" heading, near its column."""
+    for head in doc.segs():
+        if not _HEADING_ALONE.match(head.text):
+            continue
+        for i in range(head.line + 1, min(head.line + 1 + _HEADING_REACH, len(doc.lines))):
+            for seg in doc.lines[i]:
+                if seg.col < head.end + 12 and seg.end > head.col - 12:
+                    yield head, seg
+
+
+def number_under_heading(doc: TextDoc) -> Hit[str] | None:
+    """ "FACTURE" alone, then within a few lines "N° FA-2026-0001" in the same column."""
+    for head, seg in _heading_block(doc):
+        if (m := _BARE_NUMBER.match(seg.text)) and (value := first_identifier(seg.text[m.end() :])):
+            where = ((head.line, head.index), (seg.line, seg.index))
+            return Hit(value, head.line, f"{head.text.strip()} / {m.group().strip()}", 0.6, seg.line, where)
+    return None
+
+
+def date_under_heading(doc: TextDoc) -> Hit[date] | None:
+    """A date standing alone in the heading's block ("FACTURE / 20/09/2023 / nº 2023-6013")."""
+    for head, seg in _heading_block(doc):
+        dates = find_dates(seg.text)
+        if len(dates) == 1 and not _has_letters(re.sub(_MONTH_WORD, "", seg.text)):
+            where = ((head.line, head.index), (seg.line, seg.index))
+            return Hit(dates[0][1], head.line, f"date under {head.text.strip()!r}", 0.6, seg.line, where)
+    return None
 
 
 def first_money_near(doc: TextDoc, found: Found | None) -> Hit[str] | None:
@@ -733,17 +909,22 @@ _VAT_PREFIX_CURRENCY = {
     "NO": "NOK",
     "HU": "HUF",
     "RO": "RON",
-    "BG": "BGN",
 }
+# Countries that changed currency: the euro from this date, their old currency before it.
+_EURO_SINCE = {"BG": (date(2026, 1, 1), "BGN")}
 
 
-def currency_of_vat_id(vat_id: str) -> str | None:
+def currency_of_vat_id(vat_id: str, issued: date | None) -> str | None:
+    """The currency of the VAT id's country on the invoice's date; None when that is ambiguous."""
     prefix = re.match(r"[A-Za-z]{2,3}", vat_id)
     if prefix is None:
         return None
     code = prefix.group().upper()
     if code[:2] in _EURO_VAT_PREFIXES:
         return "EUR"
+    if code[:2] in _EURO_SINCE:
+        since, before = _EURO_SINCE[code[:2]]
+        return None if issued is None else ("EUR" if issued >= since else before)
     return _VAT_PREFIX_CURRENCY.get(code) or _VAT_PREFIX_CURRENCY.get(code[:2])
 
 

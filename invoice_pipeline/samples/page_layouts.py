@@ -33,6 +33,8 @@ class PageLabels:
     due: str
     vat: str
     stamp: str  # a version/print stamp with a date that is not the issue date
+    number_mark: str  # the bare "No." printed under the heading in the heading-number variant
+    registration: str  # the legal footer's registration words
 
 
 PAGE_LABELS: dict[str, PageLabels] = {
@@ -50,6 +52,8 @@ PAGE_LABELS: dict[str, PageLabels] = {
         "Balance due",
         "VAT Reg. No.",
         "Printed on",
+        "No.",
+        "Registered in England and Wales No. 04417856",
     ),
     "de": PageLabels(
         "RECHNUNG",
@@ -65,6 +69,8 @@ PAGE_LABELS: dict[str, PageLabels] = {
         "Zahlbetrag",
         "USt-IdNr.",
         "Stylesheet-Version 3 vom",
+        "Nr.",
+        "Amtsgericht Talheim HRB 51733 - Geschäftsführer: J. Kessler",
     ),
     "fr": PageLabels(
         "FACTURE",
@@ -80,6 +86,8 @@ PAGE_LABELS: dict[str, PageLabels] = {
         "Net à payer",
         "N° TVA",
         "Édité le",
+        "N°",
+        "SAS au capital de 10 000 EUR - RCS Lyon 512 804 337",
     ),
     "nl": PageLabels(
         "FACTUUR",
@@ -95,6 +103,8 @@ PAGE_LABELS: dict[str, PageLabels] = {
         "Te betalen",
         "BTW-nummer",
         "Afgedrukt op",
+        "Nr.",
+        "KvK 30127731",
     ),
     "it": PageLabels(
         "FATTURA",
@@ -110,6 +120,8 @@ PAGE_LABELS: dict[str, PageLabels] = {
         "Totale da pagare",
         "Partita IVA",
         "Stampato il",
+        "N.",
+        "Capitale sociale 50.000 EUR - REA MI-1921744",
     ),
     "es": PageLabels(
         "FACTURA",
@@ -125,12 +137,21 @@ PAGE_LABELS: dict[str, PageLabels] = {
         "Importe a pagar",
         "NIF",
         "Impreso el",
+        "N.º",
+        "Registro Mercantil de Zaragoza, tomo 3120",
     ),
 }
 CURRENCY_BY_LANG = {"en": "GBP", "de": "EUR", "fr": "EUR", "nl": "EUR", "it": "EUR", "es": "EUR"}
 VAT_PREFIX = {"en": "GB", "de": "DE", "fr": "FR", "nl": "NL", "it": "IT", "es": "ES"}
 # Number formats: 1,234.56 / 1.234,56 / 1 234,56 / 1'234.56
 FORMATS = ("en", "de", "fr", "ch")
+# Where the page puts its parties and its number:
+# - "letterhead": the seller's name on top, the VAT id in a one-line footer;
+# - "buyer_vat": the buyer's block prints the buyer's own VAT id, above the seller's legal footer;
+# - "footer_seller": no letterhead, the buyer's window address first; the seller is named only
+#   in the legal footer, which also carries the seller's VAT id;
+# - "heading_number": no labelled number: a bare "No. …" under the heading, the date under it.
+VARIANTS = ("letterhead", "buyer_vat", "footer_seller", "heading_number")
 
 
 def fmt_amount(value: Decimal, style: str) -> str:
@@ -161,6 +182,13 @@ class PageCase:
     number_format: str
     totals_right: bool
     show_currency: bool
+    variant: str = "letterhead"
+
+    @property
+    def buyer_vat_id(self) -> str:
+        """The buyer's own VAT id (same country as the seller's, a different number)."""
+        digits = int(self.seller_vat_id[2:])
+        return f"{self.seller_vat_id[:2]}{(digits * 7 + 13) % 900_000_000 + 100_000_000}"
 
     @property
     def tax(self) -> Decimal:
@@ -215,7 +243,7 @@ def page_cases(seed: int, count: int) -> list[PageCase]:
             PageCase(
                 name=f"page-{i:03d}-{lang}",
                 lang=lang,
-                layout=f"{lang}-{'right' if i % 2 else 'left'}-{'rates' if len(rates) > 1 else 'single'}",
+                layout=f"{lang}-{'right' if i % 2 else 'left'}-{VARIANTS[(i // len(langs)) % len(VARIANTS)]}",
                 invoice_number=f"{rng.choice(('INV', 'RE', 'F', 'FV', 'FA'))}-{rng.randint(2020, 2026)}-{rng.randint(1, 99999):05d}",
                 issue_date=dt.date(2025, 1, 1) + dt.timedelta(days=rng.randint(0, 300)),
                 currency=CURRENCY_BY_LANG[lang],
@@ -228,6 +256,7 @@ def page_cases(seed: int, count: int) -> list[PageCase]:
                 number_format=rng.choice(FORMATS),
                 totals_right=i % 2 == 1,
                 show_currency=rng.random() < 0.7,
+                variant=VARIANTS[(i // len(langs)) % len(VARIANTS)],
             )
         )
     return out
@@ -250,32 +279,41 @@ def page_pdf(case: PageCase) -> bytes:
     )
     pdf = FPDF(format="A4")
     pdf.set_creation_date(FIXED_PDF_DATE)
+    pdf.set_auto_page_break(False)  # the legal footer sits below fpdf's default bottom margin
     pdf.add_page()
-    pdf.set_font("Helvetica", "B", 15)
-    pdf.set_xy(20, 15)
-    pdf.cell(100, 8, case.seller_name)
-    pdf.set_font("Helvetica", "", 9)
-    pdf.set_xy(20, 24)
-    pdf.cell(100, 5, "Industrieweg 4, 1234 AB Stad")
+    if case.variant != "footer_seller":
+        pdf.set_font("Helvetica", "B", 15)
+        pdf.set_xy(20, 15)
+        pdf.cell(100, 8, case.seller_name)
+        pdf.set_font("Helvetica", "", 9)
+        pdf.set_xy(20, 24)
+        pdf.cell(100, 5, "Industrieweg 4, 1234 AB Stad")
     pdf.set_font("Helvetica", "", 10)
-    pdf.set_xy(20, 45)
-    pdf.cell(60, 5, f"{lab.bill_to}:")
-    pdf.set_xy(20, 51)
-    pdf.cell(60, 5, case.buyer_name)
-    pdf.set_xy(20, 57)
-    pdf.cell(60, 5, "Marktplein 7")
+    buyer = case.buyer_name if case.variant != "footer_seller" else f"{case.buyer_name} GmbH"
+    address = [f"{lab.bill_to}:", buyer, "Marktplein 7"]
+    if case.variant == "buyer_vat":
+        address.append(f"{lab.vat}: {case.buyer_vat_id}")
+    for k, text in enumerate(address):
+        pdf.set_xy(20, 45 + 6 * k)
+        pdf.cell(60, 5, text)
     pdf.set_font("Helvetica", "B", 16)
     pdf.set_xy(20, 80)
     pdf.cell(80, 8, lab.heading)
     pdf.set_font("Helvetica", "", 10)
     due_date = case.issue_date + dt.timedelta(days=30)
-    for k, (label, value) in enumerate(
-        (
+    if case.variant == "heading_number":
+        pdf.set_xy(20, 89)
+        pdf.cell(80, 5, f"{lab.number_mark} {case.invoice_number}")
+        pdf.set_xy(20, 95)
+        pdf.cell(80, 5, _date(case.issue_date, case.lang))
+        header = [(lab.due_date, _date(due_date, case.lang))]
+    else:
+        header = [
             (lab.number, case.invoice_number),
             (lab.issue, _date(case.issue_date, case.lang)),
             (lab.due_date, _date(due_date, case.lang)),
-        )
-    ):
+        ]
+    for k, (label, value) in enumerate(header):
         pdf.set_xy(110, 45 + 6 * k)
         pdf.cell(40, 5, f"{label}:")
         pdf.cell(40, 5, value)
@@ -297,8 +335,19 @@ def page_pdf(case: PageCase) -> bytes:
     pdf.set_font("Helvetica", "", 7)
     pdf.set_xy(20, 270)
     pdf.cell(170, 4, f"{lab.stamp} 02.01.2019")
-    pdf.set_xy(20, 276)
-    pdf.cell(170, 4, f"{case.seller_name} - {lab.vat}: {case.seller_vat_id}")
+    if case.variant == "letterhead" or case.variant == "heading_number":
+        pdf.set_xy(20, 276)
+        pdf.cell(170, 4, f"{case.seller_name} - {lab.vat}: {case.seller_vat_id}")
+    else:
+        for k, text in enumerate(
+            (
+                case.seller_name,
+                "Industrieweg 4 - 1234 AB Stad",
+                f"{lab.registration} - {lab.vat}: {case.seller_vat_id}",
+            )
+        ):
+            pdf.set_xy(20, 276 + 4 * k)
+            pdf.cell(170, 4, text)
     out = io.BytesIO()
     pdf.output(out)
     return out.getvalue()

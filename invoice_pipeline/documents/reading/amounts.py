@@ -382,10 +382,20 @@ def resolve(found: Sequence[Found], *, exempt: bool, source_of: Callable[[Found]
     roundings = of("rounding")
     taxes: list[_Tax] = [_Tax(f.amount, f, f"tax {_fmt(f.amount)}", Decimal("0.02")) for f in of("tax")]
     rate_rows = of("tax", rows=True)
-    if rate_rows:
-        total = sum((f.amount for f in rate_rows), Decimal(0))
-        shown = " + ".join(_fmt(f.amount) for f in rate_rows)
-        taxes.append(_Tax(total, None, f"tax rows {shown}", max(Decimal("0.02"), CENT * len(rate_rows))))
+    # Each breakdown is summed on its own: the rows of one column under its header, or the rows
+    # that carry their rate in their own label. A table with a net column and a tax column under
+    # tax-ish headers holds two breakdowns, and only the tax column's can add up to the total.
+    breakdowns: dict[object, list[Found]] = {}
+    for f in rate_rows:
+        under_header = f.value_seg.line != f.label_seg.line
+        breakdowns.setdefault(
+            (f.label_seg.line, f.label_seg.index) if under_header else "own labels", []
+        ).append(f)
+    row_taxes = []
+    for rows in breakdowns.values():
+        total = sum((f.amount for f in rows), Decimal(0))
+        shown = " + ".join(_fmt(f.amount) for f in rows)
+        row_taxes.append(_Tax(total, None, f"tax rows {shown}", max(Decimal("0.02"), CENT * len(rows))))
 
     def unconfirmed(payable: Found | None, why: str) -> Resolution:
         net = max(nets, key=lambda f: (f.strength, f.label_seg.line), default=None)
@@ -414,10 +424,13 @@ def resolve(found: Sequence[Found], *, exempt: bool, source_of: Callable[[Found]
     else:
         return unconfirmed(None, "no amount labelled as due or as the gross total")
 
-    if rate_rows and of("tax"):
-        rows_total = taxes[-1]
-        if not any(abs(t.amount - rows_total.amount) <= rows_total.tolerance for t in taxes[:-1]):
-            return unconfirmed(payable, f"the per-rate {rows_total.what} do not add up to the tax total")
+    if row_taxes and taxes:
+        adding_up = [r for r in row_taxes if any(abs(t.amount - r.amount) <= r.tolerance for t in taxes)]
+        if not adding_up:
+            shown = "; ".join(r.what for r in row_taxes)
+            return unconfirmed(payable, f"the per-rate {shown} do not add up to the tax total")
+        row_taxes = adding_up
+    taxes += row_taxes
     if len({f.amount for f in prepaids}) > 1:
         return unconfirmed(payable, "the page prints different prepaid amounts")
     tax_options: list[_Tax | None] = [*taxes, None]

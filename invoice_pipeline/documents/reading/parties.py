@@ -1,0 +1,106 @@
+"""Who issued the page: the legal footer names the issuer, and its VAT id is the seller's.
+
+Invoices must print the issuer's legal identity (registration, share capital, court, VAT id),
+almost always as a footer at the foot of the page. The buyer's address block can carry a
+company name with a legal form and even the buyer's VAT id, so a name or an id read from the
+footer outranks one read from an address block near the top.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .words import Segment
+
+_I = re.IGNORECASE
+
+# Registration and legal-identity words a legal footer prints (EN, DE, FR, NL, IT, ES).
+LEGAL_MARKERS = re.compile(
+    r"(?<!\w)(?:capital|SIRET|SIREN|R\.?\s?C\.?\s?S|APE|NAF|HRB|HRA|Amtsgericht|Registergericht|Handelsregister"
+    r"|Gesch[äa]ftsf[üu]hr\w*|Sitz\s*der\s*Gesellschaft|registered\s*(?:office|in|number)|company\s*(?:no|number|reg\w*)"
+    r"|KvK|Kamer\s*van\s*Koophandel|REA|capitale\s*sociale|Registro\s*Mercantil|CIF|N\.?I\.?F)(?!\w)",
+    _I,
+)
+# Parts of a footer line: "Acme GmbH · Street 1 · 12345 City" or "Name – Street – Tel".
+_PARTS = re.compile(r"\s+[●•·|∙▪]\s+|\s+[-–—]\s+|\s*\|\s*")
+# How many lines above or below a legal line its footer block reaches.
+_FOOTER_REACH = 3
+# Only the foot of a page holds its footer.
+_FOOT_SHARE = 0.3
+
+
+@dataclass(frozen=True)
+class FooterName:
+    name: str
+    line: int
+    # The same name printed elsewhere on the page too (the letterhead): the issuer for sure.
+    repeated: bool
+
+
+def name_like(text: str) -> str | None:
+    """A company or person name: letters and no digit (a street, a postcode, a registration)."""
+    if ":" in text:  # a label ("COMPTE :") or a labelled value, never a bare name
+        return None
+    text = re.sub(r"\s+", " ", text).strip(" ,;")
+    if (
+        sum(ch.isalpha() for ch in text) < 3
+        or re.search(r"\d|@|www\.|https?:", text)
+        or LEGAL_MARKERS.search(text)
+        or len(text) > 60
+        or len(text.split()) > 7
+    ):
+        return None
+    return text
+
+
+def footer_lines(lines: Sequence[Sequence[Segment]]) -> set[int]:
+    """The foot-of-page lines that print the issuer's legal identity, with their block.
+
+    The block is the run of printed lines around a legal line (up to `_FOOTER_REACH` either
+    way) that no empty line interrupts: the footer is set apart from the body above it.
+    """
+    page_starts = [0] + [i + 1 for i, line in enumerate(lines) if any("\f" in s.text for s in line)]
+    out: set[int] = set()
+    for start, end in zip(page_starts, [*page_starts[1:], len(lines)], strict=True):
+        printed = [i for i in range(start, end) if lines[i] and not any("\f" in s.text for s in lines[i])]
+        for i in printed[-max(4, int(len(printed) * _FOOT_SHARE)) :]:
+            if not any(LEGAL_MARKERS.search(s.text) for s in lines[i]):
+                continue
+            out.add(i)
+            for step in (-1, 1):
+                j = i + step
+                while start <= j < end and lines[j] and abs(j - i) <= _FOOTER_REACH:
+                    out.add(j)
+                    j += step
+    return out
+
+
+def footer_seller(lines: Sequence[Sequence[Segment]]) -> FooterName | None:
+    """The name heading the legal footer: the first name-like part of its lines.
+
+    Street lines ("2, rue de la Paix – 75000 Paris") and registration parts are not names. A
+    name the page also prints elsewhere (its letterhead) comes first and is marked `repeated`.
+    """
+    footer = sorted(footer_lines(lines))
+    if not footer:
+        return None
+    elsewhere = {
+        _fold(part)
+        for i, line in enumerate(lines)
+        if i not in footer
+        for s in line
+        for part in _PARTS.split(s.text)
+    }
+    names = [
+        FooterName(name, i, _fold(name) in elsewhere)
+        for i in footer
+        for seg in lines[i]
+        if (name := name_like(_PARTS.split(seg.text)[0])) is not None
+    ]
+    return next((n for n in names if n.repeated), names[0] if names else None)
+
+
+def _fold(text: str) -> str:
+    return re.sub(r"\W+", "", text.casefold())

@@ -1,0 +1,133 @@
+"""Reading by role: which number is the invoice's, which date is its issue date, which party and
+which VAT id are the seller's. Layout texts as `pdf.layout_text` writes them (columns apart by
+three or more spaces); each case is a way real pages fooled the reader before.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+from invoice_pipeline.documents.reading.amounts import EXEMPT, find_amounts, resolve
+from invoice_pipeline.documents.text_fields import currency_of_vat_id, fields_from_text
+from invoice_pipeline.domain.fields import FieldSource
+
+TOTALS = """
+                                                  Total HT        1 000,00 EUR
+                                                  TVA 20 %          200,00 EUR
+                                                  Total TTC       1 200,00 EUR
+"""
+
+
+def test_a_label_inside_a_sentence_does_not_read_the_line_below() -> None:
+    text = (
+        "Atelier Rive SARL\n"
+        + TOTALS
+        + "Mode de règlement : virement en indiquant le numéro de facture\n"
+        + "            2, rue de la Paix – 75000 Paris – Tel: +33 1 01 12 34 56\n"
+    )
+    fields = fields_from_text(text)
+    assert fields.invoice_number is None
+    assert fields.sources["invoice_number"].reason
+
+
+def test_the_number_and_date_under_a_heading_and_a_due_date_label_that_says_date() -> None:
+    text = (
+        "                                                            FACTURE\n"
+        "                                                            20/09/2023\n"
+        "                                                            nº 2023-6013\n"
+        "Atelier Rive SARL\n" + TOTALS + "Date limite de règlement : 19/10/2023\n"
+    )
+    fields = fields_from_text(text)
+    assert fields.invoice_number == "2023-6013"
+    assert fields.issue_date == dt.date(2023, 9, 20)
+
+
+def test_a_compact_date_is_read_after_a_date_label_only() -> None:
+    labelled = fields_from_text("FACTURE\nN° FA-1\nDate : 20260815 · Échéance : 20260914\n" + TOTALS)
+    assert (labelled.issue_date, labelled.due_date) == (dt.date(2026, 8, 15), dt.date(2026, 9, 14))
+    # The same digits inside a number are not a date.
+    unlabelled = fields_from_text("Invoice number: RE-20170509/505\n" + TOTALS)
+    assert unlabelled.issue_date is None
+
+
+def test_a_print_or_version_stamp_is_not_the_issue_date() -> None:
+    fields = fields_from_text("Rechnungsnummer: 4711\n" + TOTALS + "Stylesheet-Version 3 vom 02.01.2019\n")
+    assert fields.issue_date is None
+
+
+def test_the_seller_is_the_legal_footer_not_the_company_in_the_address_window() -> None:
+    text = (
+        "Rechnungsempfänger:                                  Rechnungsnummer:     R-77\n"
+        "Bar Centrale GmbH                                    Rechnungsdatum:      04.02.2025\n"
+        "Marktplein 7\n" + TOTALS + "\n" * 4 + "Brightwater Tools Ltd\n"
+        "Industrieweg 4 - 1234 AB Stad\n"
+        "Amtsgericht Talheim HRB 51733 - Geschäftsführer: J. Kessler - USt-IdNr.: DE514539285\n"
+    )
+    fields = fields_from_text(text)
+    assert fields.seller_name == "Brightwater Tools Ltd"
+    assert "legal footer" in fields.sources["seller_name"].source
+    assert fields.seller_vat_id == "DE514539285"
+
+
+def test_the_buyers_vat_id_loses_to_the_sellers() -> None:
+    in_buyer_block = (
+        "Société Hôtelière du Pacano\n"
+        "                                           Securibox SARL\n"
+        "                                           27, Rue de Bassano\n"
+        "                                           TVA : FR38500003710\n"
+        + TOTALS
+        + "Société Hôtelière du Pacano\n"
+        "2, rue de la Paix – 75000 Paris\n"
+        "SASU au capital de 200000€ - SIRET 12345682400016 – TVA FR40123456824\n"
+    )
+    fields = fields_from_text(in_buyer_block)
+    assert fields.seller_name == "Société Hôtelière du Pacano"
+    assert fields.seller_vat_id == "FR40123456824"
+
+    among_customer_references = (
+        "Hetzner Online GmbH • Industriestr. 25 • 91710 Gunzenhausen\n"
+        "Usegroup                                              Kundennummer: K0100077603\n"
+        "Huswertstr. 14                                        USt-IdNr.: DE199952957\n"
+        "                                                      Rechnungsnummer: R0005532486\n"
+        + TOTALS
+        + "Registergericht Ansbach, HRB 6089\n"
+        "USt-IdNr. DE812871812\n"
+    )
+    assert fields_from_text(among_customer_references).seller_vat_id == "DE812871812"
+
+
+def test_a_bare_tax_word_reads_only_a_well_formed_vat_id() -> None:
+    fields = fields_from_text("Invoice No: 42\n" + TOTALS + "Footer Ltd - TVA EUR 1 234 567,00\n")
+    assert fields.seller_vat_id is None
+
+
+def test_the_currency_from_a_vat_id_follows_the_countrys_changeover() -> None:
+    assert currency_of_vat_id("BG123456789", dt.date(2025, 12, 31)) == "BGN"
+    assert currency_of_vat_id("BG123456789", dt.date(2026, 1, 2)) == "EUR"
+    assert currency_of_vat_id("BG123456789", None) is None  # ambiguous: held, not guessed
+    assert currency_of_vat_id("ATU12345678", None) == "EUR"
+
+
+def test_each_tax_breakdown_is_summed_on_its_own() -> None:
+    """A rate table with a net column and a tax column under tax-ish headers: only the tax column
+    adds up to the tax total, and that confirms the gross. A breakdown that adds up to nothing
+    still fails closed."""
+    text = (
+        "Nettobetrag: 496,00 €\n"
+        "zuzüglich Umsatzsteuer\n"
+        " USt. Satz              Nettopreis          Ust.-Betrag\n"
+        " 7%                     160,00 €            11,20 €\n"
+        " 19%                    336,00 €            63,84 €\n"
+        "                      USt. Gesamt: 75,04 €\n"
+        "Gesamtbetrag: 571,04 €\n"
+    )
+
+    def check(page: str) -> tuple[bool, Decimal | None]:
+        res = resolve(
+            find_amounts(page), exempt=EXEMPT.search(page) is not None, source_of=lambda f: FieldSource("t")
+        )
+        return res.check.confirmed, res.payable.amount if res.payable else None
+
+    assert check(text) == (True, Decimal("571.04"))
+    assert check(text.replace("63,84 €", "62,84 €"))[0] is False
