@@ -161,10 +161,9 @@ def _fields(extracted: ExtractedText) -> InvoiceFields:
         layout = (
             OcrLayout.from_structured(extracted.structured) if extracted.method.startswith("ocr") else None
         )
-        # A text PDF stores its segment boxes; an older stored text has none and reads without.
-        boxes = (
-            None if extracted.method.startswith("ocr") else TextBoxes.from_structured(extracted.structured)
-        )
+        # A text PDF stores its segment boxes, a scan's OCR layout has them per line; an older
+        # stored text has none and reads without.
+        boxes = layout.text_boxes() if layout is not None else TextBoxes.from_structured(extracted.structured)
         fields = fields_from_text(
             extracted.text, ocr=extracted.method.startswith("ocr"), ocr_layout=layout, boxes=boxes
         )

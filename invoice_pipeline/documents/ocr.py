@@ -42,9 +42,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..domain.fields import Box
 from ..domain.validation import KNOWN_CURRENCIES
 from .errors import BadDocument, too_complex
 from .limits import MAX_OCR_PAGES, MAX_SCAN_PIXELS, text_too_long
+from .reading.words import TextBoxes
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -54,6 +56,8 @@ METHOD = "ocr-rapidocr"
 # PDFs are rendered at 200 dpi: the clean-scan accuracy goal is stated for it, and 7-point text
 # (a return-address line) is still ~14 px tall.
 RENDER_DPI = 200
+# An image without a resolution in its metadata is taken to be a 200-dpi scan (for boxes only).
+ASSUMED_SCAN_DPI = 200.0
 DET_LONG_SIDE = 1280
 # Working range of the long side: below, small text is too small for detection (a 150-dpi A4
 # page is 1754 px); above (a 600-dpi photo), the crops cost memory and time and gain nothing.
@@ -91,10 +95,13 @@ class OcrPage:
 
 @dataclass(frozen=True)
 class OcrLine:
-    """One line of the OCR text: the page it is on and its weakest recognition score."""
+    """One line of the OCR text: the page it is on, its weakest recognition score, and the box of
+    each of its segments in points of the upright page (origin top-left), as `TextBoxes` has them
+    for a text PDF (a layout stored before boxes were kept has none)."""
 
     page: int
     confidence: float
+    boxes: tuple[Box, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -115,7 +122,10 @@ class OcrLayout:
                 "ocr": {
                     "engine": self.engine,
                     "pages": [p.__dict__ for p in self.pages],
-                    "lines": [None if ln is None else [ln.page, ln.confidence] for ln in self.lines],
+                    "lines": [
+                        None if ln is None else [ln.page, ln.confidence, [list(b) for b in ln.boxes]]
+                        for ln in self.lines
+                    ],
                 }
             }
         )
@@ -129,12 +139,14 @@ class OcrLayout:
             return cls(
                 engine=str(data["engine"]),
                 pages=tuple(OcrPage(**p) for p in data["pages"]),
-                lines=tuple(
-                    None if ln is None else OcrLine(int(ln[0]), float(ln[1])) for ln in data["lines"]
-                ),
+                lines=tuple(None if ln is None else _line(ln) for ln in data["lines"]),
             )
         except (ValueError, KeyError, TypeError):
             return None
+
+    def text_boxes(self) -> TextBoxes:
+        """The segment boxes line by line, for the field sources (`reading.words.PageGeometry`)."""
+        return TextBoxes(tuple(() if ln is None else ln.boxes for ln in self.lines))
 
     def locate(self, line_numbers: Sequence[int]) -> tuple[int, float]:
         """(page, confidence) of a value read from these text lines: the weakest line counts."""
@@ -143,6 +155,15 @@ class OcrLayout:
         if not known:
             return (1, 0.0)
         return (known[0].page, min(ln.confidence for ln in known))
+
+
+def _line(stored: Sequence[Any]) -> OcrLine:
+    boxes = (
+        tuple((float(b[0]), float(b[1]), float(b[2]), float(b[3])) for b in stored[2])
+        if len(stored) > 2
+        else ()
+    )
+    return OcrLine(int(stored[0]), float(stored[1]), boxes)
 
 
 @dataclass(frozen=True)
@@ -239,7 +260,9 @@ def pdf_pages(content: bytes, *, max_pages: int = MAX_OCR_PAGES) -> Iterator[Ima
                 if width_pt * height_pt * scale * scale > MAX_SCAN_PIXELS:
                     # A page is drawn at whatever size it declares (up to 200 inches): fit the budget.
                     scale = math.sqrt(MAX_SCAN_PIXELS / max(width_pt * height_pt, 1.0))
-                yield page.render(scale=scale, grayscale=True).to_pil()
+                image = page.render(scale=scale, grayscale=True).to_pil()
+                image.info["dpi"] = (72 * scale, 72 * scale)
+                yield image
             finally:
                 page.close()
     finally:
@@ -285,6 +308,7 @@ def image_pages(content: bytes, *, max_pages: int = MAX_OCR_PAGES) -> Iterator[I
 class _Prepared:
     image: Image.Image
     denoised: bool
+    points_per_pixel: float  # of the working image: for boxes in points
 
 
 def normalise(image: Image.Image) -> _Prepared:
@@ -298,10 +322,14 @@ def normalise(image: Image.Image) -> _Prepared:
         paper = PILImage.new("RGBA", rgba.size, (255, 255, 255, 255))
         image = PILImage.alpha_composite(paper, rgba)
     grey = image.convert("L")
+    # A rendered PDF page carries its rendering dpi, a photo or scan its own (or none: assumed).
+    dpi = float((image.info.get("dpi") or (ASSUMED_SCAN_DPI,))[0]) or ASSUMED_SCAN_DPI
+    points_per_pixel = 72 / dpi
     long_side = max(grey.size)
     if long_side > WORK_MAX_LONG_SIDE or long_side < WORK_MIN_LONG_SIDE:
         target = WORK_MAX_LONG_SIDE if long_side > WORK_MAX_LONG_SIDE else WORK_MIN_LONG_SIDE
         factor = target / long_side
+        points_per_pixel /= factor
         grey = grey.resize(
             (max(1, round(grey.width * factor)), max(1, round(grey.height * factor))),
             PILImage.Resampling.LANCZOS,
@@ -314,7 +342,7 @@ def normalise(image: Image.Image) -> _Prepared:
     if noisy:
         grey = median
     grey = ImageOps.autocontrast(grey, cutoff=1)
-    return _Prepared(grey, noisy)
+    return _Prepared(grey, noisy, points_per_pixel)
 
 
 # -- one page ---------------------------------------------------------------------------------------
@@ -332,7 +360,7 @@ class _Word:
 
 @dataclass(frozen=True)
 class _PageText:
-    lines: tuple[tuple[str, float], ...]  # (layout text, weakest score)
+    lines: tuple[tuple[str, float, tuple[Box, ...]], ...]  # (layout text, weakest score, segment boxes)
     page: OcrPage
 
 
@@ -424,7 +452,7 @@ def read_page(number: int, image: Image.Image) -> _PageText:
             xc = (min(xs) + max(xs)) / 2
             yc = (min(ys) + max(ys)) / 2 - (xc - width / 2) * slope
             words.append(_Word(min(xs), max(xs), yc, _edge_lengths(box)[1], text, score))
-        lines = tuple(_layout_lines(words, float(width)))
+        lines = tuple(_layout_lines(words, float(width), prepared.points_per_pixel))
     else:
         lines = ()
     info = OcrPage(
@@ -462,7 +490,10 @@ def tidy(text: str) -> str:
     return _SEPARATOR_DOT.sub(r" \1 ", text)
 
 
-def _layout_lines(words: Sequence[_Word], page_width: float) -> Iterator[tuple[str, float]]:
+def _layout_lines(
+    words: Sequence[_Word], page_width: float, points_per_pixel: float
+) -> Iterator[tuple[str, float, tuple[Box, ...]]]:
+    """Rows of words as layout text (segments apart by SEGMENT_GAP), each with its segments' boxes."""
     if not words:
         return
     typical = statistics.median(w.height for w in words)
@@ -478,17 +509,33 @@ def _layout_lines(words: Sequence[_Word], page_width: float) -> Iterator[tuple[s
     for row in rows:
         row.sort(key=lambda w: w.x0)
         out = ""
+        groups: list[list[_Word]] = []
         prev: _Word | None = None
         for word in row:
             if prev is not None and word.x0 - prev.x1 < 0.8 * typical:
                 out += " " + word.text  # one phrase the detector cut in two
+                groups[-1].append(word)
             else:
                 column = int(max(0.0, word.x0) / page_width * PAGE_COLUMNS)
                 if out:
                     out += SEGMENT_GAP
                 out = out.ljust(column) + word.text
+                groups.append([word])
             prev = word
-        yield out.rstrip(), min(w.score for w in row)
+        boxes = tuple(_box(g, points_per_pixel) for g in groups)
+        yield out.rstrip(), min(w.score for w in row), boxes
+
+
+def _box(words: Sequence[_Word], points_per_pixel: float) -> Box:
+    top = min(w.yc - w.height / 2 for w in words)
+    bottom = max(w.yc + w.height / 2 for w in words)
+    x0, x1 = min(w.x0 for w in words), max(w.x1 for w in words)
+    return (
+        round(x0 * points_per_pixel, 1),
+        round(top * points_per_pixel, 1),
+        round(x1 * points_per_pixel, 1),
+        round(bottom * points_per_pixel, 1),
+    )
 
 
 # -- documents --------------------------------------------------------------------------------------
@@ -504,8 +551,8 @@ def ocr_pages(pages: Iterator[Image.Image], *, max_chars: int) -> OcrResult:
         infos.append(page.page)
         if texts:
             lines.append(None)  # the "\f" line between pages
-        page_lines = [text for text, _ in page.lines]
-        lines.extend(OcrLine(number, round(score, 4)) for _, score in page.lines)
+        page_lines = [text for text, _, _ in page.lines]
+        lines.extend(OcrLine(number, round(score, 4), boxes) for _, score, boxes in page.lines)
         text = "\n".join(page_lines)
         total += len(text) + 3
         if total > max_chars:

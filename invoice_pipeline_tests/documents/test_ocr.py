@@ -158,7 +158,19 @@ def test_scanned_pdf_in_the_sandbox_reads_every_key_field_and_retires_the_worker
         assert (extracted.format, extracted.method, extracted.page_count) == ("pdf", ocr_module.METHOD, 1)
         layout = OcrLayout.from_structured(extracted.structured)
         assert layout is not None and layout.pages[0].rotation == 0
-        _assert_reads(sandbox.read_fields(extracted), inv.to_fields())
+        fields = sandbox.read_fields(extracted)
+        _assert_reads(fields, inv.to_fields())
+        # Each field says where on the page it was read, in the units a text PDF uses (points,
+        # origin top-left): the scan's boxes lie where the same PDF's text layer has them.
+        text_layer = extract_fields(extract_text(render_invoice(inv, "pdf"), "invoice.pdf"))
+        for name in ("invoice_number", "payable_total"):
+            scanned, printed = fields.sources[name].box, text_layer.sources[name].box
+            assert scanned is not None and printed is not None, name
+            assert all(abs(a - b) <= 12 for a, b in zip(scanned, printed, strict=True)), (
+                name,
+                scanned,
+                printed,
+            )
         # The worker that OCRed under the larger allowance is gone; a fresh one answers.
         assert sandbox.ping() != before
     finally:
