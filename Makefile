@@ -38,8 +38,15 @@ lint: install
 bench: install
 	$(BIN)/python -m benchmarks $(BENCH_ARGS)
 
+# The property tests (pytest -m hypothesis) under the "chaos" Hypothesis profile: new random
+# examples every run, more of them, and a failure printed with its @reproduce_failure blob
+# (`make test` uses the derandomized "fixed" profile; see invoice_pipeline_tests/conftest.py).
+# Then the reliability scenarios. Both always run; either failing fails the target.
 chaos: install
-	$(BIN)/python -m chaos $(CHAOS_ARGS)
+	@status=0; \
+	HYPOTHESIS_PROFILE=chaos $(BIN)/pytest -m hypothesis -q invoice_pipeline_tests $(CHAOS_PYTEST_ARGS) || status=1; \
+	$(BIN)/python -m chaos $(CHAOS_ARGS) || status=1; \
+	exit $$status
 
 clean:
 	rm -rf $(VENV) .invoice_pipeline .pytest_cache .mypy_cache .ruff_cache

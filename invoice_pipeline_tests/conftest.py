@@ -3,6 +3,22 @@
 By default the session starts its own embedded PostgreSQL in a temporary home on a free
 port; with INVOICE_PIPELINE_DATABASE_URL set, the tests create their databases on that
 server instead (its database in the URL is only used to connect).
+
+Hypothesis profiles, chosen by the environment variable HYPOTHESIS_PROFILE (registered here,
+once, for every property test; a test keeps only what matters to it, such as max_examples or
+a deadline, and never pins its own seed):
+
+* ``fixed`` (the default, what ``make test`` runs): derandomized, so every run tries the same
+  examples, and no example database is read or written (nothing carried over between runs).
+* ``chaos`` (what ``make chaos`` runs the property tests with: ``HYPOTHESIS_PROFILE=chaos
+  pytest -m hypothesis``): a new random seed every run and more examples (tests that set their
+  own max_examples keep it), no deadline. A failure prints its falsifying example and, with
+  print_blob, the ``@reproduce_failure(...)`` line to paste onto the test to replay exactly
+  that example; the example is also saved in ``.hypothesis/`` and tried first on the next
+  chaos run.
+
+``@given`` tests carry the ``hypothesis`` marker by themselves; a test that runs a property
+defined inside it is marked ``@pytest.mark.hypothesis`` so that ``-m hypothesis`` finds it.
 """
 
 from __future__ import annotations
@@ -14,6 +30,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from invoice_pipeline.config import ENV_DATABASE_URL
 from invoice_pipeline.db.embedded import COMBINED_PREFIX, ENV_SERVER_ROOT, EmbeddedPostgres
@@ -24,6 +41,11 @@ from pipeline_support.helpers import create_database, drop_database, free_port, 
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT.parent / "shared" / "corpus"
+
+ENV_HYPOTHESIS_PROFILE = "HYPOTHESIS_PROFILE"
+settings.register_profile("fixed", derandomize=True, database=None)
+settings.register_profile("chaos", derandomize=False, max_examples=1000, deadline=None, print_blob=True)
+settings.load_profile(os.environ.get(ENV_HYPOTHESIS_PROFILE) or "fixed")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -101,6 +101,8 @@ def test_input_a_parser_cannot_use_is_quarantined_not_retried(
 
 ENTERED: dict[str, threading.Event] = {}
 RELEASE: dict[str, threading.Event] = {}
+# What each abandoned read produced once it was let go: the text its stage would have saved.
+LATE_TEXT: dict[str, ExtractedText] = {}
 
 
 class StuckReader(DocumentReader):
@@ -115,12 +117,23 @@ class StuckReader(DocumentReader):
         # returns; this guard turns that hang into a failure instead of a stuck suite.
         if not RELEASE[self.gate].wait(60):
             raise RuntimeError("the stage was never abandoned: no maximum duration")
-        return super().read_text(content, filename, max_bytes)
+        LATE_TEXT[self.gate] = text = super().read_text(content, filename, max_bytes)
+        return text
 
 
 def test_a_stuck_stage_fails_its_attempt_and_its_late_write_is_refused(
     database_url: str, store: InvoiceStore
 ) -> None:
+    """The stage's save comes after `each()` returns, so the abandoned read itself never writes:
+    the late write is made here, by hand, with what the abandoned read produced and the dead
+    attempt's own lease, through the chunk write the stage uses (`save_extracted_texts`).
+
+    Checked: with the fence ignored by the chunk write (`_write_chunk_once` taking every lease
+    as alive), the late text is written and this test fails. With `AND status = 'running'`
+    dropped from `fence_chunk` (sql/queries/locks.sql) it fails too: the append-only trigger on
+    processing_jobs then refuses the finished job's heartbeat, so the write is reported failed
+    instead of lost.
+    """
     gate = "stuck"
     ENTERED[gate], RELEASE[gate] = threading.Event(), threading.Event()
     inv = store.store_document(json_invoice(), "acme", "a.json").invoice_id
@@ -139,11 +152,19 @@ def test_a_stuck_stage_fails_its_attempt_and_its_late_write_is_refused(
     state = store.invoice_state(inv)
     assert state is not None and state.status == "failed" and state.attempts == 1
     assert state.next_attempt_at is not None, "rescheduled by the existing failure path"
-    # The abandoned read now completes; its write carries the dead lease and is refused.
+    # The abandoned read now completes. Its text, written late with the attempt's dead lease
+    # through the stage's own fenced chunk write, is refused: nothing of it lands.
     for thread in threading.enumerate():
         if thread.name == "stage-extract_text":
             thread.join()
-    assert store.load_extracted_text(inv) is None
+    late = LATE_TEXT.pop(gate, None)
+    assert late is not None, "the abandoned read ran to its end"
+    dead = store.lease(job.job_id, inv, job.attempt, job.owner)
+    write = store.save_extracted_texts([(dead, late)])
+    assert write.written == {} and write.failed == {}, write
+    assert set(write.lost) == {inv} and write.lost[inv].startswith("job is failed"), write.lost
+    assert store.load_extracted_text(inv) is None, "the late write landed"
+    assert [j.status for j in store.job_history(inv)] == ["failed"], "the dead job stays finished"
     # The next attempt processes it.
     assert run_single(database_url, inv).success
     assert store.invoice_state(inv).status == "processed"  # type: ignore[union-attr]

@@ -167,7 +167,7 @@ def real_locks(c: MatchCandidate) -> set[int]:
 
 
 def check_invariant(locks: Locks) -> Callable[[], None]:
-    @settings(max_examples=600, derandomize=True, suppress_health_check=[HealthCheck.filter_too_much])
+    @settings(max_examples=600, suppress_health_check=[HealthCheck.filter_too_much])
     @given(st.one_of(copies(), twin_copies(), unrelated()))
     def accepted_pairs_share_a_lock(pair: Pair) -> None:
         a, b = pair
@@ -177,11 +177,12 @@ def check_invariant(locks: Locks) -> Callable[[], None]:
     return accepted_pairs_share_a_lock
 
 
+@pytest.mark.hypothesis  # runs a @given property: selected by `pytest -m hypothesis` (make chaos)
 def test_every_pair_the_matcher_accepts_shares_a_lock() -> None:
     check_invariant(real_locks)()
 
 
-@settings(max_examples=600, derandomize=True, suppress_health_check=[HealthCheck.filter_too_much])
+@settings(max_examples=600, suppress_health_check=[HealthCheck.filter_too_much])
 @given(st.one_of(copies(), twin_copies(), unrelated()))
 def test_every_accepted_original_is_in_the_candidate_search(pair: Pair) -> None:
     new, old = pair
@@ -190,7 +191,7 @@ def test_every_accepted_original_is_in_the_candidate_search(pair: Pair) -> None:
     assert by_block or old.number == new.number
 
 
-@settings(max_examples=300, derandomize=True)
+@settings(max_examples=300)
 @given(copies())
 def test_generated_copies_are_mostly_accepted(pair: Pair) -> None:
     """Guards the generator: if it stopped producing matching pairs, the property would be vacuous."""
@@ -224,6 +225,7 @@ def _blocking_keys_only(c: MatchCandidate) -> set[int]:
     return set(lock_ids(c.block))
 
 
+@pytest.mark.hypothesis
 @pytest.mark.parametrize(
     "weakened", [_own_bucket_only, _exact_number, _rounded_to_cents, _blocking_keys_only]
 )

@@ -9,6 +9,13 @@ so each round is a real race, won by whoever the scheduler favours. Whatever the
 * an invoice is posted once if a person approved it and never if one rejected it;
 * of two suspected copies released at once, exactly one becomes the original (the duplicate
   decision's advisory locks serialise them; without, both would claim the one unique key).
+
+That the contenders really overlap is not left to the scheduler: the reviewers' store waits,
+right after its attempt at the processing lock (`take_review_lock`), until every contender of
+the round has made its own attempt. So the winner holds the lock, and has written nothing yet,
+while the loser tries it; the loser must then be refused by the lock itself ("busy: held by"),
+not by what the winner wrote afterwards (the status re-read under the lock, or the unique
+approval row), which would refuse a second decision too.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from typing import Any
 from uuid import UUID
 
 from invoice_pipeline.domain.review import ReviewPolicy
+from invoice_pipeline.records import Lease
 from invoice_pipeline.store import InvoiceStore
 from invoice_pipeline_tests.review.helpers import decided_invoice, held_invoice, key_fields, run_batch, sql
 from pipeline_support.factories import json_invoice
@@ -38,6 +46,25 @@ class Result:
     worker: str
     done: bool
     message: str
+    # The lock owner, and whether its attempt at the lock succeeded (None: no attempt was made).
+    owner: str = ""
+    took_lock: bool | None = None
+
+
+class MeetAtTheLock(InvoiceStore):
+    """The real store, except that `take_review_lock` returns only once every contender of the
+    round (the parties of `meet`) has made its attempt at the lock: the decisions overlap."""
+
+    def __init__(self, database_url: str, meet: Any, **kwargs: Any) -> None:
+        super().__init__(database_url, **kwargs)
+        self.meet = meet
+        self.took_lock: bool | None = None
+
+    def take_review_lock(self, invoice_id: UUID | str, owner: str) -> Lease | None:
+        lease = super().take_review_lock(invoice_id, owner)
+        self.took_lock = lease is not None
+        self.meet.wait(BARRIER_TIMEOUT)
+        return lease
 
 
 # -- workers (module level: the spawn start method imports them by name) -------------------------
@@ -49,18 +76,20 @@ def _review_worker(
     action: str,
     note: str | None,
     rounds: list[str],
+    meet: Any,
     barrier: Any,
     results: Any,
 ) -> None:
     from invoice_pipeline.review import Actor, act
 
-    store = InvoiceStore(database_url, max_size=2)
+    store = MeetAtTheLock(database_url, meet, max_size=2)
     actor = Actor(f"os-user:{name}", f"review:{name}@race:{os.getpid()}")
     try:
         for i, invoice_id in enumerate(rounds):
             barrier.wait(BARRIER_TIMEOUT)
+            store.took_lock = None
             outcome = act(store, action, invoice_id, actor, note)  # type: ignore[arg-type]
-            results.put(Result(i, name, outcome.done, outcome.message))
+            results.put(Result(i, name, outcome.done, outcome.message, actor.owner, store.took_lock))
     finally:
         store.close()
 
@@ -99,6 +128,15 @@ def race(workers: list[tuple[Callable[..., None], tuple[Any, ...]]], rounds: int
     return collected
 
 
+def refused_by_the_lock(loser: Result, winner: Result) -> None:
+    """The loser tried the lock while the winner held it, and the lock is what refused it."""
+    assert winner.took_lock is True, winner
+    assert loser.took_lock is False, loser
+    assert loser.message.startswith("busy: held by "), loser
+    # Named while the winner still holds it; or the winner finished between the two reads.
+    assert f"owner {winner.owner})" in loser.message or "finished just now" in loser.message, loser
+
+
 def writers_held_the_lock(database_url: str, invoice_ids: list[UUID]) -> None:
     """Every decision and posting was written by a job that ended as succeeded: under a live
     lock, through the fence (a swept or refused holder writes nothing)."""
@@ -115,14 +153,19 @@ def writers_held_the_lock(database_url: str, invoice_ids: list[UUID]) -> None:
 
 
 def test_two_reviewers_approve_and_reject_at_once(database_url: str, store: InvoiceStore) -> None:
+    """Checked: without the processing lock (the partial unique index dropped and
+    acquire_processing_lock a plain INSERT, so both reviewers take a lease), each round still
+    ends with exactly one decision, refused by the status re-read or the unique approval row,
+    but the loser is no longer refused by the lock and this test fails."""
+    meet = mp.get_context("spawn").Barrier(2)
     ids = [
         held_invoice(store, "race", f"RR-{i}", ["negative_total: payable -50.00 EUR"]) for i in range(ROUNDS)
     ]
     rounds = [str(i) for i in ids]
     results = race(
         [
-            (_review_worker, (database_url, "alice", "approve", None, rounds)),
-            (_review_worker, (database_url, "bob", "reject", "not ours", rounds)),
+            (_review_worker, (database_url, "alice", "approve", None, rounds, meet)),
+            (_review_worker, (database_url, "bob", "reject", "not ours", rounds, meet)),
         ],
         ROUNDS,
     )
@@ -130,6 +173,8 @@ def test_two_reviewers_approve_and_reject_at_once(database_url: str, store: Invo
     for i, invoice_id in enumerate(ids):
         done = [r for r in results if r.round == i and r.done]
         assert len(done) == 1, [r for r in results if r.round == i]
+        (lost,) = [r for r in results if r.round == i and not r.done]
+        refused_by_the_lock(lost, done[0])
         winners[done[0].worker] += 1
         approval = store.load_approval(invoice_id)
         assert approval is not None
@@ -142,7 +187,9 @@ def test_two_reviewers_approve_and_reject_at_once(database_url: str, store: Invo
 
 def test_two_reviewers_release_two_copies_of_one_invoice(database_url: str, store: InvoiceStore) -> None:
     """B and C are exact copies of each other, both suspected copies of A. Released at once,
-    one becomes the original and the other is then found to copy it."""
+    one becomes the original and the other is then found to copy it. Each round both reviewers
+    hold their invoice's lock, undecided, at the same time: the decisions overlap."""
+    meet = mp.get_context("spawn").Barrier(2)
     pairs = []
     for i in range(ROUNDS):
         number = 7000 + i
@@ -152,12 +199,16 @@ def test_two_reviewers_release_two_copies_of_one_invoice(database_url: str, stor
         pairs.append((b, c))
     results = race(
         [
-            (_review_worker, (database_url, "alice", "not_duplicate", None, [str(b) for b, _ in pairs])),
-            (_review_worker, (database_url, "bob", "not_duplicate", None, [str(c) for _, c in pairs])),
+            (
+                _review_worker,
+                (database_url, "alice", "not_duplicate", None, [str(b) for b, _ in pairs], meet),
+            ),
+            (_review_worker, (database_url, "bob", "not_duplicate", None, [str(c) for _, c in pairs], meet)),
         ],
         ROUNDS,
     )
     assert all(r.done for r in results), [r for r in results if not r.done]
+    assert all(r.took_lock for r in results), "both held their lock when they met"
     for b, c in pairs:
         decisions = {i: store.load_duplicate_decision(i) for i in (b, c)}
         originals = [i for i, d in decisions.items() if d is not None and d.status == "original"]
@@ -170,6 +221,9 @@ def test_two_reviewers_release_two_copies_of_one_invoice(database_url: str, stor
 
 
 def test_reviewers_and_the_pipeline_at_once_post_at_most_once(database_url: str, store: InvoiceStore) -> None:
+    """The two reviewers meet at the lock as above; the pipeline's run is launched at the same
+    moment and runs freely (a held invoice is not claimed; an approved one is posted once)."""
+    meet = mp.get_context("spawn").Barrier(2)
     # Held by the real pipeline: the org's approval limit is below every amount.
     store.set_review_policy("race", ReviewPolicy(auto_approve_limit=Decimal("1")), "os-user:test")
     ids = [
@@ -181,8 +235,8 @@ def test_reviewers_and_the_pipeline_at_once_post_at_most_once(database_url: str,
     results = race(
         [
             (_pipeline_worker, (database_url, rounds)),
-            (_review_worker, (database_url, "alice", "approve", None, rounds)),
-            (_review_worker, (database_url, "bob", "reject", "over budget", rounds)),
+            (_review_worker, (database_url, "alice", "approve", None, rounds, meet)),
+            (_review_worker, (database_url, "bob", "reject", "over budget", rounds, meet)),
         ],
         ROUNDS,
     )
@@ -191,6 +245,9 @@ def test_reviewers_and_the_pipeline_at_once_post_at_most_once(database_url: str,
     for i, invoice_id in enumerate(ids):
         decided = [r.worker for r in results if r.round == i and r.done and r.worker != "pipeline"]
         assert len(decided) == 1, [r for r in results if r.round == i]
+        (won,) = [r for r in results if r.round == i and r.done and r.worker != "pipeline"]
+        (lost,) = [r for r in results if r.round == i and not r.done and r.worker != "pipeline"]
+        refused_by_the_lock(lost, won)
         posted = int(
             sql(database_url, "SELECT count(*) FROM ledger_postings WHERE invoice_id = %s", (invoice_id,))[0][
                 0
