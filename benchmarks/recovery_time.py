@@ -97,10 +97,11 @@ def _job(conn: psycopg.Connection[Any], invoice_id: UUID, attempt: int) -> tuple
     ).fetchone()
 
 
-def _executed(conn: psycopg.Connection[Any], invoice_id: UUID, step: str) -> int:
+def _crumbs(conn: psycopg.Connection[Any], invoice_id: UUID, step: str, event: str) -> int:
+    """How often `step` was started, or had its result saved ('executed'), for the invoice."""
     row = conn.execute(
-        "SELECT count(*) FROM step_events WHERE invoice_id = %s AND step = %s AND event = 'executed'",
-        (invoice_id, step),
+        "SELECT count(*) FROM step_events WHERE invoice_id = %s AND step = %s AND event = %s",
+        (invoice_id, step, event),
     ).fetchone()
     return int(row[0]) if row else 0
 
@@ -126,7 +127,7 @@ def measure_once(
     worker = _worker(setup, url, invoice_id, "read_fields", logs / f"worker-{r}.log")
     try:
         wait_for(
-            lambda: _executed(conn, invoice_id, "extract_fields"),
+            lambda: _crumbs(conn, invoice_id, "extract_fields", "started"),
             timeout=120,
             what="the worker to reach extract_fields",
         )
@@ -190,7 +191,9 @@ def measure_once(
             again.wait(30)
     second = _job(conn, invoice_id, 2)
     state = store.invoice_state(invoice_id)
-    texts, fields = _executed(conn, invoice_id, "extract_text"), _executed(conn, invoice_id, "extract_fields")
+    texts = _crumbs(conn, invoice_id, "extract_text", "executed")
+    fields = _crumbs(conn, invoice_id, "extract_fields", "started")
+    fields_saved = _crumbs(conn, invoice_id, "extract_fields", "executed")
     result.check(
         f"round {r + 1}: processed again, text extraction fast-forwarded",
         code == 0
@@ -199,9 +202,11 @@ def measure_once(
         and state is not None
         and state.status == "processed"
         and texts == 1
-        and fields == 2,
+        and fields == 2
+        and fields_saved == 1,
         f"worker exit {code}; job 2 {second[3] if second else None}; invoice "
-        f"{state.status if state else None}; extract_text executed {texts}×, extract_fields {fields}×",
+        f"{state.status if state else None}; extract_text saved {texts}×, extract_fields started "
+        f"{fields}× and saved {fields_saved}×",
     )
     if second is None or second[2] is None:
         raise AssertionError(f"the relaunched worker did not finish the invoice (exit {code})")

@@ -308,10 +308,10 @@ def check_common_invariants(
 
 
 def extraction_counts(url: str) -> tuple[int, int]:
-    """(extract_text executions, committed extractions) over the whole database."""
+    """(extract_text starts, committed extractions) over the whole database."""
     with psycopg.connect(url) as conn:
         executed = conn.execute(
-            "SELECT count(*) FROM step_events WHERE step = 'extract_text' AND event = 'executed'"
+            "SELECT count(*) FROM step_events WHERE step = 'extract_text' AND event = 'started'"
         ).fetchone()
         saved = conn.execute("SELECT count(*) FROM chaos_audit WHERE tbl = 'extracted_texts'").fetchone()
     assert executed is not None and saved is not None

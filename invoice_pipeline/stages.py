@@ -17,6 +17,7 @@ database is unreachable) escapes a stage.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -130,7 +131,8 @@ class Stage:
     # The assets the stage materializes, once per chunk.
     assets: tuple[str, ...]
     done: Callable[[InvoiceStore, list[UUID]], set[UUID]]
-    work: Callable[[StageEnv, list[Claimed]], dict[UUID, Outcome]]
+    # (env, the chunk's invoices still to do, the stage's name for its 'executed' breadcrumbs)
+    work: Callable[[StageEnv, list[Claimed], str], dict[UUID, Outcome]]
 
 
 @dataclass(frozen=True)
@@ -153,14 +155,15 @@ def run_stage(stage: Stage, env: StageEnv, chunk: Sequence[Claimed]) -> StageRep
         return StageReport(stage.name, {}, frozenset(), ())
     store = env.store
     done = stage.done(store, [c.invoice_id for c in chunk])
+    # 'started' now; 'executed' is written with each saved result (sql/0008).
     crumbs = store.record_steps(stage.name, [c.lease for c in chunk], {c.invoice_id for c in chunk} - done)
     outcomes = unwritten(crumbs)
     # Fast-forwarded: done before, and the breadcrumb saying so was written under a live lease.
     skipped = frozenset(done & crumbs.written.keys())
     todo = [c for c in chunk if c.invoice_id in crumbs.written and c.invoice_id not in done]
     if todo:
-        outcomes |= stage.work(env, todo)
-    outcomes |= settle(env, chunk, outcomes)
+        outcomes |= stage.work(env, todo, stage.name)
+    outcomes |= settle(env, chunk, outcomes, stage.name)
     fail_attempts(env, chunk, outcomes)
     survivors = tuple(
         c for c in chunk if c.invoice_id in skipped or isinstance(outcomes.get(c.invoice_id), SURVIVING)
@@ -182,14 +185,16 @@ def written_outcomes(write: ChunkWrite[Any], done: Outcome) -> dict[UUID, Outcom
     return {invoice_id: done for invoice_id in write.written} | unwritten(write)
 
 
-def settle(env: StageEnv, chunk: Sequence[Claimed], outcomes: dict[UUID, Outcome]) -> dict[UUID, Outcome]:
+def settle(
+    env: StageEnv, chunk: Sequence[Claimed], outcomes: dict[UUID, Outcome], step: str
+) -> dict[UUID, Outcome]:
     """Quarantine the unusable documents (one fenced write); returns the outcomes that changed."""
     quarantined = [
         (c.lease, Quarantine(o.code, o.reason))
         for c in chunk
         if isinstance(o := outcomes.get(c.invoice_id), Quarantined)
     ]
-    return unwritten(env.store.quarantine_many(quarantined))
+    return unwritten(env.store.quarantine_many(quarantined, step=step))
 
 
 def fail_attempts(env: StageEnv, chunk: Sequence[Claimed], outcomes: dict[UUID, Outcome]) -> None:
@@ -228,6 +233,38 @@ def each(
                 raise
             problems[c.invoice_id] = Failed(f"{step or 'stage'} failed: {type(exc).__name__}: {exc}")
     return results, problems
+
+
+# Finished results wait at most this much work before they are saved: what a crash can lose.
+FLUSH_AFTER_SECONDS = 1.0
+
+
+def saved_as_they_finish(
+    items: Sequence[Claimed],
+    work: Callable[[Claimed], T],
+    save: Callable[[list[tuple[Claimed, T]]], ChunkWrite[Any]],
+    seconds: float | None,
+    step: str,
+) -> dict[UUID, Outcome]:
+    """`each`, saving finished results whenever about a second of work has piled up.
+
+    A crash then loses at most the work since the last save (and the document in flight),
+    not the chunk: cheap documents still share one save per chunk (or per second), and an
+    expensive one (OCR, seconds per page) is saved as soon as it is read.
+    """
+    outcomes: dict[UUID, Outcome] = {}
+    pending: list[tuple[Claimed, T]] = []
+    worked = 0.0
+    for index, c in enumerate(items):
+        began = time.perf_counter()
+        results, problems = each([c], work, seconds, step)
+        outcomes |= problems
+        pending.extend((c, result) for result in results.values())
+        worked += time.perf_counter() - began
+        if pending and (worked >= FLUSH_AFTER_SECONDS or index == len(items) - 1):
+            outcomes |= written_outcomes(save(pending), Done())
+            pending, worked = [], 0.0
+    return outcomes
 
 
 class StageTimedOut(RuntimeError):
@@ -278,7 +315,7 @@ def _missing(what: str) -> Failed:
 # -- the stages --------------------------------------------------------------------------------
 
 
-def extract_text(env: StageEnv, items: list[Claimed]) -> dict[UUID, Outcome]:
+def extract_text(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID, Outcome]:
     documents = env.store.load_documents([c.invoice_id for c in items])
 
     def read(c: Claimed) -> ExtractedText:
@@ -287,31 +324,30 @@ def extract_text(env: StageEnv, items: list[Claimed]) -> dict[UUID, Outcome]:
             raise BadDocument("no_document", "the invoice has no stored document; ingest the file again")
         return env.parser.read_text(document.content, document.filename, env.max_document_bytes)
 
-    texts, outcomes = each(items, read, env.max_stage_seconds, "extract_text")
-    write = env.store.save_extracted_texts(
-        [(c.lease, texts[c.invoice_id]) for c in items if c.invoice_id in texts]
+    return saved_as_they_finish(
+        items,
+        read,
+        lambda done: env.store.save_extracted_texts([(c.lease, text) for c, text in done], step=step),
+        env.max_stage_seconds,
+        step,
     )
-    return outcomes | written_outcomes(write, Done())
 
 
-def extract_fields(env: StageEnv, items: list[Claimed]) -> dict[UUID, Outcome]:
+def extract_fields(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID, Outcome]:
     texts = env.store.load_extracted_texts([c.invoice_id for c in items])
     have = [c for c in items if c.invoice_id in texts]
     outcomes: dict[UUID, Outcome] = {c.invoice_id: _missing("extracted text") for c in items if c not in have}
     policies = env.store.review_policies(sorted({c.org_id for c in have})) if have else {}
-    fields, problems = each(
+    return outcomes | saved_as_they_finish(
         have,
         lambda c: with_default_currency(env.parser.read_fields(texts[c.invoice_id]), policies[c.org_id]),
+        lambda done: env.store.save_fields_of([(c.lease, fields) for c, fields in done], step=step),
         env.max_stage_seconds,
-        "extract_fields",
+        step,
     )
-    write = env.store.save_fields_of(
-        [(c.lease, fields[c.invoice_id]) for c in have if c.invoice_id in fields]
-    )
-    return outcomes | problems | written_outcomes(write, Done())
 
 
-def validate(env: StageEnv, items: list[Claimed]) -> dict[UUID, Outcome]:
+def validate(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID, Outcome]:
     fields = env.store.load_fields_of([c.invoice_id for c in items])
     outcomes: dict[UUID, Outcome] = {}
     for c in items:
@@ -320,13 +356,14 @@ def validate(env: StageEnv, items: list[Claimed]) -> dict[UUID, Outcome]:
             outcomes[c.invoice_id] = _missing("fields")
             continue
         problems = validate_fields(found)
-        outcomes[c.invoice_id] = (
-            Quarantined(problems[0].code, "; ".join(p.reason for p in problems)) if problems else Done()
-        )
-    return outcomes
+        if problems:
+            outcomes[c.invoice_id] = Quarantined(problems[0].code, "; ".join(p.reason for p in problems))
+    # Passing validation stores nothing but the breadcrumb (a quarantine is saved by `settle`).
+    passed = [c.lease for c in items if c.invoice_id in fields and c.invoice_id not in outcomes]
+    return outcomes | written_outcomes(env.store.record_executed(step, passed), Done())
 
 
-def detect_duplicates(env: StageEnv, items: list[Claimed]) -> dict[UUID, Outcome]:
+def detect_duplicates(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID, Outcome]:
     fields = env.store.load_fields_of([c.invoice_id for c in items])
     outcomes: dict[UUID, Outcome] = {
         c.invoice_id: _missing("fields") for c in items if c.invoice_id not in fields
@@ -336,7 +373,9 @@ def detect_duplicates(env: StageEnv, items: list[Claimed]) -> dict[UUID, Outcome
         have, lambda c: MatchCandidate.from_fields(str(c.invoice_id), c.org_id, fields[c.invoice_id])
     )
     write = env.store.decide_duplicates(
-        [(c.lease, candidates[c.invoice_id]) for c in have if c.invoice_id in candidates], match_outcome
+        [(c.lease, candidates[c.invoice_id]) for c in have if c.invoice_id in candidates],
+        match_outcome,
+        step=step,
     )
     outcomes |= problems | written_outcomes(write, Done())
     for invoice_id, decision in write.written.items():
@@ -362,7 +401,7 @@ def verdict_for(
     return Verdict("approved", "auto-approved: valid, not a duplicate, no business exception")
 
 
-def approve(env: StageEnv, items: list[Claimed]) -> dict[UUID, Outcome]:
+def approve(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID, Outcome]:
     ids = [c.invoice_id for c in items]
     decisions = env.store.load_duplicate_decisions(ids)
     fields = env.store.load_fields_of(ids)
@@ -378,7 +417,7 @@ def approve(env: StageEnv, items: list[Claimed]) -> dict[UUID, Outcome]:
             found, decision.status, decision.original_id, decision.reasons, policies[c.org_id]
         )
     write = env.store.record_verdicts(
-        [(c.lease, verdicts[c.invoice_id]) for c in items if c.invoice_id in verdicts]
+        [(c.lease, verdicts[c.invoice_id]) for c in items if c.invoice_id in verdicts], step=step
     )
     outcomes |= written_outcomes(write, Done())
     for invoice_id in write.written:
@@ -393,7 +432,7 @@ def payable(fields: InvoiceFields) -> Decimal:
     return -abs(fields.payable_total) if fields.document_type == "credit_note" else fields.payable_total
 
 
-def post_to_ledger(env: StageEnv, items: list[Claimed]) -> dict[UUID, Outcome]:
+def post_to_ledger(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID, Outcome]:
     fields = env.store.load_fields_of([c.invoice_id for c in items])
     postings: list[tuple[Lease, Posting]] = []
     outcomes: dict[UUID, Outcome] = {}
@@ -404,7 +443,7 @@ def post_to_ledger(env: StageEnv, items: list[Claimed]) -> dict[UUID, Outcome]:
             continue
         assert found.currency is not None
         postings.append((c.lease, Posting(c.org_id, payable(found), found.currency)))
-    return outcomes | written_outcomes(env.store.post_many(postings), Done("posted"))
+    return outcomes | written_outcomes(env.store.post_many(postings, step=step), Done("posted"))
 
 
 STAGES: tuple[Stage, ...] = (

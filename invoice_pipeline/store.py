@@ -315,11 +315,18 @@ class InvoiceStore:
         items: Sequence[tuple[Lease, P]],
         write: Callable[[psycopg.Connection[Any], Lease, P], R],
         prepare: Callable[[psycopg.Connection[Any], list[Lease]], None] | None = None,
+        *,
+        step: str | None = None,
     ) -> ChunkWrite[R]:
+        """One fenced transaction for the chunk; one per invoice when the database refuses it.
+
+        With `step`, the transaction also records that step 'executed' for every invoice it
+        wrote: the breadcrumb and the result commit together, or neither does.
+        """
         if not items:
             return ChunkWrite({}, {}, {})
         try:
-            return self._write_chunk_once(items, write, prepare)
+            return self._write_chunk_once(items, write, prepare, step)
         except psycopg.Error as exc:
             if is_systemic(exc):
                 raise
@@ -329,7 +336,7 @@ class InvoiceStore:
         lost: dict[UUID, str] = {}
         failed: dict[UUID, Exception] = {}
         for item in items:
-            one = self._write_chunk([item], write, prepare)
+            one = self._write_chunk([item], write, prepare, step=step)
             written |= one.written
             lost |= one.lost
             failed |= one.failed
@@ -340,6 +347,7 @@ class InvoiceStore:
         items: Sequence[tuple[Lease, P]],
         write: Callable[[psycopg.Connection[Any], Lease, P], R],
         prepare: Callable[[psycopg.Connection[Any], list[Lease]], None] | None,
+        step: str | None,
     ) -> ChunkWrite[R]:
         with self._transaction() as conn:
             rows = conn.execute(query("fence_chunk"), {"job_ids": [lease.job_id for lease, _ in items]})
@@ -353,6 +361,15 @@ class InvoiceStore:
             if prepare is not None and live:
                 prepare(conn, [lease for lease, _ in live])
             written = {lease.invoice_id: write(conn, lease, payload) for lease, payload in live}
+            if step is not None and live:
+                conn.execute(
+                    query("record_executed"),
+                    {
+                        "step": step,
+                        "invoice_ids": [lease.invoice_id for lease, _ in live],
+                        "job_ids": [lease.job_id for lease, _ in live],
+                    },
+                )
             return ChunkWrite(written, lost, {})
 
     @staticmethod
@@ -372,9 +389,10 @@ class InvoiceStore:
 
         return write
 
-    def record_steps(self, step: str, leases: Sequence[Lease], executed: set[UUID]) -> ChunkWrite[None]:
-        """Breadcrumbs for a chunk: `executed` invoices move processing_stage, the rest fast-forwarded."""
-        items = [(lease, lease.invoice_id in executed) for lease in leases]
+    def record_steps(self, step: str, leases: Sequence[Lease], started: set[UUID]) -> ChunkWrite[None]:
+        """Breadcrumbs as a stage starts a chunk: `started` invoices move processing_stage, the
+        rest were fast-forwarded. ('executed' is written with each saved result, see _write_chunk.)"""
+        items = [(lease, lease.invoice_id in started) for lease in leases]
 
         def write(conn: psycopg.Connection[Any], lease: Lease, runs: bool) -> None:
             return None
@@ -386,11 +404,15 @@ class InvoiceStore:
                     "step": step,
                     "invoice_ids": [lease.invoice_id for lease in live],
                     "job_ids": [lease.job_id for lease in live],
-                    "events": ["executed" if lease.invoice_id in executed else "skipped" for lease in live],
+                    "events": ["started" if lease.invoice_id in started else "skipped" for lease in live],
                 },
             )
 
         return self._write_chunk(items, write, crumbs)
+
+    def record_executed(self, step: str, leases: Sequence[Lease]) -> ChunkWrite[None]:
+        """'executed' for a stage whose result is nothing to store (validation passed)."""
+        return self._write_chunk([(lease, None) for lease in leases], lambda conn, lease, _: None, step=step)
 
     def record_step(self, lease: Lease, step: str, *, skipped: bool) -> None:
         """Breadcrumb: the step started (and moves processing_stage), or was fast-forwarded."""
@@ -405,9 +427,11 @@ class InvoiceStore:
             rows = conn.execute(query(f"done_{step}"), {"invoice_ids": list(invoice_ids)}).fetchall()
         return {row[0] for row in rows}
 
-    def save_extracted_texts(self, items: Sequence[tuple[Lease, ExtractedText]]) -> ChunkWrite[None]:
+    def save_extracted_texts(
+        self, items: Sequence[tuple[Lease, ExtractedText]], *, step: str | None = None
+    ) -> ChunkWrite[None]:
         save = self._run("save_extracted_text")
-        return self._write_chunk(items, lambda conn, lease, text: save(conn, lease, asdict(text)))
+        return self._write_chunk(items, lambda conn, lease, text: save(conn, lease, asdict(text)), step=step)
 
     def save_extracted_text(self, lease: Lease, extracted: ExtractedText) -> None:
         self._only(self.save_extracted_texts([(lease, extracted)]), lease)
@@ -423,7 +447,9 @@ class InvoiceStore:
     def load_extracted_text(self, invoice_id: UUID | str) -> ExtractedText | None:
         return self.load_extracted_texts([as_uuid(invoice_id)]).get(as_uuid(invoice_id))
 
-    def save_fields_of(self, items: Sequence[tuple[Lease, InvoiceFields]]) -> ChunkWrite[None]:
+    def save_fields_of(
+        self, items: Sequence[tuple[Lease, InvoiceFields]], *, step: str | None = None
+    ) -> ChunkWrite[None]:
         save = self._run("save_fields")
 
         def write(conn: psycopg.Connection[Any], lease: Lease, fields: InvoiceFields) -> None:
@@ -442,7 +468,7 @@ class InvoiceStore:
                 },
             )
 
-        return self._write_chunk(items, write)
+        return self._write_chunk(items, write, step=step)
 
     def save_fields(self, lease: Lease, fields: InvoiceFields) -> None:
         self._only(self.save_fields_of([(lease, fields)]), lease)
@@ -456,7 +482,7 @@ class InvoiceStore:
         return self.load_fields_of([as_uuid(invoice_id)]).get(as_uuid(invoice_id))
 
     def decide_duplicates(
-        self, items: Sequence[tuple[Lease, MatchCandidate]], match: MatchFunction
+        self, items: Sequence[tuple[Lease, MatchCandidate]], match: MatchFunction, *, step: str | None = None
     ) -> ChunkWrite[DuplicateDecision]:
         """Original, duplicate or suspected for each invoice, decided under the blocking keys' advisory locks.
 
@@ -513,7 +539,7 @@ class InvoiceStore:
             assert decided is not None
             return decided
 
-        return self._write_chunk(items, decide, take_locks)
+        return self._write_chunk(items, decide, take_locks, step=step)
 
     def _locked_candidates(
         self, conn: psycopg.Connection[Any], candidate: MatchCandidate
@@ -548,7 +574,9 @@ class InvoiceStore:
     def load_duplicate_decision(self, invoice_id: UUID | str) -> DuplicateDecision | None:
         return self.load_duplicate_decisions([as_uuid(invoice_id)]).get(as_uuid(invoice_id))
 
-    def record_verdicts(self, items: Sequence[tuple[Lease, Verdict]]) -> ChunkWrite[None]:
+    def record_verdicts(
+        self, items: Sequence[tuple[Lease, Verdict]], *, step: str | None = None
+    ) -> ChunkWrite[None]:
         """The approval stage's results: approved, rejected (with the rule), or held for a person."""
         approve = self._run("save_approval")
         hold = self._run("hold_for_review")
@@ -561,7 +589,7 @@ class InvoiceStore:
             else:
                 approve(conn, lease, {"decision": verdict.decision, "rule": verdict.rule})
 
-        return self._write_chunk(items, write)
+        return self._write_chunk(items, write, step=step)
 
     def record_approval(self, lease: Lease, decision: Literal["approved", "rejected"], rule: str) -> Approval:
         self._only(self.record_verdicts([(lease, Verdict(decision, rule))]), lease)
@@ -590,10 +618,12 @@ class InvoiceStore:
     def load_approval(self, invoice_id: UUID | str) -> Approval | None:
         return self.load_approvals([as_uuid(invoice_id)]).get(as_uuid(invoice_id))
 
-    def post_many(self, items: Sequence[tuple[Lease, Posting]]) -> ChunkWrite[None]:
+    def post_many(
+        self, items: Sequence[tuple[Lease, Posting]], *, step: str | None = None
+    ) -> ChunkWrite[None]:
         """Post once: a second post of an invoice changes nothing (UNIQUE invoice_id)."""
         post = self._run("post_to_ledger")
-        return self._write_chunk(items, lambda conn, lease, p: post(conn, lease, asdict(p)))
+        return self._write_chunk(items, lambda conn, lease, p: post(conn, lease, asdict(p)), step=step)
 
     def post_to_ledger(self, lease: Lease, org_id: str, amount: Decimal, currency: str) -> LedgerPosting:
         self._only(self.post_many([(lease, Posting(org_id, amount, currency))]), lease)
@@ -625,7 +655,9 @@ class InvoiceStore:
     def complete(self, lease: Lease) -> None:
         self._only(self.complete_many([lease]), lease)
 
-    def quarantine_many(self, items: Sequence[tuple[Lease, Quarantine]]) -> ChunkWrite[None]:
+    def quarantine_many(
+        self, items: Sequence[tuple[Lease, Quarantine]], *, step: str | None = None
+    ) -> ChunkWrite[None]:
         """Bad documents: keep them, say why, never retry them."""
         mark = self._run("mark_quarantined")
         finish = self._run("finish_lock")
@@ -634,7 +666,7 @@ class InvoiceStore:
             mark(conn, lease, {"code": q.code, "reason": q.reason})
             finish(conn, lease, {"status": "failed", "error": f"quarantined: {q.code}: {q.reason}"})
 
-        return self._write_chunk(items, write)
+        return self._write_chunk(items, write, step=step)
 
     def quarantine(self, lease: Lease, code: str, reason: str) -> None:
         self._only(self.quarantine_many([(lease, Quarantine(code, reason))]), lease)

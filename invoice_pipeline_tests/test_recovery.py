@@ -80,7 +80,7 @@ def step_events(database_url: str, invoice_id: object) -> list[tuple[str, str, s
 
 
 def reached(database_url: str, invoice_id: object, step: str) -> bool:
-    return any(s == step and e == "executed" for _, s, e in step_events(database_url, invoice_id))
+    return any(s == step and e == "started" for _, s, e in step_events(database_url, invoice_id))
 
 
 def wait_stale(database_url: str, invoice_id: object) -> None:
@@ -138,7 +138,10 @@ def test_killed_after_text_extraction_resumes_without_extracting_again(
 
     assert run_in_process(database_url, inv)
     assert store.count_step_executions(inv, "extract_text") == 1, "text extraction ran exactly once in total"
-    assert store.count_step_executions(inv, "extract_fields") == 2, "the interrupted step ran again"
+    starts = [s for _, s, e in step_events(database_url, inv) if e == "started"]
+    assert starts.count("extract_fields") == 2, "the interrupted step ran again"
+    # 'executed' means the result was saved: the killed attempt's never was.
+    assert store.count_step_executions(inv, "extract_fields") == 1
     state = store.invoice_state(inv)
     assert state is not None and state.status == "processed" and state.attempts == 2
     with psycopg.connect(database_url) as conn:
@@ -184,7 +187,7 @@ def test_frozen_zombie_resumes_after_takeover_and_writes_nothing(
     after = step_events(database_url, inv)
     assert after == before, "the zombie wrote nothing after waking up"
     assert [e for e in after if e[0] == str(zombie_job.job_id)] == [
-        (str(zombie_job.job_id), "extract_text", "executed")
+        (str(zombie_job.job_id), "extract_text", "started")
     ]
     with psycopg.connect(database_url) as conn:
         text_job = conn.execute("SELECT job_id FROM extracted_texts WHERE invoice_id = %s", (inv,)).fetchone()

@@ -2,17 +2,24 @@
 -- Writes stay in pipeline.sql, one statement per invoice, run after fence_chunk in the chunk's
 -- transaction.
 
--- Breadcrumbs for a chunk: 'executed' moves processing_stage, 'skipped' records a fast-forward.
+-- Breadcrumbs for a chunk as a stage starts it: 'started' moves processing_stage, 'skipped'
+-- records a fast-forward (sql/0008).
 -- name: record_steps
 WITH crumbs AS (
     SELECT * FROM unnest(%(invoice_ids)s::uuid[], %(job_ids)s::uuid[], %(events)s::text[])
         AS c(invoice_id, job_id, event)
 ), stage AS (
     UPDATE invoices i SET processing_stage = %(step)s, updated_at = now()
-    FROM crumbs c WHERE i.id = c.invoice_id AND c.event = 'executed'
+    FROM crumbs c WHERE i.id = c.invoice_id AND c.event = 'started'
 )
 INSERT INTO step_events (invoice_id, job_id, step, event)
 SELECT invoice_id, job_id, %(step)s, event FROM crumbs
+
+-- The stage's result for these invoices was saved: written in the transaction that saved it.
+-- name: record_executed
+INSERT INTO step_events (invoice_id, job_id, step, event)
+SELECT invoice_id, job_id, %(step)s, 'executed'
+FROM unnest(%(invoice_ids)s::uuid[], %(job_ids)s::uuid[]) AS c(invoice_id, job_id)
 
 -- "Already done?" for each stage, over a chunk: the ids whose stage left its result.
 -- name: done_extract_text

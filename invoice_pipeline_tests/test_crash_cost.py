@@ -1,0 +1,97 @@
+"""A crash costs seconds, not a chunk: a SIGKILL in the middle of a chunk's text extraction
+keeps every document read before it, and the audit trail claims only what was saved.
+
+`invoice-pipeline process` works one chunk of slow documents (text PDFs of a few hundred lines,
+about a second of extraction each) and is SIGKILLed the moment the database holds the first
+half of them while the rest are still being read. Then one sweep and one `process` finish the
+chunk, re-reading only what the kill threw away.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from dataclasses import replace
+from decimal import Decimal
+
+import psycopg
+
+from invoice_pipeline.samples.render import Line, invoice_pdf
+from invoice_pipeline.samples.scans import draw_invoice
+from invoice_pipeline.store import InvoiceStore
+from invoice_pipeline_tests.test_kill_process import cli, env, scalar  # noqa: F401 (env is a fixture)
+from pipeline_support.helpers import wait_for
+
+DOCUMENTS = 4
+LINES = 300  # about a second of text extraction per document on this machine
+
+
+def _slow_pdf(seed: int) -> bytes:
+    inv = draw_invoice(seed)
+    lines = tuple(
+        Line(f"Consulting hours, item {i}", Decimal(1), Decimal("10.00"), Decimal(19)) for i in range(LINES)
+    )
+    return invoice_pdf(replace(inv, lines=lines, invoice_number=f"SLOW-{seed:04d}"), "en")
+
+
+SAVED = "SELECT count(*) FROM extracted_texts"
+EXECUTED = "SELECT count(*) FROM step_events WHERE step = 'extract_text' AND event = 'executed'"
+
+
+def test_a_kill_mid_chunk_keeps_what_was_read_and_rereads_only_the_rest(
+    database_url: str,
+    store: InvoiceStore,
+    env: dict[str, str],  # noqa: F811
+) -> None:
+    """Checked: with the chunk's texts saved once at its end (the code before issue 19), no moment
+    has half of them saved while the process still runs, and the wait below fails."""
+    invoices = [
+        store.store_document(_slow_pdf(70 + i), "acme", f"slow{i}.pdf").invoice_id for i in range(DOCUMENTS)
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "invoice_pipeline.cli", "process", "--batch-size", str(DOCUMENTS)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(
+            lambda: proc.poll() is not None or scalar(database_url, SAVED) >= DOCUMENTS // 2,
+            timeout=300,
+            interval=0.005,
+            what="half of the chunk's texts to be saved",
+        )
+    finally:
+        alive = proc.poll() is None
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(60)
+    saved_at_kill = scalar(database_url, SAVED)
+    assert alive, "the process was still reading when it was killed"
+    assert DOCUMENTS // 2 <= saved_at_kill < DOCUMENTS, f"{saved_at_kill} of {DOCUMENTS} saved mid-chunk"
+    # 'executed' commits with the text it vouches for: never claimed for lost work.
+    assert scalar(database_url, EXECUTED) == saved_at_kill
+    with psycopg.connect(database_url) as conn:
+        kept = {row[0] for row in conn.execute("SELECT invoice_id FROM extracted_texts").fetchall()}
+        conn.execute(
+            "UPDATE processing_jobs SET heartbeat_at = heartbeat_at - interval '1 hour' WHERE status = 'running'"
+        )
+
+    assert cli(env, "sweep").returncode == 0
+    again = cli(env, "process", "--batch-size", str(DOCUMENTS))
+    assert again.returncode == 0, again.stderr[-2000:]
+
+    with psycopg.connect(database_url) as conn:
+        starts = dict(
+            conn.execute(
+                "SELECT invoice_id, count(*) FILTER (WHERE event = 'started') FROM step_events "
+                "WHERE step = 'extract_text' GROUP BY invoice_id"
+            ).fetchall()
+        )
+        processed = conn.execute(
+            "SELECT count(*) FROM invoices WHERE status = 'processed' AND id = ANY(%s)", (invoices,)
+        ).fetchone()
+    assert processed == (DOCUMENTS,)
+    assert all(starts[i] == 1 for i in kept), "a document saved before the kill is never read again"
+    assert all(starts[i] == 2 for i in set(invoices) - kept), "only the unsaved ones are read again"
+    assert scalar(database_url, EXECUTED) == DOCUMENTS, "each text saved, and recorded executed, once"
