@@ -637,8 +637,19 @@ def add_review_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
 # -- running the product -------------------------------------------------------------------------
 
 
+# How long `dev` lets dagster dev and its children shut down after SIGTERM/SIGINT before it
+# SIGKILLs whatever is left of the group (dagster dev itself would wait 60 s per child).
+DEV_STOP_GRACE_SECONDS = 20.0
+
+
+class _StopRequested(Exception):
+    pass
+
+
 def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
     """Postgres, migrations, dagster.yaml, then `dagster dev` in its own process group."""
+    import invoice_pipeline
+    from invoice_pipeline.child_python import child_environment, python_command
     from invoice_pipeline.dagster_home import prepare_dagster_home
 
     url = prepare_database(settings)
@@ -646,31 +657,101 @@ def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
     settings.inbox.mkdir(parents=True, exist_ok=True)
     root = Path(__file__).resolve().parents[1]
     workspace = root / "workspace.yaml"
-    command = [sys.executable, "-m", "dagster", "dev", "-h", args.host, "-p", str(args.port)]
-    command += ["-w", str(workspace)] if workspace.exists() else ["-m", "invoice_pipeline.definitions"]
+    command = python_command("-m", "dagster", "dev", "-h", args.host, "-p", str(args.port))
+    if workspace.exists():
+        command += ["-w", str(workspace)]
+    else:
+        # Installed from a wheel: without -d the code server would add the current folder to its
+        # sys.path, and import whatever `invoice_pipeline` lies there. Load the package this
+        # process runs instead.
+        package_parent = Path(invoice_pipeline.__file__).resolve().parents[1]
+        command += ["-m", "invoice_pipeline.definitions", "-d", str(package_parent)]
     print(
         f"Dagster UI on http://{args.host}:{args.port}  (DAGSTER_HOME={home}; inbox {settings.inbox})",
         flush=True,
     )
-    # Its own session: dagster dev ignores signals sent only to itself, and its children
-    # (webserver, daemon, code servers) would outlive it.
-    proc = subprocess.Popen(command, cwd=root if workspace.exists() else None, start_new_session=True)
+    return run_process_group(
+        command,
+        cwd=root if workspace.exists() else None,
+        env=child_environment(),
+        grace_seconds=DEV_STOP_GRACE_SECONDS,
+    )
 
-    def forward(signum: int, _frame: object) -> None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM if signum == signal.SIGTERM else signal.SIGINT)
-        except ProcessLookupError:
-            pass
 
-    signal.signal(signal.SIGINT, forward)
-    signal.signal(signal.SIGTERM, forward)
+def run_process_group(
+    command: list[str], *, cwd: Path | None, env: dict[str, str], grace_seconds: float
+) -> int:
+    """Run `command` as the leader of a new session until it exits or this process gets SIGINT
+    or SIGTERM; then stop its whole process group and return the leader's exit status.
+
+    Its own session: dagster dev ignores signals sent only to itself, and its children
+    (webserver, daemon, code servers, run workers) would outlive it. Stopping sends the signal
+    received (SIGTERM if the leader exited by itself) to the group, and SIGKILL to whatever is
+    left of it after `grace_seconds`; a second signal while stopping SIGKILLs at once.
+
+    The handlers are installed *before* the child starts, for two reasons: a signal that
+    arrives while it is being started is not lost, and exec resets a handled signal to its
+    default action but keeps an ignored one ignored. A script's `invoice-pipeline dev &` starts
+    this process with SIGINT ignored; dagster dev maps SIGTERM onto whatever SIGINT does, so a
+    child that inherited SIG_IGN would ignore both (issue 26).
+    """
+    proc: subprocess.Popen[bytes] | None = None
+    stopping = False
+    received: list[int] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        received.append(signum)
+        if proc is None:
+            return  # still starting: seen right after Popen returns
+        if stopping:
+            _signal_group(proc.pid, signal.SIGKILL)  # asked twice: no more patience
+            return
+        stopping = True
+        raise _StopRequested
+
+    stop_signals = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.signal(sig, on_signal) for sig in stop_signals}
     try:
-        return proc.wait()
-    finally:
+        proc = subprocess.Popen(command, cwd=cwd, env=env, start_new_session=True)
         try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
+            try:
+                if not received:
+                    proc.wait()
+            finally:
+                stopping = True
+        except _StopRequested:
             pass
+        status = _stop_group(proc, received[0] if received else signal.SIGTERM, grace_seconds)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 128 - status if status < 0 else status
+
+
+def _signal_group(pgid: int, sig: int) -> bool:
+    """Send `sig` to a process group; False when nothing is left in it."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _stop_group(proc: subprocess.Popen[bytes], sig: int, grace_seconds: float) -> int:
+    """`sig` to the leader's whole group, SIGKILL to what is left after the grace period."""
+    deadline = time.monotonic() + grace_seconds
+    _signal_group(proc.pid, sig)
+    try:
+        proc.wait(timeout=grace_seconds)
+    except subprocess.TimeoutExpired:
+        pass
+    # The leader may go first: its children are no children of ours, so no wait() tells when
+    # they are gone; the group's emptiness does.
+    while time.monotonic() < deadline and _signal_group(proc.pid, 0):
+        time.sleep(0.1)
+    _signal_group(proc.pid, signal.SIGKILL)
+    return proc.wait()
 
 
 def cmd_samples(args: argparse.Namespace, settings: Settings) -> int:

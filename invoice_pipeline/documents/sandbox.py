@@ -26,13 +26,13 @@ import select
 import signal
 import struct
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from ..child_python import child_environment, python_command
 from ..domain.fields import InvoiceFields
 from .errors import BadDocument, too_complex
 from .extracted import ExtractedText
@@ -161,10 +161,13 @@ class _Worker:
         self.ready = False
         # Its own session: the wall-clock kill reaches OCR children too, and a Ctrl-C meant for
         # `dagster dev` does not kill a parse mid-document (the worker exits on end of input).
+        # `-P` and the child environment: the installed package, never an `invoice_pipeline`
+        # folder that happens to lie in the current directory (child_python.py).
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", WORKER_MODULE, json.dumps(limits.to_json())],
+            python_command("-m", WORKER_MODULE, json.dumps(limits.to_json())),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
+            env=child_environment(),
             start_new_session=True,
             close_fds=True,
         )
@@ -183,7 +186,7 @@ class _Worker:
             self.kill()
             raise SandboxUnavailable(
                 f"document sandbox worker did not start (exit status {self.proc.returncode}); "
-                f"check that `{sys.executable} -m {WORKER_MODULE}` runs"
+                f"check that `{' '.join(python_command('-m', WORKER_MODULE))}` runs"
             )
         self.ready = True
 
