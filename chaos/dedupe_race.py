@@ -222,10 +222,14 @@ class DecisionMoment:
         moment = self
 
         def decide_with_partner(
-            self: InvoiceStore, items: Sequence[tuple[Lease, MatchCandidate]], match: MatchFunction
+            self: InvoiceStore,
+            items: Sequence[tuple[Lease, MatchCandidate]],
+            match: MatchFunction,
+            *,
+            step: str | None = None,
         ) -> ChunkWrite[DuplicateDecision]:
             if not moment.armed:
-                return original(self, items, match)
+                return original(self, items, match, step=step)
             # Once per run: a step retried in the run must not wait for a partner that moved on.
             moment.armed = False
             moment.arrived_at = time.monotonic()
@@ -236,7 +240,7 @@ class DecisionMoment:
                 moment.raced = False
             moment.released_at = time.monotonic()
             try:
-                return original(self, items, match)
+                return original(self, items, match, step=step)
             finally:
                 moment.decided_at = time.monotonic()
 

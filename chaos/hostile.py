@@ -12,11 +12,26 @@ Three sources, ingested and processed by the batch job in a worker process:
 - seeded fuzzed variants of valid PDF/XML/JSON invoices (byte flips, truncations, inserted
   garbage, repeated slices, structure-aware edits).
 
-The run must complete (it runs under a timeout), every invoice must end processed, quarantined
-with a reason, or — when a parser raised something unexpected — needs_attention with its error
-(max_attempts 1 so that happens in one run), nothing may stay processing, and the original bytes
-must be kept. Parsing runs in the DocumentReader sandbox with tight limits, so a bomb costs
-seconds; `corpus_classes` and `quarantined_by_code` in the figures count what was refused how.
+The run must complete (it runs under a timeout), every invoice must end processed or
+quarantined with a reason, nothing may stay processing, and the original bytes must be kept.
+Parsing runs in the DocumentReader sandbox with tight limits, so a bomb costs seconds;
+`corpus_classes` and `quarantined_by_code` in the figures count what was refused how.
+
+A parser crash on any input is a violation naming the input (its label, the sample it was
+fuzzed from, the scenario seed that rebuilds it) and the exception. A crash is an exception no
+parser turned into a BadDocument with its own code: either it escaped the stage, so the invoice
+ends needs_attention with the error (max_attempts 1, so in one run), or the sandbox's catch-all
+(`run_parser`, `Sandbox._call`) mapped it to `unreadable_document` "the parser failed on this
+document (KeyError: ...)". Both used to be counted in `unexpected_errors` only (issue 24). What
+breaking it showed (2026-12-01, fast sizes): a temporary patch in batch_worker making
+DocumentReader.read_fields raise KeyError for every fifth document, and the sandbox's
+unreadable(...) BadDocument for every seventh, made the run fail with one violation per
+document, 11 violations (7 needs_attention, 4 quarantined) such as "parser crash on
+fuzz:facturx-pdf:flip:21 (sample 021_avoir_as_invoice.pdf, seed 32377171), ended
+needs_attention: extract_fields failed: KeyError: 'boom-from-breakage'". Before, only a
+corpus document's wrong code was a violation: the crashes on fuzzed and valid documents
+added to the `unexpected_errors` figure (the needs_attention ones) or to nothing at all (the
+ones mapped to unreadable_document).
 """
 
 from __future__ import annotations
@@ -38,6 +53,7 @@ from chaos.common import (
     worker_context,
 )
 from chaos.worker import batch_worker
+from invoice_pipeline.documents.sandbox import unreadable
 from invoice_pipeline.samples.generator import generate_samples
 from invoice_pipeline.store import InvoiceStore
 from pipeline_support import hostile_corpus
@@ -45,6 +61,10 @@ from pipeline_support import hostile_corpus
 CHUNK = 60  # invoices per batch run
 # Sandbox bounds for this scenario: a bomb ends too_complex after ~2 s of CPU, not 30.
 READER = {"parse_cpu_seconds": 2, "parse_memory_mb": 512, "parse_timeout_seconds": 120}
+# How the sandbox reports a parser exception it could not attribute to the input: the start of
+# the reason of unreadable(kind, message) ("the parser failed on this document (").
+_PROBE = unreadable("X", "")
+PARSER_FAILED = (_PROBE.code, _PROBE.reason.split("(", 1)[0] + "(")
 
 
 @dataclass(frozen=True)
@@ -54,6 +74,7 @@ class Doc:
     code: str = ""  # the quarantine code it must end with ("" for fuzz: any clear outcome)
     says: str = ""  # what its reason must mention
     filename: str | None = None
+    source: str = ""  # the generated sample file it is (catalogue) or was fuzzed from
 
 
 def mutate(rng: random.Random, content: bytes, fmt: str) -> tuple[bytes, str]:
@@ -100,7 +121,12 @@ def run(ctx: ChaosContext, params: dict[str, int], seed: int) -> ScenarioResult:
         catalogue = generate_samples(work / "catalogue", count=5, seed=seed % 1000)
         for f in catalogue.files:
             docs.append(
-                Doc(f"catalogue:{f.quarantine_code or 'valid'}", f.path.read_bytes(), f.quarantine_code or "")
+                Doc(
+                    f"catalogue:{f.quarantine_code or 'valid'}",
+                    f.path.read_bytes(),
+                    f.quarantine_code or "",
+                    source=f.path.name,
+                )
             )
         valid = [f for f in generate_samples(work / "valid", count=10, seed=seed % 1000 + 1, bad=False).files]
         kinds: Counter[str] = Counter()
@@ -108,7 +134,7 @@ def run(ctx: ChaosContext, params: dict[str, int], seed: int) -> ScenarioResult:
             f = rng.choice(valid)
             content, kind = mutate(rng, f.path.read_bytes(), f.format)
             kinds[f"{f.format}:{kind}"] += 1
-            docs.append(Doc(f"fuzz:{f.format}:{kind}:{i}", content))
+            docs.append(Doc(f"fuzz:{f.format}:{kind}:{i}", content, source=f.path.name))
         store = InvoiceStore(url, max_size=2)
         ids: dict[str, Doc] = {}
         for n, doc in enumerate(docs):
@@ -141,7 +167,7 @@ def run(ctx: ChaosContext, params: dict[str, int], seed: int) -> ScenarioResult:
             if "error" in outcome:
                 result.violate(f"batch run crashed: {outcome['error'][-800:]}")
             result.count("runs_completed")
-        _check_outcomes(url, ids, result)
+        _check_outcomes(url, ids, result, seed)
         result.figures["fuzz_kinds"] = dict(sorted(kinds.items()))
         result.figures["invoices_by_status"] = check_common_invariants(url, result)
         result.trials = len(docs)
@@ -149,10 +175,20 @@ def run(ctx: ChaosContext, params: dict[str, int], seed: int) -> ScenarioResult:
     return result
 
 
-def _check_outcomes(url: str, ids: dict[str, Doc], result: ScenarioResult) -> None:
+def parser_crash(status: str, code: str | None, reason: str | None, error: str | None) -> str | None:
+    """The exception of a parser crash (see the module docstring), or None."""
+    if status == "needs_attention":
+        return error or "needs_attention without an error"
+    if status == "quarantined" and code == PARSER_FAILED[0] and (reason or "").startswith(PARSER_FAILED[1]):
+        return (reason or "")[len(PARSER_FAILED[1]) :].split("); ", 1)[0]
+    return None
+
+
+def _check_outcomes(url: str, ids: dict[str, Doc], result: ScenarioResult, seed: int) -> None:
     codes: Counter[str] = Counter()
     corpus_codes: Counter[str] = Counter()
     unexpected: Counter[str] = Counter()
+    crashes: Counter[str] = Counter()
     with psycopg.connect(url) as conn:
         rows = conn.execute(
             "SELECT i.id::text, i.status, i.quarantine_code, i.quarantine_reason, i.last_error, d.sha256, d.content "
@@ -163,16 +199,20 @@ def _check_outcomes(url: str, ids: dict[str, Doc], result: ScenarioResult) -> No
         label, original, expected = doc.label, doc.content, doc.code
         if sha is None or bytes(content) != original or hashlib.sha256(bytes(content)).hexdigest() != sha:
             result.violate(f"{label}: original bytes not kept intact")
+        crash = parser_crash(status, code, reason, error)
+        if crash is not None:
+            # A parser raised something it should have turned into a BadDocument of its own.
+            first = crash.split(":")[0:3]
+            unexpected[":".join(first)[:120]] += 1
+            crashes[status] += 1
+            source = f"sample {doc.source}, " if doc.source else ""
+            result.violate(f"parser crash on {label} ({source}seed {seed}), ended {status}: {crash[:400]}")
         if status == "quarantined":
             codes[code] += 1
             if not reason or not code:
                 result.violate(f"{label}: quarantined without code and reason")
         elif status == "needs_attention":
-            # A parser raised something it should have turned into BadDocument: reported with its error.
-            first = (error or "").split(":")[0:3]
-            unexpected[":".join(first)[:120]] += 1
-            if not error:
-                result.violate(f"{label}: needs_attention without an error")
+            pass  # a parser crash, reported above
         elif status not in ("processed", "needs_review"):
             # needs_review: a valid document a person must decide on (a business exception such as
             # a fuzzed date, or a look-alike of another valid sample held as a suspected copy).
@@ -189,6 +229,8 @@ def _check_outcomes(url: str, ids: dict[str, Doc], result: ScenarioResult) -> No
     result.figures["corpus_quarantined"] = sum(corpus_codes.values())
     result.figures["corpus_quarantined_by_code"] = dict(sorted(corpus_codes.items()))
     result.figures["unexpected_errors"] = dict(sorted(unexpected.items()))
+    result.figures["parser_crashes"] = sum(crashes.values())
+    result.figures["parser_crashes_by_outcome"] = dict(sorted(crashes.items()))
 
 
 __all__ = ["Path"]

@@ -6,6 +6,18 @@ worker processes run batch jobs over the invoices while the server is stopped ('
 down a random 0.2-1.5 s, and started again. Runs either ride it out through the ops'
 RetryPolicy or fail cleanly; then the sweep and the batch job finish what is left. The parent's
 own InvoiceStore pool, opened before the first restart and used after, must reconnect.
+
+The outage must hit running batches (issue 24: "30 succeeded, 0 failed" could not tell an
+interrupted run from one that finished before the restart). The stop waits for a snapshot,
+taken in one query just before it, with the step threshold passed AND jobs running; after the
+restart, a job of that snapshot that finished after the new server started (or has not finished)
+was running when the server went down. A trial with none fails; `jobs_in_flight_at_stop` and
+`runs_in_flight_at_stop` (distinct lease owners = Dagster runs) per trial are in the figures.
+What breaking it showed (2026-12-01, fast sizes): waiting for both workers to exit between
+the snapshot and the stop (the outage after the runs) failed both trials with "trial N: no run
+was in flight when the server stopped (0 of the 12 job(s) running at the snapshot before the
+stop were still running when it went down)", while `runs_during_restart` read "succeeded 4,
+failed 0", exactly as in the real run (where 12 jobs of 2 runs were in flight each time).
 """
 
 from __future__ import annotations
@@ -13,6 +25,7 @@ from __future__ import annotations
 import json
 import random
 import time
+from typing import Any
 
 import psycopg
 from dagster import DagsterInstance
@@ -46,6 +59,32 @@ def _step_events(url: str) -> int:
         return -1
 
 
+def _snapshot(url: str) -> tuple[int, list[str]]:
+    """(step_events so far, ids of the running jobs), read together; (-1, []) while unreachable."""
+    try:
+        with psycopg.connect(url, connect_timeout=2) as conn:
+            row = conn.execute(
+                "SELECT (SELECT count(*) FROM step_events), "
+                "coalesce((SELECT array_agg(id::text) FROM processing_jobs WHERE status = 'running'), '{}')"
+            ).fetchone()
+        return (int(row[0]), list(row[1])) if row else (-1, [])
+    except psycopg.OperationalError:
+        return -1, []
+
+
+def _in_flight(url: str, job_ids: list[str]) -> tuple[int, int]:
+    """(jobs, distinct owners) among job_ids still running when the current server started:
+    running at the snapshot before the stop, and finished only after the restart (or not yet)."""
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT count(*), count(DISTINCT owner) FROM processing_jobs WHERE id = ANY(%s::uuid[]) "
+            "AND (finished_at IS NULL OR finished_at >= pg_postmaster_start_time())",
+            (job_ids,),
+        ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
 def _no_live_lease(url: str) -> bool:
     with psycopg.connect(url) as conn:
         row = conn.execute(
@@ -67,6 +106,8 @@ def run(ctx: ChaosContext, params: dict[str, int], seed: int) -> ScenarioResult:
     modes: dict[str, int] = {}
     run_outcomes = {"succeeded": 0, "failed": 0}
     downtimes: list[float] = []
+    jobs_in_flight: list[int] = []
+    runs_in_flight: list[int] = []
     try:
         url = create_database(server.url("postgres"), prefix="ip_chaos_restart")
         migrate(url)
@@ -95,16 +136,22 @@ def run(ctx: ChaosContext, params: dict[str, int], seed: int) -> ScenarioResult:
                 ]
                 for p in procs:
                     p.start()
-                # Mid-run: a random number of steps in, of the ~6 per invoice this trial has to do.
+                # Mid-run: a random number of steps in, of the ~6 per invoice this trial has to do,
+                # with jobs running (not between two chunks). The snapshot that satisfied the
+                # condition is the last state before the stop: its running jobs are checked below.
                 threshold = baseline + rng.randint(1, per_trial * 6 // 2)
-                wait_for(
-                    lambda threshold=threshold, procs=procs: (
-                        _step_events(url) >= threshold or not any(p.is_alive() for p in procs)
-                    ),
-                    timeout=120,
-                    interval=0.01,
-                    what="runs to be mid-flight",
-                )
+
+                def mid_flight(
+                    threshold: int = threshold, procs: list[Any] = procs
+                ) -> tuple[list[str]] | None:
+                    events, running = _snapshot(url)
+                    if (events >= threshold and running) or not any(p.is_alive() for p in procs):
+                        return (running,)  # truthy even when empty (the workers are gone)
+                    return None
+
+                found = wait_for(mid_flight, timeout=120, interval=0.01, what="runs to be mid-flight")
+                assert found is not None
+                (running_at_stop,) = found
                 mode = rng.choice(["fast", "immediate"])
                 down = rng.uniform(0.2, 1.5)
                 t0 = time.monotonic()
@@ -127,12 +174,24 @@ def run(ctx: ChaosContext, params: dict[str, int], seed: int) -> ScenarioResult:
                     if "Traceback" in outcome.get("error", ""):
                         result.violate(f"batch worker crashed: {outcome['error'][-800:]}")
                     run_outcomes["succeeded" if outcome.get("success") else "failed"] += 1
+                jobs, runs = _in_flight(url, running_at_stop)
+                jobs_in_flight.append(jobs)
+                runs_in_flight.append(runs)
+                if jobs == 0:
+                    result.violate(
+                        f"trial {trial}: no run was in flight when the server stopped (0 of the "
+                        f"{len(running_at_stop)} job(s) running at the snapshot before the stop were still "
+                        "running when it went down); the outage hit nothing"
+                    )
                 _drain(url, store, db, batch, instance, ids, result)
                 result.trials += 1
             store.close()
         result.figures["stops_by_mode"] = modes
         result.figures["runs_during_restart"] = run_outcomes
         result.figures["outage_seconds_max"] = round(max(downtimes, default=0), 2)
+        result.figures["jobs_in_flight_at_stop"] = jobs_in_flight
+        result.figures["runs_in_flight_at_stop"] = runs_in_flight
+        result.figures["trials_with_runs_in_flight"] = sum(1 for n in jobs_in_flight if n)
         result.figures["invoices"] = trials * per_trial
         result.figures["invoices_by_status"] = check_common_invariants(url, result)
     finally:

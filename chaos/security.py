@@ -6,10 +6,19 @@
   never brings a local secret file's content into the database.
 * `invoice-pipeline dev` (webserver, daemon, code server) and the embedded PostgreSQL listen on
   loopback only by default: every listening socket of their processes, read from /proc.
-* A database password never leaks: with a role that has one (on the machine's PostgreSQL at
-  127.0.0.1:5432 when reachable, else skipped), the password string must not appear in
-  dagster.yaml, the Dagster home, the CLI's and `dagster dev`'s output, or the Dagster run
-  storage; and the git tree holds no obvious secrets.
+* A database password never leaks: with a role that has one, the password string must not
+  appear in dagster.yaml, the Dagster home, the CLI's and `dagster dev`'s output, or the Dagster
+  run storage; and the git tree holds no obvious secrets. The scenario arranges what that needs
+  itself: the role (LOGIN CREATEDB PASSWORD, its own database) is created on the embedded
+  PostgreSQL the scenario starts with `invoice-pipeline db start`, which admits nobody without
+  a password (scram-sha-256), so it never depends on a server outside it. It used to use the
+  machine's PostgreSQL at 127.0.0.1:5432 and, without one, record "skipped" and pass having
+  checked nothing (issue 24). A check that cannot run now fails the scenario. What breaking
+  it showed (2026-12-01, fast sizes): pointing the superuser connection at port 1 (no server,
+  the old "skipped" case) failed the run with "password check could not run: no role with a
+  password on the embedded server (connection failed: ... port 1 failed: Connection refused",
+  and `password_check` stayed "not run"; adding the password to the collected CLI output
+  failed it with "the database password appears in CLI or dagster dev output".
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ import re
 import secrets
 import subprocess
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -48,7 +58,6 @@ INJECTIONS = [
     "\u202eevil\u200b\ufeff",
 ]
 TEXT_FIELDS = ["invoice_number", "seller_name", "buyer_name", "po_number"]
-EXTERNAL_PG = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 
 def run(ctx: ChaosContext, params: dict[str, int], seed: int) -> ScenarioResult:
@@ -321,11 +330,20 @@ def _check_loopback(result: ScenarioResult, what: str, pids: set[int], must_see:
     result.figures.setdefault("listening_sockets", {})[what] = sorted(f"{a}:{p}" for _, a, p in sockets)
 
 
-def _external_role(result: ScenarioResult) -> tuple[str, str, str] | None:
-    """A role with a password and its own database on the machine's PostgreSQL, or None."""
+def _admin(pg: EmbeddedPostgres) -> psycopg.Connection[Any]:
+    """A superuser connection to the scenario's embedded server (its password file, not the env)."""
+    return psycopg.connect(
+        pg.url("postgres"), autocommit=True, connect_timeout=5, passfile=str(pg.password_file)
+    )
+
+
+def _password_role(result: ScenarioResult, pg: EmbeddedPostgres) -> tuple[str, str, str] | None:
+    """A role with a password and its own database on the embedded server; None (a violation:
+    the password check cannot run) when it cannot be made."""
     role, password = f"chaos_sec_{secrets.token_hex(4)}", f"pw-{secrets.token_hex(12)}"
+    url = f"postgresql://{role}:{password}@127.0.0.1:{pg.port}/{role}"
     try:
-        with psycopg.connect(EXTERNAL_PG, autocommit=True, connect_timeout=3) as conn:
+        with _admin(pg) as conn:
             conn.execute(
                 sql.SQL("CREATE ROLE {} LOGIN CREATEDB PASSWORD {}").format(
                     sql.Identifier(role), sql.Literal(password)
@@ -338,16 +356,25 @@ def _external_role(result: ScenarioResult) -> tuple[str, str, str] | None:
                 "SELECT auth_method FROM pg_hba_file_rules WHERE address = '127.0.0.1' LIMIT 1"
             ).fetchone()
     except psycopg.Error as exc:
-        result.figures["password_check"] = (
-            f"skipped: no PostgreSQL at 127.0.0.1:5432 to create a role ({exc})"
+        result.violate(
+            f"password check could not run: no role with a password on the embedded server ({exc})"
         )
         return None
     result.figures["password_check_auth_method"] = hba[0] if hba else "unknown"
-    return role, password, f"postgresql://{role}:{password}@127.0.0.1:5432/{role}"
+    # The password must be what lets the role in: without it the server refuses the login.
+    try:
+        psycopg.connect(
+            f"postgresql://{role}@127.0.0.1:{pg.port}/{role}", connect_timeout=5, passfile=os.devnull
+        ).close()
+        result.violate(f"the embedded server admitted role {role} without its password")
+        result.figures["password_required"] = False
+    except psycopg.OperationalError:
+        result.figures["password_required"] = True
+    return role, password, url
 
 
-def _drop_external_role(role: str) -> None:
-    with psycopg.connect(EXTERNAL_PG, autocommit=True, connect_timeout=3) as conn:
+def _drop_role(pg: EmbeddedPostgres, role: str) -> None:
+    with _admin(pg) as conn:
         for db in (role + "_dagster", role):
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(db)))
         conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
@@ -364,45 +391,44 @@ def _listening_and_passwords(ctx: ChaosContext, result: ScenarioResult) -> None:
     env = dict(os.environ, INVOICE_PIPELINE_HOME=str(home), INVOICE_PIPELINE_PG_PORT=str(pg_port))
     env.pop("INVOICE_PIPELINE_DATABASE_URL", None)
     env.pop("DAGSTER_HOME", None)
-    # The embedded server, as `invoice-pipeline db start` starts it by default.
+    result.figures["password_check"] = "not run"
+    # The embedded server, as `invoice-pipeline db start` starts it by default. It stays up for
+    # the password check (its role lives there), and is stopped and deleted at the end.
     output = _cli(env, "db", "start")
+    pg = EmbeddedPostgres(home / "pgdata", pg_port)
+    role: tuple[str, str, str] | None = None
     try:
-        # As root the data directory lives outside the home (db/embedded.py): ask the server.
-        pid_line = (
-            (EmbeddedPostgres(home / "pgdata", pg_port).pgdata / "postmaster.pid").read_text().splitlines()[0]
-        )
-        _check_loopback(result, "embedded_postgres", _children_of(int(pid_line)), {pg_port})
-    except (OSError, ValueError, IndexError):
-        result.violate(f"embedded PostgreSQL did not start: {output[-500:]}")
-    finally:
-        _cli(env, "db", "stop")
-
-    role = _external_role(result)
-    if role is not None:
-        env["INVOICE_PIPELINE_DATABASE_URL"] = role[2]
-    password = role[1] if role else None
-    outputs: list[str] = []
-    try:
-        if password is not None:
-            inbox = home / "inbox"
-            inbox.mkdir(exist_ok=True)
-            sample = home / "secret-run.json"
-            sample.write_text(
-                json.dumps(
-                    {
-                        "invoice_number": "SEC-1",
-                        "seller_name": "S",
-                        "currency": "EUR",
-                        "payable_total": "5.00",
-                    }
-                )
+        try:
+            # As root the data directory lives outside the home (db/embedded.py): ask the server.
+            pid_line = (pg.pgdata / "postmaster.pid").read_text().splitlines()[0]
+            _check_loopback(result, "embedded_postgres", _children_of(int(pid_line)), {pg_port})
+        except (OSError, ValueError, IndexError):
+            result.violate(f"embedded PostgreSQL did not start: {output[-500:]}")
+            return
+        role = _password_role(result, pg)
+        if role is None:
+            return
+        _, password, url = role
+        env["INVOICE_PIPELINE_DATABASE_URL"] = url
+        inbox = home / "inbox"
+        inbox.mkdir(exist_ok=True)
+        sample = home / "secret-run.json"
+        sample.write_text(
+            json.dumps(
+                {
+                    "invoice_number": "SEC-1",
+                    "seller_name": "S",
+                    "currency": "EUR",
+                    "payable_total": "5.00",
+                }
             )
-            outputs += [
-                _cli(env, "migrate"),
-                _cli(env, "ingest", str(sample)),
-                _cli(env, "process"),
-                _cli(env, "status"),
-            ]
+        )
+        outputs = [
+            _cli(env, "migrate"),
+            _cli(env, "ingest", str(sample)),
+            _cli(env, "process"),
+            _cli(env, "status"),
+        ]
         log = home / "dev.log"
         proc = start_dev_server(env, ui_port, log)
         try:
@@ -415,13 +441,13 @@ def _listening_and_passwords(ctx: ChaosContext, result: ScenarioResult) -> None:
         finally:
             stop_process_group(proc)
         outputs.append(log.read_text())
-        if password is not None:
-            _check_password(result, password, role[2], home, outputs)  # type: ignore[index]
+        _check_password(result, password, url, home, outputs)
     finally:
         if role is not None:
-            _drop_external_role(role[0])
-        if password is None:
-            _cli(dict(env, INVOICE_PIPELINE_DATABASE_URL=""), "db", "stop")
+            _drop_role(pg, role[0])
+        env.pop("INVOICE_PIPELINE_DATABASE_URL", None)
+        _cli(env, "db", "stop")
+        pg.destroy()
 
 
 def _check_password(result: ScenarioResult, password: str, url: str, home: Path, outputs: list[str]) -> None:

@@ -55,10 +55,19 @@ def test_sweeps_reconciles_the_dead_run_and_makes_its_invoice_due_at_once(
     live_inv = store.store_document(json_invoice("LIVE"), "acme", "b.json").invoice_id
     assert store.acquire(live_inv, 1, owner=run_owner(live_run_id)) is not None
 
-    assert "swept 0 stale lock" in evaluate(database_url, instance, lock_ttl_seconds=1)
-    wait_stale(database_url, lease.job_id, 1.2)
+    # A 60 s TTL, and the dead holder's silence simulated by back-dating its heartbeat (as
+    # test_kill_process does): with a 1 s TTL both fresh leases had to be swept-checked within
+    # 1 s of their acquire or heartbeat, so a test slowed by ~1 s swept a live lease and failed
+    # (checked by delaying evaluate() 1.1 s: "swept 2 stale lock(s); marked 2 dead run(s)").
+    assert "swept 0 stale lock" in evaluate(database_url, instance, lock_ttl_seconds=60)
+    with psycopg.connect(database_url) as conn:
+        conn.execute(
+            "UPDATE processing_jobs SET heartbeat_at = heartbeat_at - interval '1 hour' WHERE id = %s",
+            (lease.job_id,),
+        )
+    wait_stale(database_url, lease.job_id, 60)
     store.heartbeat(store.current_holder(live_inv).job_id)  # type: ignore[union-attr]
-    message = evaluate(database_url, instance, lock_ttl_seconds=1, retry_base_seconds=60)
+    message = evaluate(database_url, instance, lock_ttl_seconds=60, retry_base_seconds=60)
     assert message.startswith("swept 1 stale lock(s); marked 1 dead run(s) failed; scheduled 1 retry")
 
     dead = instance.get_run_by_id(run_id)

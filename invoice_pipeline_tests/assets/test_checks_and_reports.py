@@ -82,7 +82,12 @@ def test_each_check_fails_with_the_offending_ids_when_broken(database_url: str, 
             "UPDATE invoices SET duplicate_status = 'original', duplicate_of = NULL WHERE id = %s", (copy,)
         )
         conn.execute("UPDATE invoices SET created_at = now() - interval '2 days' WHERE id = %s", (stale,))
-    results = check_results(database_url, lock_ttl_seconds=1)
+    # The lease above must still be fresh when the check runs: a 1 s TTL made that a race with
+    # make_definitions + the check job (~0.2 s idle, more on a loaded box), so the "fresh lease"
+    # assertion below failed whenever the test was slowed by 0.8 s (checked by delaying
+    # check_results() 0.9 s: "a fresh lease is not stale"). The stale case, with a 1 s TTL after
+    # waiting on the DB clock, is test_stale_lock_check_names_the_job.
+    results = check_results(database_url, lock_ttl_seconds=60)
     assert results["no_invoice_posted_twice"] == (False, str(original))
     (group,) = {
         r[0]
