@@ -28,6 +28,8 @@ class LeaseKeeper:
     so each branch waits while the others work. A heartbeat tied to the running step would leave
     the waiting branches' leases silent for that long, and a sweep could take live work away.
     One statement beats them all; a lease the database no longer has running is reported lost.
+    The statement never waits (InvoiceStore.heartbeat_many: its own connection, SKIP LOCKED), so
+    a chunk blocked inside its write never silences the others.
     """
 
     def __init__(self, beat_many: Callable[[list[UUID]], set[UUID]], interval: timedelta) -> None:
@@ -54,6 +56,11 @@ class LeaseKeeper:
     def is_lost(self, job_id: UUID) -> bool:
         with self._lock:
             return job_id in self._lost
+
+    def held(self) -> frozenset[UUID]:
+        """The leases heartbeated now: each must have a worker (claim to release, or a retry)."""
+        with self._lock:
+            return frozenset(self._held)
 
     def stop(self) -> None:
         self._stop.set()

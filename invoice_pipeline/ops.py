@@ -131,18 +131,28 @@ def claim(
     for c in claims:
         # Heartbeated from now until release, also while other chunks of the run work.
         keeper.hold(c.job_id)
-    if len(claims) < len(refs):
-        _explain_unclaimed(
-            context, store, [i for i, _ in wanted if i not in {c.invoice_id for c in claims}], len(refs)
+    try:
+        if len(claims) < len(refs):
+            _explain_unclaimed(
+                context, store, [i for i, _ in wanted if i not in {c.invoice_id for c in claims}], len(refs)
+            )
+        if claims and len(refs) == 1 and context.get_mapping_key() is None:
+            # Runs launched by hand carry no tags; these let a person find every run of an invoice.
+            c = claims[0]
+            context.instance.add_run_tags(
+                context.run_id,
+                {"invoice_id": str(c.invoice_id), "org_id": c.org_id, "attempt": str(c.attempt)},
+            )
+    except BaseException as exc:
+        # No lease without a worker: the retry's claim would bounce off these jobs (they are
+        # this run's, not adopted), so whatever this try took is released now, and the retry
+        # (or the next request) claims it again.
+        release_after_failure(
+            context, invoice_db, claims, f"claim failed after taking the lock: {_what(exc)}"
         )
+        raise
     if not claims:
         return
-    if len(refs) == 1 and context.get_mapping_key() is None:
-        # Runs launched by hand carry no tags; these let a person find every run of an invoice.
-        c = claims[0]
-        context.instance.add_run_tags(
-            context.run_id, {"invoice_id": str(c.invoice_id), "org_id": c.org_id, "attempt": str(c.attempt)}
-        )
     context.log.info(f"claimed {len(claims)} of {len(refs)} invoice(s)")
     yield Output(Chunk(tuple(claims), context.run_id))
 
@@ -236,15 +246,18 @@ def make_stage_op(stage: Stage) -> OpDefinition:
         chunk = resume(context, invoice_db, chunk)
         try:
             report = run_stage(stage, invoice_db.stage_env(document_reader), chunk.claims)
-        except Exception as exc:
-            # Systemic (the database is unreachable): retried by the policy; the last try
-            # releases the chunk's leases.
-            message = f"{stage.name} failed for the whole chunk: {type(exc).__name__}: {exc}"
-            if _last_try(context):
+            _drop_leases(invoice_db, chunk, report)
+            _report(context, invoice_db.store, stage, report)
+        except BaseException as exc:
+            # Systemic (the database is unreachable), or anything else around the stage (its
+            # report): retried by the policy, whose retry resumes this run's leases; the last
+            # try, or a failure that is not retried, releases them: no lease without a worker.
+            message = f"{stage.name} failed for the whole chunk: {_what(exc)}"
+            if _last_try(context) or not isinstance(exc, Exception):
                 release_after_failure(context, invoice_db, chunk.claims, message)
+            if not isinstance(exc, Exception):
+                raise
             raise Failure(message) from exc
-        _drop_leases(invoice_db, chunk, report)
-        _report(context, invoice_db.store, stage, report)
         if _is_single(context, chunk) and not report.survivors:
             # A run of one invoice reports that invoice's fate as its own, so the UI shows it red
             # and "re-execute from failure" resumes here. Its lease is settled already.
@@ -348,7 +361,13 @@ def release(context: OpExecutionContext, chunk: Chunk, invoice_db: InvoiceDataba
     # report a live lease lost. The fenced completion proves the holder alive by itself.
     for c in chunk.claims:
         keeper.drop(c.job_id)
-    finished = finish_chunk(invoice_db.store, chunk.claims)
+    try:
+        finished = finish_chunk(invoice_db.store, chunk.claims)
+    except BaseException as exc:
+        # The retry finishes the chunk; the last try releases it (no heartbeat keeps it now).
+        if _last_try(context) or not isinstance(exc, Exception):
+            release_after_failure(context, invoice_db, chunk.claims, f"release failed: {_what(exc)}")
+        raise
     if finished.lost or finished.failed:
         context.log.warning(
             f"{len(finished.lost) + len(finished.failed)} invoice(s) could not be completed: "
@@ -362,6 +381,10 @@ def release(context: OpExecutionContext, chunk: Chunk, invoice_db: InvoiceDataba
 
 def _last_try(context: OpExecutionContext) -> bool:
     return context.retry_number >= TRANSIENT_RETRY.max_retries
+
+
+def _what(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
 
 
 def release_after_failure(

@@ -11,7 +11,11 @@ import hashlib
 import json
 import logging
 import os
+import random
 import socket
+import threading
+import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -77,7 +81,20 @@ T = TypeVar("T")
 P = TypeVar("P")
 R = TypeVar("R")
 FINISH_STATUSES = ("succeeded", "failed")
-IDLE_IN_TRANSACTION_MS = 60_000
+# A session idle inside a transaction this long is ended by the server, with its row and
+# advisory locks. It must be shorter than the lease TTL (a third of the default 30 s; half of a
+# shorter TTL given to the store): the sweep skips a job row locked by a write in flight as
+# alive, so a holder frozen mid-write must lose its locks before its lease would be stale.
+IDLE_IN_TRANSACTION_MS = 10_000
+IDLE_IN_TRANSACTION_FLOOR_MS = 500
+# The longest any statement waits for a lock (a row, a dedupe advisory lock). Every wait in the
+# lock order is behind a short write, so this only cuts off a stuck peer; the statement or the
+# chunk write is then retried.
+LOCK_TIMEOUT_MS = 5_000
+# Retries of a statement or a chunk write that lost to contention (deadlock, lock timeout,
+# serialization failure, cancel), with jittered exponential backoff from CONTENTION_BACKOFF_S.
+CONTENTION_RETRIES = 3
+CONTENTION_BACKOFF_S = 0.02
 
 
 def default_owner() -> str:
@@ -103,32 +120,82 @@ RequestedBy = str | Callable[[list[DueInvoice]], Mapping[UUID, str]] | None
 MatchFunction = Callable[[MatchCandidate, list[tuple[UUID, str, InvoiceFields]]], MatchOutcome | None]
 
 
+# SQLSTATEs of contention: class 40 (transaction rollback: serialization failure, deadlock
+# detected), lock_not_available (a lock timeout, NOWAIT) and query_canceled. psycopg gives each
+# its own subclass of OperationalError, with no common parent but the one lost connections share.
+CONTENTION_SQLSTATES = ("55P03", "57014")
+
+
+def is_contention(exc: BaseException) -> bool:
+    """Lost to another transaction (a deadlock, a lock timeout, a serialization failure) or
+    cancelled: one statement's problem, worth retrying, never the database's."""
+    sqlstate = exc.sqlstate if isinstance(exc, psycopg.Error) else None
+    return sqlstate is not None and (sqlstate.startswith("40") or sqlstate in CONTENTION_SQLSTATES)
+
+
 def is_systemic(exc: BaseException) -> bool:
-    """The database itself is unreachable or gone: no invoice is to blame, the whole op fails
-    (and its retry policy takes over). Any other database error belongs to one invoice's data."""
+    """The database itself is unreachable or gone (a lost connection, an exhausted or closed
+    pool): no invoice is to blame, the whole op fails (and its retry policy takes over).
+    Contention (`is_contention`) is not systemic, although psycopg files it under
+    OperationalError too; any other database error belongs to one invoice's data."""
+    if is_contention(exc):
+        return False
     return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError | PoolTimeout | PoolClosed)
 
 
+def idle_in_transaction_ms(lock_ttl: timedelta | None) -> int:
+    """The idle-in-transaction timeout for a store whose leases live `lock_ttl`: below it."""
+    if lock_ttl is None:
+        return IDLE_IN_TRANSACTION_MS
+    half = int(lock_ttl.total_seconds() * 1000) // 2
+    return max(IDLE_IN_TRANSACTION_FLOOR_MS, min(IDLE_IN_TRANSACTION_MS, half))
+
+
 class InvoiceStore:
-    def __init__(self, database_url: str, *, min_size: int = 1, max_size: int = 10) -> None:
+    def __init__(
+        self,
+        database_url: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        lock_ttl: timedelta | None = None,
+        lock_timeout: timedelta = timedelta(milliseconds=LOCK_TIMEOUT_MS),
+    ) -> None:
         self.database_url = validate_database_url(database_url)
+        self.idle_in_transaction_ms = idle_in_transaction_ms(lock_ttl)
+        self._connect_kwargs: dict[str, Any] = {
+            "autocommit": True,
+            # A worker frozen inside a fenced write holds its rows; the server ends that session
+            # before its lease would go stale. No wait for a lock is unbounded.
+            "options": (
+                f"-c idle_in_transaction_session_timeout={self.idle_in_transaction_ms} "
+                f"-c lock_timeout={int(lock_timeout.total_seconds() * 1000)}"
+            ),
+        }
         self.pool = ConnectionPool(
             database_url,
             min_size=min_size,
             max_size=max_size,
-            # A worker frozen inside a fenced write holds its job row; the server ends that
-            # session after this long, so the sweep is never blocked behind it for good.
-            kwargs={
-                "autocommit": True,
-                "options": f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS}",
-            },
+            kwargs=self._connect_kwargs,
             # A connection that died with the server is replaced instead of handed out.
             check=ConnectionPool.check_connection,
             open=True,
             name="invoice-pipeline",
         )
+        # Heartbeats have a connection of their own: with every pooled connection busy (chunks
+        # waiting for dedupe locks, say), a beat queued for the pool would let live leases go
+        # stale. Opened on first use, reopened after an error.
+        self._heartbeat_conn: psycopg.Connection[Any] | None = None
+        self._heartbeat_lock = threading.Lock()
+        # What contention cost: each lost attempt by error class, and "gave_up" after the retries.
+        self.contention: Counter[str] = Counter()
+        self._contention_lock = threading.Lock()
 
     def close(self) -> None:
+        with self._heartbeat_lock:
+            if self._heartbeat_conn is not None:
+                self._heartbeat_conn.close()
+                self._heartbeat_conn = None
         self.pool.close()
 
     # -- plumbing ------------------------------------------------------------------------------
@@ -138,10 +205,40 @@ class InvoiceStore:
         with self.pool.connection() as conn, conn.transaction():
             yield conn
 
+    def _count_contention(self, what: str) -> None:
+        with self._contention_lock:
+            self.contention[what] += 1
+
+    def _retrying(self, work: Callable[[], T], what: str) -> T:
+        """`work()`, again (a bounded number of times, with jittered backoff) when it lost to
+        contention; the last contention error is raised. `work` must be a whole transaction."""
+        for attempt in range(CONTENTION_RETRIES + 1):
+            try:
+                return work()
+            except psycopg.Error as exc:
+                if not is_contention(exc):
+                    raise
+                self._count_contention(type(exc).__name__)
+                if attempt == CONTENTION_RETRIES:
+                    self._count_contention("gave_up")
+                    log.warning("%s lost to contention %d times, giving up: %s", what, attempt + 1, exc)
+                    raise
+                log.info("%s lost to contention (%s), retrying", what, type(exc).__name__)
+                time.sleep(CONTENTION_BACKOFF_S * 2**attempt * random.uniform(0.5, 1.5))
+        raise AssertionError("unreachable")
+
     @contextmanager
-    def _fenced(self, lease: Lease) -> Iterator[psycopg.Connection[Any]]:
-        """A transaction that holds lease's job row locked, or raises LeaseLost."""
+    def _fenced(
+        self, lease: Lease, before_fence: Callable[[psycopg.Connection[Any]], None] | None = None
+    ) -> Iterator[psycopg.Connection[Any]]:
+        """A transaction that holds lease's invoice row and job row locked, or raises LeaseLost.
+
+        `before_fence` runs first in the transaction: whatever it waits for (dedupe advisory
+        locks), it waits holding no row, so nobody queues behind the wait.
+        """
         with self._transaction() as conn:
+            if before_fence is not None:
+                before_fence(conn)
             row = conn.execute(
                 query("fence"), {"job_id": lease.job_id, "invoice_id": lease.invoice_id}
             ).fetchone()
@@ -215,18 +312,29 @@ class InvoiceStore:
             raise ValueError(f"attempt must be a positive integer, got {attempt!r}")
         owner = owner or default_owner()
         params = {"invoice_id": invoice_id, "attempt": attempt, "owner": owner}
-        with self.pool.connection() as conn:
-            with conn.transaction():
-                row = conn.execute(query("acquire_lock"), params).fetchone()
-                job_id = row[0] if row else None
-                if job_id is None:
-                    return None
-                if conn.execute(query("mark_invoice_processing"), params).fetchone() is None:
-                    # Finished by a holder that completed after the caller last looked: undo the
-                    # job row too, so the invoice is not reopened and its history stays clean.
-                    raise psycopg.Rollback()
-                return Lease(job_id, invoice_id, attempt, owner)
-        return None
+
+        def take() -> Lease | None:
+            with self.pool.connection() as conn:
+                with conn.transaction():
+                    # acquire_processing_lock locks the invoice row, then inserts the job
+                    # (the lock order, sql/0009); the update below finds the row locked already.
+                    row = conn.execute(query("acquire_lock"), params).fetchone()
+                    job_id = row[0] if row else None
+                    if job_id is None:
+                        return None
+                    if conn.execute(query("mark_invoice_processing"), params).fetchone() is None:
+                        # Finished by a holder that completed after the caller last looked: undo
+                        # the job row too, so the invoice is not reopened and its history stays clean.
+                        raise psycopg.Rollback()
+                    return Lease(job_id, invoice_id, attempt, owner)
+            return None
+
+        try:
+            return self._retrying(take, f"acquiring invoice {invoice_id}")
+        except psycopg.Error as exc:
+            if not is_contention(exc):
+                raise
+            return None  # still contended after the retries: not taken, like a bounce
 
     def acquire_many(self, refs: Sequence[tuple[UUID, int | None]], owner: str) -> list[AcquiredLock]:
         """Take the locks of a chunk in one statement (acquire_processing_locks, sql/0005).
@@ -244,8 +352,22 @@ class InvoiceStore:
             "attempts": [attempt for _, attempt in refs],
             "owner": owner,
         }
-        with self.pool.connection() as conn:
-            return self._all(conn, AcquiredLock, "acquire_locks", params)
+
+        def take() -> list[AcquiredLock]:
+            with self.pool.connection() as conn:
+                return self._all(conn, AcquiredLock, "acquire_locks", params)
+
+        try:
+            return self._retrying(take, f"claiming {len(refs)} invoice(s)")
+        except psycopg.Error as exc:
+            if not is_contention(exc):
+                raise
+        # Still contended after the retries: one invoice's problem, not the chunk's. Each is
+        # tried alone; one that still loses is left out, as if it had bounced.
+        if len(refs) == 1:
+            log.warning("claim of invoice %s gave up after contention; left unclaimed", refs[0][0])
+            return []
+        return [lock for ref in refs for lock in self.acquire_many([ref], owner)]
 
     def lease(self, job_id: UUID | str, invoice_id: UUID | str, attempt: int, owner: str | None) -> Lease:
         """A handle on a job taken earlier (e.g. by a previous step of the same run); fenced like any other."""
@@ -259,9 +381,22 @@ class InvoiceStore:
         return bool(self._scalar("heartbeat_lock", {"job_id": as_uuid(job_id, "job_id")}))
 
     def heartbeat_many(self, job_ids: list[UUID]) -> set[UUID]:
-        """Heartbeat several jobs in one statement; returns those still running."""
-        with self.pool.connection() as conn:
-            return {row[0] for row in conn.execute(query("heartbeat_locks"), {"job_ids": job_ids}).fetchall()}
+        """Heartbeat several jobs in one statement; returns those still running.
+
+        On the store's own heartbeat connection, never the pool's, and without waiting for any
+        row lock (heartbeat_locks): heartbeats never queue behind work.
+        """
+        with self._heartbeat_lock:
+            try:
+                if self._heartbeat_conn is None or self._heartbeat_conn.closed:
+                    self._heartbeat_conn = psycopg.connect(self.database_url, **self._connect_kwargs)
+                rows = self._heartbeat_conn.execute(query("heartbeat_locks"), {"job_ids": job_ids}).fetchall()
+            except psycopg.Error:
+                if self._heartbeat_conn is not None:
+                    self._heartbeat_conn.close()
+                    self._heartbeat_conn = None
+                raise
+        return {row[0] for row in rows}
 
     def finish(self, job_id: UUID | str, status: str, error: str | None = None) -> bool:
         """Finish a job; False, changing nothing, when it is no longer running."""
@@ -282,16 +417,15 @@ class InvoiceStore:
             "invoice_id": None if invoice_id is None else as_uuid(invoice_id),
             "stale_after": stale_after,
         }
-        return int(self._scalar("release_stale_locks", params))
+        return int(self._retrying(lambda: self._scalar("release_stale_locks", params), "the sweep"))
 
     def release_stale_locks_of(self, invoice_ids: Sequence[UUID], stale_after: timedelta) -> int:
         """The sweep, for the invoices a chunk is about to claim."""
         if not invoice_ids:
             return 0
+        params = {"invoice_ids": list(invoice_ids), "stale_after": stale_after}
         return int(
-            self._scalar(
-                "release_stale_locks_of", {"invoice_ids": list(invoice_ids), "stale_after": stale_after}
-            )
+            self._retrying(lambda: self._scalar("release_stale_locks_of", params), "the chunk's sweep")
         )
 
     def job_history(self, invoice_id: UUID | str) -> list[JobRecord]:
@@ -308,6 +442,8 @@ class InvoiceStore:
     # statement for all the chunk's leases (fence_chunk). An invoice whose job is no longer
     # running gets nothing written and is reported lost; one whose write the database refuses
     # (bad data) is isolated: the chunk is written again an invoice at a time, so it alone fails.
+    # A write that lost to contention (a deadlock, a lock timeout) is retried a few times, then
+    # isolated the same way: only the invoices that still lose fail.
     # The single-invoice methods are chunks of one that raise instead of reporting.
 
     def _write_chunk(
@@ -317,16 +453,22 @@ class InvoiceStore:
         prepare: Callable[[psycopg.Connection[Any], list[Lease]], None] | None = None,
         *,
         step: str | None = None,
+        before_fence: Callable[[psycopg.Connection[Any], list[Lease]], None] | None = None,
     ) -> ChunkWrite[R]:
         """One fenced transaction for the chunk; one per invoice when the database refuses it.
 
         With `step`, the transaction also records that step 'executed' for every invoice it
-        wrote: the breadcrumb and the result commit together, or neither does.
+        wrote: the breadcrumb and the result commit together, or neither does. `before_fence`
+        runs first in the transaction, for waits that must hold no row (dedupe advisory locks);
+        `prepare` runs after the fence, with the leases still running.
         """
         if not items:
             return ChunkWrite({}, {}, {})
         try:
-            return self._write_chunk_once(items, write, prepare, step)
+            return self._retrying(
+                lambda: self._write_chunk_once(items, write, prepare, step, before_fence),
+                f"a write of {len(items)} invoice(s)" + (f" ({step})" if step else ""),
+            )
         except psycopg.Error as exc:
             if is_systemic(exc):
                 raise
@@ -336,7 +478,7 @@ class InvoiceStore:
         lost: dict[UUID, str] = {}
         failed: dict[UUID, Exception] = {}
         for item in items:
-            one = self._write_chunk([item], write, prepare, step=step)
+            one = self._write_chunk([item], write, prepare, step=step, before_fence=before_fence)
             written |= one.written
             lost |= one.lost
             failed |= one.failed
@@ -348,8 +490,11 @@ class InvoiceStore:
         write: Callable[[psycopg.Connection[Any], Lease, P], R],
         prepare: Callable[[psycopg.Connection[Any], list[Lease]], None] | None,
         step: str | None,
+        before_fence: Callable[[psycopg.Connection[Any], list[Lease]], None] | None = None,
     ) -> ChunkWrite[R]:
         with self._transaction() as conn:
+            if before_fence is not None:
+                before_fence(conn, [lease for lease, _ in items])
             rows = conn.execute(query("fence_chunk"), {"job_ids": [lease.job_id for lease, _ in items]})
             alive = {row[0] for row in rows.fetchall()}
             live = [(lease, payload) for lease, payload in items if lease.job_id in alive]
@@ -360,8 +505,10 @@ class InvoiceStore:
             }
             if prepare is not None and live:
                 prepare(conn, [lease for lease, _ in live])
-            written = {lease.invoice_id: write(conn, lease, payload) for lease, payload in live}
             if step is not None and live:
+                # Before the writes: a write may finish the job (a quarantine), and a breadcrumb
+                # is only ever stamped within its job's running time. The transaction makes
+                # both or neither.
                 conn.execute(
                     query("record_executed"),
                     {
@@ -370,6 +517,7 @@ class InvoiceStore:
                         "job_ids": [lease.job_id for lease, _ in live],
                     },
                 )
+            written = {lease.invoice_id: write(conn, lease, payload) for lease, payload in live}
             return ChunkWrite(written, lost, {})
 
     @staticmethod
@@ -491,18 +639,21 @@ class InvoiceStore:
         first. A chunk takes every lock of all its invoices first, in one sorted call, so two
         chunks never wait on each other in a cycle; each invoice then reads every original in
         its blocking key's neighbourhood (an index, no LIMIT) and its decision returns itself.
-        Invoices of one chunk see each other's decisions: they share the transaction.
+        Invoices of one chunk see each other's decisions: they share the transaction. The
+        advisory locks are taken before the fence (the lock order, sql/0009): a chunk that waits
+        for another decision holds no row meanwhile, so no claim, heartbeat or sweep queues
+        behind the wait.
         """
         for lease, candidate in items:
             if candidate.key.org_id != candidate.org_id or candidate.invoice_id != str(lease.invoice_id):
                 raise ValueError("the candidate is not the leased invoice of its org")
         by_invoice = {lease.invoice_id: candidate for lease, candidate in items}
 
-        def take_locks(conn: psycopg.Connection[Any], live: list[Lease]) -> None:
+        def take_locks(conn: psycopg.Connection[Any], leases: list[Lease]) -> None:
             ids = sorted(
                 {
                     i
-                    for lease in live
+                    for lease in leases
                     for i in decision_lock_ids(
                         by_invoice[lease.invoice_id].block, by_invoice[lease.invoice_id].number
                     )
@@ -539,7 +690,7 @@ class InvoiceStore:
             assert decided is not None
             return decided
 
-        return self._write_chunk(items, decide, take_locks, step=step)
+        return self._write_chunk(items, decide, step=step, before_fence=take_locks)
 
     def _locked_candidates(
         self, conn: psycopg.Connection[Any], candidate: MatchCandidate
@@ -677,36 +828,67 @@ class InvoiceStore:
         """Release a failed job at once (no waiting for the sweep) and schedule the invoice's retry.
 
         Unfenced on purpose: a failing holder may already have been swept, and then the
-        finish changes nothing while the reschedule still applies.
+        finish changes nothing while the reschedule still applies (unless another job holds the
+        invoice by now). In the lock order: the invoice row, then the job row. Still contended
+        after the retries, it gives up (None): the caller stops heartbeating the lease, and the
+        sweep releases it after its TTL.
         """
         job_id = as_uuid(job_id, "job_id")
-        with self._transaction() as conn:
-            conn.execute(query("finish_lock"), {"job_id": job_id, "status": "failed", "error": error})
-            row = conn.execute("SELECT invoice_id FROM processing_jobs WHERE id = %s", (job_id,)).fetchone()
-            if row is None:
-                return None
-            rescheduled = self._all(
-                conn,
-                Rescheduled,
-                "reschedule_failed",
-                {
-                    "invoice_id": row[0],
-                    "max_attempts": max_attempts,
-                    "retry_base": retry_base,
-                    "error": error,
-                },
-            )
-        return rescheduled[0] if rescheduled else None
+        params = {"job_id": job_id, "status": "failed", "error": error}
+
+        def release() -> Rescheduled | None:
+            with self._transaction() as conn:
+                row = conn.execute(query("lock_invoice_of_job"), params).fetchone()
+                if row is None:
+                    return None
+                conn.execute(query("finish_lock"), params)
+                rescheduled = self._reschedule(conn, [row[0]], max_attempts, retry_base, error)
+            return rescheduled[0] if rescheduled else None
+
+        try:
+            return self._retrying(release, f"releasing job {job_id}")
+        except psycopg.Error as exc:
+            if not is_contention(exc):
+                raise
+            return None
 
     def reschedule_orphans(self, *, max_attempts: int, retry_base: timedelta) -> list[Rescheduled]:
-        """Invoices left 'processing' with no running job (their holder was swept) get a retry or give up."""
-        with self._transaction() as conn:
-            return self._all(
-                conn,
-                Rescheduled,
-                "reschedule_failed",
-                {"invoice_id": None, "max_attempts": max_attempts, "retry_base": retry_base, "error": None},
-            )
+        """Invoices left 'processing' with no running job (their holder was swept) get a retry or give up.
+
+        Two statements: lock the orphans' rows (skipping any row someone holds), then reschedule
+        those that still have no running job, read with a snapshot taken after the locks. A run
+        whose claim committed in between is seen, and its invoice is left alone.
+        """
+
+        def reschedule() -> list[Rescheduled]:
+            with self._transaction() as conn:
+                locked = [r[0] for r in conn.execute(query("lock_orphans")).fetchall()]
+                if not locked:
+                    return []
+                return self._reschedule(conn, locked, max_attempts, retry_base, None)
+
+        return self._retrying(reschedule, "rescheduling orphans")
+
+    def _reschedule(
+        self,
+        conn: psycopg.Connection[Any],
+        locked_invoice_ids: list[UUID],
+        max_attempts: int,
+        retry_base: timedelta,
+        error: str | None,
+    ) -> list[Rescheduled]:
+        """reschedule_failed for invoices whose rows this transaction has locked already."""
+        return self._all(
+            conn,
+            Rescheduled,
+            "reschedule_failed",
+            {
+                "invoice_ids": locked_invoice_ids,
+                "max_attempts": max_attempts,
+                "retry_base": retry_base,
+                "error": error,
+            },
+        )
 
     # -- the sensor ----------------------------------------------------------------------------
 
@@ -722,6 +904,13 @@ class InvoiceStore:
         if limit < 1:
             raise ValueError(f"limit must be positive, got {limit}")
         owner = requested_by if isinstance(requested_by, str) else None
+        return self._retrying(
+            lambda: self._claim_due(limit, request_timeout, requested_by, owner), "the due query"
+        )
+
+    def _claim_due(
+        self, limit: int, request_timeout: timedelta | None, requested_by: RequestedBy, owner: str | None
+    ) -> list[DueInvoice]:
         with self._transaction() as conn:
             due = sorted(
                 self._all(
@@ -764,8 +953,12 @@ class InvoiceStore:
             "max_attempts": max_attempts,
             "retry_base": retry_base,
         }
-        with self._transaction() as conn:
-            return self._all(conn, Rescheduled, "release_requests", params)
+
+        def release() -> list[Rescheduled]:
+            with self._transaction() as conn:
+                return self._all(conn, Rescheduled, "release_requests", params)
+
+        return self._retrying(release, "releasing requests")
 
     def status_counts_of(self, invoice_ids: list[UUID]) -> dict[str, int]:
         with self.pool.connection() as conn:
@@ -789,8 +982,12 @@ class InvoiceStore:
             "max_attempts": max_attempts,
             "retry_base": retry_base,
         }
-        with self._transaction() as conn:
-            return self._all(conn, Rescheduled, "expire_requests", params)
+
+        def expire() -> list[Rescheduled]:
+            with self._transaction() as conn:
+                return self._all(conn, Rescheduled, "expire_requests", params)
+
+        return self._retrying(expire, "expiring requests")
 
     # -- reading for people --------------------------------------------------------------------
 
@@ -885,10 +1082,19 @@ class InvoiceStore:
         finished invoices, while an action acts on exactly those and sets the status itself.
         """
         invoice_id = as_uuid(invoice_id)
-        with self._transaction() as conn:
-            row = conn.execute(
-                query("acquire_review_lock"), {"invoice_id": invoice_id, "owner": owner}
-            ).fetchone()
+
+        def take() -> Any:
+            with self._transaction() as conn:
+                return conn.execute(
+                    query("acquire_review_lock"), {"invoice_id": invoice_id, "owner": owner}
+                ).fetchone()
+
+        try:
+            row = self._retrying(take, f"the review lock of invoice {invoice_id}")
+        except psycopg.Error as exc:
+            if not is_contention(exc):
+                raise
+            return None  # still contended after the retries: busy, like a bounce
         if row is None or row[0] is None:
             return None
         return Lease(row[0], invoice_id, int(row[1]), owner)
@@ -964,6 +1170,22 @@ class InvoiceStore:
         does (it arrived since), the invoice stays held, suspected of that one instead.
         """
 
+        def dedupe_locks_first(conn: psycopg.Connection[Any]) -> None:
+            # The decision's advisory locks before any row (the lock order, sql/0009), from the
+            # fields as they are now; the candidate read below takes them again (held: no wait),
+            # from the fields read under the row lock.
+            state = self._one(conn, InvoiceState, "invoice_state", {"invoice_id": lease.invoice_id})
+            found = conn.execute(query("load_fields_of"), {"invoice_ids": [lease.invoice_id]}).fetchone()
+            if state is None or found is None:
+                return
+            candidate = MatchCandidate.from_fields(
+                str(lease.invoice_id), state.org_id, InvoiceFields.from_json(found[1])
+            )
+            conn.execute(
+                query("take_dedupe_locks"),
+                {"lock_ids": list(decision_lock_ids(candidate.block, candidate.number))},
+            )
+
         def write(conn: psycopg.Connection[Any], target: LockedTarget) -> tuple[str, str] | str:
             if target.duplicate_status != "suspected" or target.fields is None:
                 return "it is not a suspected duplicate"
@@ -1005,7 +1227,7 @@ class InvoiceStore:
                 f"not a duplicate of {target.duplicate_of}, but it looks like {outcome.original_id}: still held"
             )
 
-        return self._review_write(lease, "not_duplicate", actor, note, write)
+        return self._review_write(lease, "not_duplicate", actor, note, write, before_fence=dedupe_locks_first)
 
     def requeue(self, lease: Lease, actor: str, note: str | None) -> ActionOutcome:
         """A redrive: attempts start over and the invoice is due now, under a new run key.
@@ -1045,14 +1267,32 @@ class InvoiceStore:
         actor: str,
         note: str | None,
         write: Callable[[psycopg.Connection[Any], LockedTarget], tuple[str, str] | str],
+        *,
+        before_fence: Callable[[psycopg.Connection[Any]], None] | None = None,
     ) -> ActionOutcome:
         """Fenced: the invoice row locked and checked, `write`, the audit row, the lock released.
 
         `write` returns (new status, what happened), or a refusal (a string) before it wrote
         anything. Either way the lock is released in the same transaction; an exception rolls
         everything back and leaves the lock to the caller (review.py finishes it as failed).
+        The fence locks the invoice row, then the job row (the lock order, sql/0009); a
+        transaction that lost to contention is retried whole.
         """
-        with self._fenced(lease) as conn:
+        return self._retrying(
+            lambda: self._review_write_once(lease, action, actor, note, write, before_fence),
+            f"review {action} of invoice {lease.invoice_id}",
+        )
+
+    def _review_write_once(
+        self,
+        lease: Lease,
+        action: Action,
+        actor: str,
+        note: str | None,
+        write: Callable[[psycopg.Connection[Any], LockedTarget], tuple[str, str] | str],
+        before_fence: Callable[[psycopg.Connection[Any]], None] | None,
+    ) -> ActionOutcome:
+        with self._fenced(lease, before_fence) as conn:
             target = self._one(
                 conn, LockedTarget, "review_target_for_update", {"invoice_id": lease.invoice_id}
             )

@@ -212,15 +212,20 @@ def test_zombie_cannot_write_anything(database_url: str, store: InvoiceStore) ->
 
 
 def test_fenced_write_in_flight_holds_off_the_sweep(database_url: str, store: InvoiceStore) -> None:
-    """The fence row-locks the job: a sweep waits for an in-flight write, it cannot slip in between."""
+    """The fence row-locks the job: a sweep cannot slip in between an in-flight write's fence and
+    its commit. Since sql/0009 it does not wait for the write either: the row being written is
+    skipped as alive (a lock_timeout shows that nothing waited), and swept once it is stale and
+    no longer being written."""
     (invoice,) = _new_invoices(database_url, 1)
     lease = store.acquire(invoice, 1)
     assert lease is not None
     with store._fenced(lease):  # a write in progress
         with psycopg.connect(database_url, autocommit=True) as other:
             other.execute("SET lock_timeout = '300ms'")
-            with pytest.raises(psycopg.errors.LockNotAvailable):
-                other.execute("SELECT release_stale_locks(%s, '0')", (invoice,))
+            row = other.execute("SELECT release_stale_locks(%s, '0')", (invoice,)).fetchone()
+            assert row == (0,), "the sweep skipped the job being written"
+            row = other.execute("SELECT release_stale_locks(NULL, '0')").fetchone()
+            assert row == (0,), "the global sweep skipped it too"
     assert store.release_stale_locks(invoice, stale_after=timedelta(0)) == 1
 
 

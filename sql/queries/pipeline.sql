@@ -137,19 +137,31 @@ SET status = 'quarantined', quarantine_code = %(code)s, quarantine_reason = %(re
     last_error = %(reason)s, updated_at = now()
 WHERE id = %(invoice_id)s
 
--- After a failed attempt: retry later with exponential backoff, or give up. Applies to the
--- given invoice, or (NULL) to every invoice left 'processing' with no running job — the ones
--- whose holder died and was swept.
+-- Invoices left 'processing' with no running job (their holder died and was swept), row-locked
+-- for the reschedule that follows in the same transaction. SKIP LOCKED: a row someone is
+-- writing (a claim, a review) is left to the next sweep, never waited for. What this statement
+-- read about running jobs is only a preselection: its snapshot may predate a claim that
+-- committed before the row lock was granted, so reschedule_failed checks again.
+-- name: lock_orphans
+SELECT i.id FROM invoices i
+WHERE i.status = 'processing'
+  AND NOT EXISTS (SELECT 1 FROM processing_jobs j WHERE j.invoice_id = i.id AND j.status = 'running')
+ORDER BY i.id
+FOR NO KEY UPDATE OF i SKIP LOCKED
+
+-- After a failed attempt: retry later with exponential backoff, or give up. Applies to the given
+-- invoices, which the caller has row-locked earlier in the same transaction (lock_orphans,
+-- lock_invoice_of_job). Because a claim locks the invoice row before it inserts its job, no claim
+-- of these invoices is in flight, and this statement's snapshot, taken after the locks were
+-- granted, sees every claim that committed: an invoice a live job holds is never rescheduled.
 -- name: reschedule_failed
 WITH orphans AS (
     SELECT i.id, i.attempts,
            (SELECT j.error FROM processing_jobs j WHERE j.invoice_id = i.id
             ORDER BY j.attempt DESC, j.started_at DESC LIMIT 1) AS last_job_error
     FROM invoices i
-    WHERE i.status = 'processing'
-      AND (%(invoice_id)s::uuid IS NULL OR i.id = %(invoice_id)s::uuid)
+    WHERE i.id = ANY(%(invoice_ids)s::uuid[]) AND i.status = 'processing'
       AND NOT EXISTS (SELECT 1 FROM processing_jobs j WHERE j.invoice_id = i.id AND j.status = 'running')
-    FOR UPDATE OF i SKIP LOCKED
 )
 UPDATE invoices i
 SET status = CASE WHEN o.attempts >= %(max_attempts)s THEN 'needs_attention' ELSE 'failed' END,
@@ -197,7 +209,8 @@ ORDER BY min(requested_at)
 -- Release the unclaimed requests of a run that ended or died. With count_attempt (the request
 -- used a run key, which Dagster never runs twice) it is a failed attempt, retried under the
 -- next attempt's key with backoff, or dead-lettered; without, the invoice is simply due again.
--- min_age spares a request whose run may still be about to appear.
+-- min_age spares a request whose run may still be about to appear. Rows are locked in id order and
+-- a row someone holds (a claim in flight) is skipped, never waited for: the next sweep sees it.
 -- name: release_requests
 UPDATE invoices i
 SET requested_at = NULL,
@@ -210,9 +223,14 @@ SET requested_at = NULL,
                            ELSE i.next_attempt_at END,
     last_error = %(reason)s,
     updated_at = now()
-WHERE i.requested_by = %(owner)s AND i.requested_at IS NOT NULL AND i.status IN ('pending', 'failed')
-  AND i.requested_at < now() - %(min_age)s::interval
-  AND NOT EXISTS (SELECT 1 FROM processing_jobs j WHERE j.invoice_id = i.id AND j.status = 'running')
+WHERE i.id IN (
+    SELECT r.id FROM invoices r
+    WHERE r.requested_by = %(owner)s AND r.requested_at IS NOT NULL AND r.status IN ('pending', 'failed')
+      AND r.requested_at < now() - %(min_age)s::interval
+      AND NOT EXISTS (SELECT 1 FROM processing_jobs j WHERE j.invoice_id = r.id AND j.status = 'running')
+    ORDER BY r.id
+    FOR NO KEY UPDATE OF r SKIP LOCKED
+)
 RETURNING i.id AS invoice_id, i.status, i.attempts, i.next_attempt_at, i.last_error
 
 -- How the given invoices stand now: `invoice-pipeline process` reports and exits by it.
@@ -227,6 +245,7 @@ ORDER BY requested_at
 LIMIT 1000
 
 -- Count an unclaimed request as a failed attempt: retry later under a new run key, or give up.
+-- Like release_requests, it skips a row someone holds instead of waiting for it.
 -- name: expire_requests
 UPDATE invoices i
 SET requested_at = NULL,
@@ -237,9 +256,14 @@ SET requested_at = NULL,
     last_error = format('run requested at %%s never claimed the invoice (launch lost, or the run died first)',
                         i.requested_at),
     updated_at = now()
-WHERE i.id = ANY(%(invoice_ids)s) AND i.status IN ('pending', 'failed')
-  AND i.requested_at < now() - %(request_timeout)s::interval
-  AND NOT EXISTS (SELECT 1 FROM processing_jobs j WHERE j.invoice_id = i.id AND j.status = 'running')
+WHERE i.id IN (
+    SELECT r.id FROM invoices r
+    WHERE r.id = ANY(%(invoice_ids)s) AND r.status IN ('pending', 'failed')
+      AND r.requested_at < now() - %(request_timeout)s::interval
+      AND NOT EXISTS (SELECT 1 FROM processing_jobs j WHERE j.invoice_id = r.id AND j.status = 'running')
+    ORDER BY r.id
+    FOR NO KEY UPDATE OF r SKIP LOCKED
+)
 RETURNING i.id AS invoice_id, i.status, i.attempts, i.next_attempt_at, i.last_error
 
 -- Data migrations (invoice_pipeline/db/rekey.py).
