@@ -38,6 +38,7 @@ BENCHMARK_MODULES = (
     "benchmarks.duplicate_accuracy",
     "benchmarks.sensor_tick",
     "benchmarks.end_to_end",
+    "benchmarks.default_path",
     "benchmarks.recovery_time",
     "benchmarks.recovery_default",
     "benchmarks.sandbox_overhead",

@@ -84,6 +84,21 @@ SCENARIOS: dict[str, Scenario] = {
             scaled=("pairs",),
         ),
         Scenario(
+            "contention",
+            "chaos.contention",
+            # trials: racing runs (4 per wave, over overlapping chunks of the wave's invoices).
+            fast={"trials": 100, "runs": 4},
+            long={"trials": 1000, "runs": 4},
+        ),
+        Scenario(
+            "crash_cost",
+            "chaos.crash_cost",
+            # kills per chunk (one chunk of scans, one of UBL XML), then the run that finishes it.
+            fast={"kills": 2, "scans": 4, "xml": 120},
+            long={"kills": 8, "scans": 12, "xml": 600},
+            scaled=("kills",),
+        ),
+        Scenario(
             "security",
             "chaos.security",
             fast={"trials": 1, "dev_server": 1},

@@ -87,8 +87,54 @@ def _gate(gate_dir: Path, label: str) -> None:
         time.sleep(0.005)
 
 
+class UnknownStopPoint(LookupError):
+    """A gate names a stop point the product no longer has (a renamed store method or stage)."""
+
+
+def gate_label(spec: GateSpec) -> str:
+    """The label the gate writes to reached.json when it stops there (the stop point's name)."""
+    if spec.phase == "between_steps":
+        return f"between_steps:before_{spec.target}"
+    if spec.phase in ("before_commit", "after_commit"):
+        return f"{spec.phase}:{spec.target}"
+    return spec.phase
+
+
+def check_gate(spec: GateSpec) -> None:
+    """Raise UnknownStopPoint unless every name the gate patches or matches exists.
+
+    A gate on a missing name would otherwise fail only inside the worker (or, for a step name,
+    never fire at all): the trial would count as "not reached" instead of failing at once.
+    """
+    from invoice_pipeline.stages import STAGES
+
+    def need(owner: object, name: str) -> None:
+        if not callable(getattr(owner, name, None)):
+            raise UnknownStopPoint(
+                f"stop point {gate_label(spec)}: {getattr(owner, '__name__', owner)}.{name} does not exist"
+            )
+
+    if spec.phase in ("read_text", "read_fields"):
+        need(DocumentReader, spec.phase)
+    elif spec.phase == "between_steps":
+        need(InvoiceStore, "record_steps")
+        stages = [s.name for s in STAGES]
+        if spec.target not in stages[1:]:
+            raise UnknownStopPoint(
+                f"stop point {gate_label(spec)}: no stage {spec.target!r} after the first (stages: {stages})"
+            )
+    elif spec.phase == "dedupe_txn":
+        need(dedupe_module, "find_match")
+    elif spec.phase in ("before_commit", "after_commit"):
+        need(InvoiceStore, "_transaction")
+        need(InvoiceStore, spec.target)
+    elif spec.phase != "none":
+        raise UnknownStopPoint(f"unknown gate phase {spec.phase}")
+
+
 def install_gate(spec: GateSpec, gate_dir: Path) -> None:
     """Patch the product in this process so that it stops at spec's point, once."""
+    check_gate(spec)
     fired = [False]
 
     def gate(label: str) -> None:
@@ -107,10 +153,10 @@ def install_gate(spec: GateSpec, gate_dir: Path) -> None:
     elif spec.phase == "between_steps":
         original_record = InvoiceStore.record_steps
 
-        def gated_record(self: InvoiceStore, step: str, leases: Any, executed: set[Any]) -> Any:
-            if step == spec.target and executed:
-                gate(f"between_steps:before_{step}")
-            return original_record(self, step, leases, executed)
+        def gated_record(self: InvoiceStore, step: str, leases: Any, started: set[Any]) -> Any:
+            if step == spec.target and started:
+                gate(gate_label(spec))
+            return original_record(self, step, leases, started)
 
         InvoiceStore.record_steps = gated_record  # type: ignore[method-assign]
     elif spec.phase == "dedupe_txn":
@@ -125,12 +171,15 @@ def install_gate(spec: GateSpec, gate_dir: Path) -> None:
         dedupe_module.find_match = gated_find  # type: ignore[assignment]
     elif spec.phase in ("before_commit", "after_commit"):
         _install_commit_gate(spec, gate)
-    elif spec.phase != "none":
-        raise ValueError(f"unknown gate phase {spec.phase}")
 
 
 def _install_commit_gate(spec: GateSpec, gate: Callable[[str], None]) -> None:
     armed = [False]
+    # Transactions the gated method committed. A chunk write of no items (settle's
+    # quarantine_many of a chunk with nothing to quarantine) opens none: stopping "after its
+    # commit" would then stop after nothing, and a stop point the product never really passes
+    # would count as reached.
+    committed = [0]
     original_transaction = InvoiceStore._transaction
     original_method = getattr(InvoiceStore, spec.target)
 
@@ -140,16 +189,18 @@ def _install_commit_gate(spec: GateSpec, gate: Callable[[str], None]) -> None:
             yield conn
             if armed[0] and spec.phase == "before_commit":
                 # The write is done, the transaction still open: COMMIT is the next thing sent.
-                gate(f"before_commit:{spec.target}")
+                gate(gate_label(spec))
+        if armed[0]:
+            committed[0] += 1
 
     def gated_method(self: InvoiceStore, *args: Any, **kwargs: Any) -> Any:
-        armed[0] = True
+        armed[0], committed[0] = True, 0
         try:
             value = original_method(self, *args, **kwargs)
         finally:
             armed[0] = False
-        if spec.phase == "after_commit":
-            gate(f"after_commit:{spec.target}")  # committed; the worker has not acted on it yet
+        if spec.phase == "after_commit" and committed[0]:
+            gate(gate_label(spec))  # committed; the worker has not acted on it yet
         return value
 
     InvoiceStore._transaction = gated_transaction  # type: ignore[method-assign]
@@ -260,7 +311,7 @@ def batch_worker(
         raise
 
 
-__all__ = ["GateSpec", "StormItem", "asdict"]
+__all__ = ["GateSpec", "StormItem", "UnknownStopPoint", "asdict", "check_gate", "gate_label"]
 
 
 def deployment_worker(url: str, out: str, seed: int, deadline_s: float) -> None:
@@ -271,6 +322,7 @@ def deployment_worker(url: str, out: str, seed: int, deadline_s: float) -> None:
     are planned by the sensor's own plan_run_requests and executed on this instance.
     """
     from invoice_pipeline.maintenance import run_maintenance
+    from invoice_pipeline.runs import RunShape
     from invoice_pipeline.sensors.new_invoices import plan_run_requests
 
     rng = random.Random(seed)
@@ -296,9 +348,7 @@ def deployment_worker(url: str, out: str, seed: int, deadline_s: float) -> None:
                     run_maintenance(db, instance)
                     time.sleep(0.05)  # an idle sensor interval; nothing to synchronise with
                     continue
-                for request in plan_run_requests(
-                    due, batch_threshold=rng.randint(2, 10), batch_size=rng.randint(3, 12)
-                ):
+                for request in plan_run_requests(due, RunShape(rng.randint(3, 12))):
                     run_config = dict(request.run_config)
                     run_config["loggers"] = {"console": {"config": {"log_level": "CRITICAL"}}}
                     result = jobs[request.job_name].execute_in_process(

@@ -37,7 +37,7 @@ from invoice_pipeline.review import (
     statuses_for,
 )
 from invoice_pipeline.review_records import Action, ActionOutcome, ReviewTarget
-from invoice_pipeline.runs import InvoiceRef, batch_run_config, run_id_of
+from invoice_pipeline.runs import InvoiceRef, RunShape, batch_run_config, run_id_of
 from invoice_pipeline.store import InvoiceStore, dumps
 from invoice_pipeline.terminal import printable
 
@@ -53,7 +53,7 @@ BAD_OUTCOMES = ("quarantined", "failed", "needs_attention")
 
 
 def _store(settings: Settings) -> InvoiceStore:
-    return InvoiceStore(prepare_database(settings), max_size=4)
+    return InvoiceStore(prepare_database(settings), max_size=4, lock_ttl=settings.lock_ttl)
 
 
 def one_line(exc: BaseException) -> str:
@@ -195,8 +195,13 @@ class ProcessOutcome:
         return sum(self.by_status.get(s, 0) for s in BAD_OUTCOMES)
 
 
-def process_due(settings: Settings, *, batch_size: int = 25, label: str = "processing") -> ProcessOutcome:
+def process_due(
+    settings: Settings, *, batch_size: int | None = None, label: str = "processing"
+) -> ProcessOutcome:
     """Run every due invoice through the Dagster batch job on the project's Dagster instance.
+
+    Shaped like the sensor's runs (`RunShape`): up to `batch_size` (default: the setting
+    INVOICE_PIPELINE_BATCH_SIZE) invoices per run, in chunks.
 
     Each batch's requests are recorded as owned by the run about to execute them (a tag on
     that run), so if this process is killed before the run claims them, the sweep releases
@@ -210,7 +215,8 @@ def process_due(settings: Settings, *, batch_size: int = 25, label: str = "proce
 
     url = prepare_database(settings)
     prepare_dagster_home(settings, url)
-    store = InvoiceStore(url, max_size=2)
+    shape = RunShape(batch_size or settings.batch_size)
+    store = InvoiceStore(url, max_size=2, lock_ttl=settings.lock_ttl)
     outcome = ProcessOutcome()
     requested: set[uuid.UUID] = set()
     try:
@@ -223,7 +229,7 @@ def process_due(settings: Settings, *, batch_size: int = 25, label: str = "proce
             while True:
                 token = uuid.uuid4().hex
                 due = store.claim_due_invoices(
-                    batch_size, requested_by=RequestOwner.tagged(scope, token).text
+                    shape.batch_size, requested_by=RequestOwner.tagged(scope, token).text
                 )
                 if not due:
                     break
@@ -234,7 +240,9 @@ def process_due(settings: Settings, *, batch_size: int = 25, label: str = "proce
                     run_config={
                         # The events go to the instance (and the UI); the terminal gets a progress bar.
                         "loggers": {"console": {"config": {"log_level": "CRITICAL"}}},
-                        **batch_run_config([InvoiceRef(str(d.invoice_id), d.attempt) for d in due]),
+                        **batch_run_config(
+                            [InvoiceRef(str(d.invoice_id), d.attempt) for d in due], shape.chunk_size
+                        ),
                     },
                     tags={
                         "invoice_count": str(len(due)),
@@ -853,7 +861,12 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.add_argument("--org", default="default")
     ingest.set_defaults(func=cmd_ingest)
     process = sub.add_parser("process", help="process every due invoice through the Dagster jobs, headlessly")
-    process.add_argument("--batch-size", type=positive_int, default=25)
+    process.add_argument(
+        "--batch-size",
+        type=positive_int,
+        default=None,
+        help="invoices per run (default: INVOICE_PIPELINE_BATCH_SIZE)",
+    )
     process.set_defaults(func=cmd_process)
     sub.add_parser("sweep", help="sweep stale locks, reconcile dead runs, schedule retries").set_defaults(
         func=cmd_sweep
@@ -882,7 +895,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="generate samples, ingest, process through Dagster, summarise")
     demo.add_argument("--count", type=positive_int, default=30)
     demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--batch-size", type=positive_int, default=25)
+    demo.add_argument(
+        "--batch-size",
+        type=positive_int,
+        default=None,
+        help="invoices per run (default: INVOICE_PIPELINE_BATCH_SIZE)",
+    )
     demo.set_defaults(func=cmd_demo)
     add_review_commands(sub)
     return parser

@@ -26,7 +26,7 @@ ENV_HEARTBEAT = "INVOICE_PIPELINE_HEARTBEAT_SECONDS"
 ENV_MAX_ATTEMPTS = "INVOICE_PIPELINE_MAX_ATTEMPTS"
 ENV_RETRY_BASE = "INVOICE_PIPELINE_RETRY_BASE_SECONDS"
 ENV_MAX_DOCUMENT_BYTES = "INVOICE_PIPELINE_MAX_DOCUMENT_BYTES"
-ENV_BATCH_THRESHOLD = "INVOICE_PIPELINE_BATCH_THRESHOLD"
+ENV_BATCH_SIZE = "INVOICE_PIPELINE_BATCH_SIZE"
 ENV_INBOX = "INVOICE_PIPELINE_INBOX"
 ENV_REQUEST_TIMEOUT = "INVOICE_PIPELINE_REQUEST_TIMEOUT_SECONDS"
 ENV_DAGSTER_DATABASE_NAME = "INVOICE_PIPELINE_DAGSTER_DATABASE_NAME"
@@ -39,7 +39,8 @@ DEFAULT_LOCK_TTL_SECONDS = 30
 DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_RETRY_BASE_SECONDS = 30
 DEFAULT_MAX_DOCUMENT_BYTES = 20 * 1024 * 1024
-DEFAULT_BATCH_THRESHOLD = 20
+# The one setting that shapes runs (runs.RunShape): the most invoices one run takes.
+DEFAULT_BATCH_SIZE = 500
 DEFAULT_REQUEST_TIMEOUT_SECONDS = 3600
 
 
@@ -149,7 +150,7 @@ class Settings:
     max_attempts: int
     retry_base: timedelta
     max_document_bytes: int
-    batch_threshold: int
+    batch_size: int
     inbox: Path
     request_timeout: timedelta
     dagster_database_name: str | None
@@ -191,7 +192,7 @@ class Settings:
             max_attempts=_int(env, ENV_MAX_ATTEMPTS, DEFAULT_MAX_ATTEMPTS, minimum=1),
             retry_base=timedelta(seconds=_int(env, ENV_RETRY_BASE, DEFAULT_RETRY_BASE_SECONDS, minimum=0)),
             max_document_bytes=_int(env, ENV_MAX_DOCUMENT_BYTES, DEFAULT_MAX_DOCUMENT_BYTES, minimum=1),
-            batch_threshold=_int(env, ENV_BATCH_THRESHOLD, DEFAULT_BATCH_THRESHOLD, minimum=1),
+            batch_size=_int(env, ENV_BATCH_SIZE, DEFAULT_BATCH_SIZE, minimum=1),
             inbox=Path(env.get(ENV_INBOX) or home / "inbox").absolute(),
             request_timeout=timedelta(
                 seconds=_int(env, ENV_REQUEST_TIMEOUT, DEFAULT_REQUEST_TIMEOUT_SECONDS, minimum=1)

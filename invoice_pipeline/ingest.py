@@ -49,6 +49,12 @@ class IngestedFile:
     result: IngestResult
 
 
+# A file nobody has written for this long is complete. Two scans a sensor tick (5 s) apart that
+# agree on its size and mtime prove no more than that, so a file already quiet this long (moved
+# in after it was written) need not wait for a second scan.
+QUIET_SECONDS = 5
+
+
 @dataclass(frozen=True)
 class FileState:
     """What a scan saw of a file. The same state in two scans means nobody is writing it."""
@@ -59,6 +65,11 @@ class FileState:
     @classmethod
     def of(cls, st: os.stat_result) -> FileState:
         return cls(st.st_size, st.st_mtime_ns)
+
+    def complete(self, previous: FileState | None, now_ns: int) -> bool:
+        """Unchanged since the last scan, or not written for QUIET_SECONDS (an mtime in the
+        future, a clock skew, only counts through the first)."""
+        return previous == self or now_ns - self.mtime_ns >= QUIET_SECONDS * 1_000_000_000
 
 
 @dataclass(frozen=True)
@@ -264,7 +275,7 @@ def ingest_inbox(
     """Files in `inbox/<org>/...` belong to that org; files directly in the inbox to the default org.
 
     `previous` is what the last pass saw (its `waiting`): a file is read only when it is in
-    the same state now. A stored file moves to `<its folder>/.ingested/` so the next scan skips
+    the same state now, or was last written QUIET_SECONDS ago. A stored file moves to `<its folder>/.ingested/` so the next scan skips
     it; if that move fails, the next scan stores the same bytes again, which is a no-op.
     """
     return take_scanned(store, scan_inbox(inbox), previous)
@@ -276,6 +287,7 @@ def take_scanned(
     """Reject the bad entries, store the complete files, remember the rest: each entry on its own."""
     inbox = scan.inbox
     done = InboxPass(skipped=list(scan.skipped))
+    now_ns = time.time_ns()
     for entry in scan.entries:
         org_folder = entry.relative.parts[0] if len(entry.relative.parts) > 1 else None
         problem = org_problem(org_folder) if org_folder is not None else None
@@ -287,7 +299,7 @@ def take_scanned(
             continue
         key = str(entry.relative)
         state = FileState.of(entry.st)
-        if done.error is not None or previous is None or previous.get(key) != state:
+        if done.error is not None or not state.complete((previous or {}).get(key), now_ns):
             done.waiting[key] = state  # new, still growing, or the database is away: next pass
             continue
         try:

@@ -16,6 +16,7 @@ database is unreachable) escapes a stage.
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -271,6 +272,45 @@ class StageTimedOut(RuntimeError):
     """A stage ran past its maximum duration; its work was abandoned."""
 
 
+class _DeadlineWorker:
+    """A daemon thread that runs one piece of work at a time for `within_deadline`.
+
+    Starting a thread per document cost more than reading an XML invoice (about 1.3 ms of the
+    bare loop's 8.6 ms per invoice), so the thread is kept and reused. A worker whose work ran
+    past its deadline is abandoned, still stuck in it, and the next call gets a fresh one.
+    """
+
+    def __init__(self, step: str) -> None:
+        self.jobs: queue.SimpleQueue[
+            tuple[Callable[[], object], list[tuple[bool, object]], threading.Event]
+        ] = queue.SimpleQueue()
+        self.abandoned = False
+        threading.Thread(target=self._serve, name=f"stage-{step}", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            work, outcome, finished = self.jobs.get()
+            try:
+                outcome.append((True, work()))
+            except BaseException as exc:  # handed to the waiting thread, re-raised there
+                outcome.append((False, exc))
+            finally:
+                finished.set()
+
+    def run(self, work: Callable[[], T], seconds: float) -> tuple[bool, list[tuple[bool, object]]]:
+        outcome: list[tuple[bool, object]] = []
+        finished = threading.Event()
+        self.jobs.put((work, outcome, finished))
+        if not finished.wait(seconds):
+            self.abandoned = True
+            return False, outcome
+        return True, outcome
+
+
+# One worker per calling thread: two threads running stages never queue behind each other.
+_workers = threading.local()
+
+
 def within_deadline(work: Callable[[], T], seconds: float, step: str) -> T:
     """`work()`, or StageTimedOut once it has run `seconds`.
 
@@ -279,19 +319,11 @@ def within_deadline(work: Callable[[], T], seconds: float, step: str) -> T:
     work runs in a daemon thread that is abandoned on timeout; that is safe because every write
     is fenced by the lease, which the failure path finishes, so a late write is refused.
     """
-    outcome: list[tuple[bool, object]] = []
-    finished = threading.Event()
-
-    def target() -> None:
-        try:
-            outcome.append((True, work()))
-        except BaseException as exc:  # handed to the waiting thread, re-raised there
-            outcome.append((False, exc))
-        finally:
-            finished.set()
-
-    threading.Thread(target=target, name=f"stage-{step}", daemon=True).start()
-    if not finished.wait(seconds):
+    worker: _DeadlineWorker | None = getattr(_workers, "worker", None)
+    if worker is None or worker.abandoned:
+        worker = _workers.worker = _DeadlineWorker(step)
+    finished, outcome = worker.run(work, seconds)
+    if not finished:
         raise StageTimedOut(
             f"{step} ran longer than its maximum of {seconds:g} s (InvoiceDatabase.max_stage_seconds); "
             "the attempt is abandoned and the invoice rescheduled"

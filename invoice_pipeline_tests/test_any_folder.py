@@ -11,11 +11,11 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from psycopg import sql
 
 from invoice_pipeline.child_python import child_environment, child_pythonpath, python_command
 from invoice_pipeline.store import InvoiceStore
 from pipeline_support.factories import json_invoice
+from pipeline_support.helpers import cli_environment
 
 # The console script, as `make` and a person run it: unlike `python -m invoice_pipeline.cli`,
 # it does not put the current folder on the CLI's own sys.path.
@@ -36,17 +36,9 @@ def make_old_checkout(folder: Path) -> Path:
 
 @pytest.fixture
 def env(tmp_path: Path, database_url: str) -> Iterator[dict[str, str]]:
-    values = dict(
-        os.environ,
-        INVOICE_PIPELINE_HOME=str(tmp_path / "home"),
-        INVOICE_PIPELINE_DATABASE_URL=database_url,
-    )
-    values.pop("DAGSTER_HOME", None)
-    values.pop("PYTHONPATH", None)
-    yield values
-    with psycopg.connect(database_url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
-        name = database_url.rsplit("/", 1)[1] + "_dagster"
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    with cli_environment(tmp_path / "home", database_url) as values:
+        values.pop("PYTHONPATH", None)
+        yield values
 
 
 def test_process_from_an_old_checkout_folder_runs_the_installed_package(

@@ -19,11 +19,9 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
-from psycopg import sql
 
-from pipeline_support.helpers import answers, free_port, wait_for
+from pipeline_support.helpers import answers, cli_environment, free_port, wait_for
 
 CONSOLE_SCRIPT = Path(sys.executable).parent / "invoice-pipeline"
 MARKER = "INVOICE_PIPELINE_TEST_DEV_TREE"
@@ -77,23 +75,19 @@ def _describe(pids: list[int]) -> str:
 
 @pytest.fixture
 def env(tmp_path: Path, database_url: str) -> Iterator[dict[str, str]]:
-    values = dict(
-        os.environ,
-        INVOICE_PIPELINE_HOME=str(tmp_path / "home"),
-        INVOICE_PIPELINE_DATABASE_URL=database_url,
+    with cli_environment(
+        tmp_path / "home",
+        database_url,
         DAGSTER_HOME=str(tmp_path / "home" / "dagster_home"),
-    )
-    values[MARKER] = uuid.uuid4().hex
-    yield values
-    # Whatever the outcome, nothing of this test outlives it.
-    for pid in marked_processes(values[MARKER]):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    with psycopg.connect(database_url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
-        name = database_url.rsplit("/", 1)[1] + "_dagster"
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        **{MARKER: uuid.uuid4().hex},
+    ) as values:
+        yield values
+        # Whatever the outcome, nothing of this test outlives it.
+        for pid in marked_processes(values[MARKER]):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def start_in_background_like_a_script(env: dict[str, str], *command: str) -> int:

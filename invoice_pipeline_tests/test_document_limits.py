@@ -103,6 +103,7 @@ ENTERED: dict[str, threading.Event] = {}
 RELEASE: dict[str, threading.Event] = {}
 # What each abandoned read produced once it was let go: the text its stage would have saved.
 LATE_TEXT: dict[str, ExtractedText] = {}
+FINISHED: dict[str, threading.Event] = {}
 
 
 class StuckReader(DocumentReader):
@@ -117,8 +118,11 @@ class StuckReader(DocumentReader):
         # returns; this guard turns that hang into a failure instead of a stuck suite.
         if not RELEASE[self.gate].wait(60):
             raise RuntimeError("the stage was never abandoned: no maximum duration")
-        LATE_TEXT[self.gate] = text = super().read_text(content, filename, max_bytes)
-        return text
+        try:
+            LATE_TEXT[self.gate] = text = super().read_text(content, filename, max_bytes)
+            return text
+        finally:
+            FINISHED[self.gate].set()
 
 
 def test_a_stuck_stage_fails_its_attempt_and_its_late_write_is_refused(
@@ -135,7 +139,7 @@ def test_a_stuck_stage_fails_its_attempt_and_its_late_write_is_refused(
     instead of lost.
     """
     gate = "stuck"
-    ENTERED[gate], RELEASE[gate] = threading.Event(), threading.Event()
+    ENTERED[gate], RELEASE[gate], FINISHED[gate] = threading.Event(), threading.Event(), threading.Event()
     inv = store.store_document(json_invoice(), "acme", "a.json").invoice_id
     try:
         result = run_single(
@@ -154,9 +158,7 @@ def test_a_stuck_stage_fails_its_attempt_and_its_late_write_is_refused(
     assert state.next_attempt_at is not None, "rescheduled by the existing failure path"
     # The abandoned read now completes. Its text, written late with the attempt's dead lease
     # through the stage's own fenced chunk write, is refused: nothing of it lands.
-    for thread in threading.enumerate():
-        if thread.name == "stage-extract_text":
-            thread.join()
+    assert FINISHED[gate].wait(60), "the abandoned read ran to its end"
     late = LATE_TEXT.pop(gate, None)
     assert late is not None, "the abandoned read ran to its end"
     dead = store.lease(job.job_id, inv, job.attempt, job.owner)

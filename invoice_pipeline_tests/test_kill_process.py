@@ -9,7 +9,6 @@ requests by a few seconds (the grace for a run that never appeared), never by th
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import subprocess
@@ -21,13 +20,12 @@ from pathlib import Path
 import psycopg
 import pytest
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
-from psycopg import sql
 
 from invoice_pipeline.dagster_home import dagster_database_url
 from invoice_pipeline.maintenance import _seconds_since_last_event
 from invoice_pipeline.store import InvoiceStore
 from pipeline_support.factories import json_invoice
-from pipeline_support.helpers import wait_for
+from pipeline_support.helpers import cli_environment, wait_for
 
 TTL_SECONDS = 2
 INVOICES = 48
@@ -45,23 +43,18 @@ class KillPoint:
 
 @pytest.fixture
 def env(tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
-    values = dict(
-        os.environ,
-        INVOICE_PIPELINE_HOME=str(tmp_path / "home"),
-        INVOICE_PIPELINE_DATABASE_URL=database_url,
+    # This process opens the same Dagster instance as the CLI, to see its runs.
+    monkeypatch.setenv("DAGSTER_PG_URL", dagster_database_url(database_url))
+    with cli_environment(
+        tmp_path / "home",
+        database_url,
         INVOICE_PIPELINE_LOCK_TTL_SECONDS=str(TTL_SECONDS),
         INVOICE_PIPELINE_HEARTBEAT_SECONDS="1",
         INVOICE_PIPELINE_RETRY_BASE_SECONDS="0",
         # Dead-lettering is another feature: here every invoice must end processed.
         INVOICE_PIPELINE_MAX_ATTEMPTS="50",
-    )
-    values.pop("DAGSTER_HOME", None)
-    # This process opens the same Dagster instance as the CLI, to see its runs.
-    monkeypatch.setenv("DAGSTER_PG_URL", dagster_database_url(database_url))
-    yield values
-    with psycopg.connect(database_url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
-        name = database_url.rsplit("/", 1)[1] + "_dagster"
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    ) as values:
+        yield values
 
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

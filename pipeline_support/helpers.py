@@ -11,7 +11,8 @@ import sys
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -127,3 +128,21 @@ def run_cli(*args: str, env: dict[str, str], timeout: float = 600) -> subprocess
         text=True,
         timeout=timeout,
     )
+
+
+@contextmanager
+def cli_environment(home: Path, database_url: str, **settings: str) -> Iterator[dict[str, str]]:
+    """The environment `invoice-pipeline` runs with in a test: its own home on `database_url`,
+    plus `settings` (INVOICE_PIPELINE_*=...). The Dagster database the CLI creates beside the
+    invoice database (`<db>_dagster`) is dropped afterwards."""
+    values = dict(os.environ, INVOICE_PIPELINE_HOME=str(home), INVOICE_PIPELINE_DATABASE_URL=database_url)
+    values.pop("DAGSTER_HOME", None)
+    values.update(settings)
+    try:
+        yield values
+    finally:
+        server, name = database_url.rsplit("/", 1)
+        with psycopg.connect(server + "/postgres", autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name + "_dagster"))
+            )

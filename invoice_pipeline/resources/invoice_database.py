@@ -8,7 +8,7 @@ from dagster import ConfigurableResource, EnvVar
 from pydantic import Field, model_validator
 
 from invoice_pipeline.config import (
-    DEFAULT_BATCH_THRESHOLD,
+    DEFAULT_BATCH_SIZE,
     DEFAULT_LOCK_TTL_SECONDS,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_DOCUMENT_BYTES,
@@ -24,28 +24,31 @@ from invoice_pipeline.leases import LeaseKeeper
 from invoice_pipeline.stages import DocumentParser, StageEnv
 from invoice_pipeline.store import InvoiceStore
 
-_stores: dict[tuple[int, str | None], InvoiceStore] = {}
+_stores: dict[tuple[int, str | None, float | None], InvoiceStore] = {}
 _keepers: dict[tuple[int, str | None, float], LeaseKeeper] = {}
 _stores_lock = threading.Lock()
 
 
-def shared_store(database_url: str | None) -> InvoiceStore:
+def shared_store(database_url: str | None, lock_ttl: timedelta | None = None) -> InvoiceStore:
     """One pool per process and database: ops, sensors and schedules of a process share it.
 
-    Keyed by pid too, so a forked child never reuses its parent's sockets.
+    Keyed by pid too, so a forked child never reuses its parent's sockets; and by the lease TTL,
+    which bounds the store's idle-in-transaction timeout (InvoiceStore).
     """
-    key = (os.getpid(), database_url)
+    key = (os.getpid(), database_url, None if lock_ttl is None else lock_ttl.total_seconds())
     with _stores_lock:
         store = _stores.get(key)
         if store is None:
             url = database_url or prepare_database(Settings.from_env())
-            store = _stores[key] = InvoiceStore(url)
+            store = _stores[key] = InvoiceStore(url, lock_ttl=lock_ttl)
         return store
 
 
-def shared_lease_keeper(database_url: str | None, interval: timedelta) -> LeaseKeeper:
+def shared_lease_keeper(
+    database_url: str | None, interval: timedelta, lock_ttl: timedelta | None = None
+) -> LeaseKeeper:
     """One heartbeat thread per process and database for every lease its runs hold."""
-    store = shared_store(database_url)
+    store = shared_store(database_url, lock_ttl)
     key = (os.getpid(), database_url, interval.total_seconds())
     with _stores_lock:
         keeper = _keepers.get(key)
@@ -91,10 +94,11 @@ class InvoiceDatabase(ConfigurableResource):
         default=DEFAULT_RETRY_BASE_SECONDS, ge=0, description="First retry delay; doubles per attempt"
     )
     max_document_bytes: int = Field(default=DEFAULT_MAX_DOCUMENT_BYTES, ge=1)
-    batch_threshold: int = Field(
-        default=DEFAULT_BATCH_THRESHOLD, ge=1, description="Backlog size from which the sensor batches"
+    batch_size: int = Field(
+        default=DEFAULT_BATCH_SIZE,
+        ge=1,
+        description="The most invoices one run takes; chunks and concurrent runs follow (runs.RunShape)",
     )
-    batch_size: int = Field(default=50, ge=1, description="Invoices per batched run")
     request_timeout_seconds: float = Field(
         default=DEFAULT_REQUEST_TIMEOUT_SECONDS,
         gt=0,
@@ -122,7 +126,7 @@ class InvoiceDatabase(ConfigurableResource):
             max_attempts=settings.max_attempts,
             retry_base_seconds=settings.retry_base.total_seconds(),
             max_document_bytes=settings.max_document_bytes,
-            batch_threshold=settings.batch_threshold,
+            batch_size=settings.batch_size,
             request_timeout_seconds=settings.request_timeout.total_seconds(),
         )
 
@@ -136,7 +140,7 @@ class InvoiceDatabase(ConfigurableResource):
 
     @property
     def store(self) -> InvoiceStore:
-        return shared_store(self.url)
+        return shared_store(self.url, self.lock_ttl)
 
     def stage_env(self, parser: DocumentParser) -> StageEnv:
         """What the stages need from this resource, with `parser` reading the documents."""
@@ -151,7 +155,7 @@ class InvoiceDatabase(ConfigurableResource):
 
     @property
     def lease_keeper(self) -> LeaseKeeper:
-        return shared_lease_keeper(self.url, self.heartbeat_interval)
+        return shared_lease_keeper(self.url, self.heartbeat_interval, self.lock_ttl)
 
     @property
     def lock_ttl(self) -> timedelta:

@@ -30,6 +30,7 @@ from invoice_pipeline.runs import (
     PROCESS_INVOICE,
     PROCESS_INVOICE_BATCH,
     InvoiceRef,
+    RunShape,
     batch_run_config,
     batch_run_key,
     invoice_ids_of,
@@ -38,30 +39,32 @@ from invoice_pipeline.runs import (
 )
 
 CURSOR_VERSION = 1
+SENSOR_INTERVAL_SECONDS = 5
 
 
-def plan_run_requests(due: list[DueInvoice], batch_threshold: int, batch_size: int) -> Iterator[RunRequest]:
-    """One run per invoice for a trickle; batched runs (worked in chunks) once the backlog reaches the threshold."""
-    refs = [InvoiceRef(str(d.invoice_id), d.attempt, d.redrive) for d in due]
-    if len(due) < batch_threshold:
-        for item, ref in zip(due, refs, strict=True):
-            yield RunRequest(
-                run_key=invoice_run_key(ref),
-                job_name=PROCESS_INVOICE,
-                run_config=single_run_config(ref),
-                tags={"invoice_id": ref.invoice_id, "org_id": item.org_id, "attempt": str(ref.attempt)},
-            )
-        return
-    for i in range(0, len(due), batch_size):
-        batch = refs[i : i + batch_size]
+def plan_run_requests(due: list[DueInvoice], shape: RunShape) -> Iterator[RunRequest]:
+    """Whatever is due in a tick shares runs: one batched run (worked in chunks) per `batch_size`.
+
+    A tick with one invoice due gets the one-invoice job: the same work, and its run key names
+    the invoice and attempt, which the UI shows and a redrive bumps.
+    """
+    if len(due) == 1:
+        (item,) = due
+        ref = InvoiceRef(str(item.invoice_id), item.attempt, item.redrive)
         yield RunRequest(
-            run_key=batch_run_key(batch),
+            run_key=invoice_run_key(ref),
+            job_name=PROCESS_INVOICE,
+            run_config=single_run_config(ref),
+            tags={"invoice_id": ref.invoice_id, "org_id": item.org_id, "attempt": str(ref.attempt)},
+        )
+        return
+    for batch in shape.batches(due):
+        refs = [InvoiceRef(str(d.invoice_id), d.attempt, d.redrive) for d in batch]
+        yield RunRequest(
+            run_key=batch_run_key(refs),
             job_name=PROCESS_INVOICE_BATCH,
-            run_config=batch_run_config(batch),
-            tags={
-                "invoice_count": str(len(batch)),
-                "org_ids": ",".join(sorted({d.org_id for d in due[i : i + batch_size]})),
-            },
+            run_config=batch_run_config(refs, shape.chunk_size),
+            tags={"invoice_count": str(len(refs)), "org_ids": ",".join(sorted({d.org_id for d in batch}))},
         )
 
 
@@ -99,7 +102,8 @@ def _log_pass(context: SensorEvaluationContext, done: InboxPass) -> None:
 @sensor(
     jobs=[process_invoice, process_invoice_batch],
     default_status=DefaultSensorStatus.RUNNING,
-    minimum_interval_seconds=10,
+    # Every 5 s: a file is ingested once two scans agree on it, so it waits 5-10 s for that.
+    minimum_interval_seconds=SENSOR_INTERVAL_SECONDS,
     description="Ingest the inbox, then request runs for new invoices and for failed ones whose retry is due.",
 )
 def new_invoices_sensor(
@@ -127,17 +131,18 @@ def new_invoices_sensor(
 
     planned: list[RunRequest] = []
     scope = instance_scope(context.instance)
+    shape = RunShape(invoice_db.batch_size)
 
     def owners(due: list[DueInvoice]) -> dict[UUID, str]:
         # Planned inside the claiming transaction, so each request is recorded with its run key.
-        planned.extend(plan_run_requests(due, invoice_db.batch_threshold, invoice_db.batch_size))
+        planned.extend(plan_run_requests(due, shape))
         return {
             UUID(invoice_id): RequestOwner.run_key(scope, str(request.run_key)).text
             for request in planned
             for invoice_id in invoice_ids_of(request.run_config)
         }
 
-    store.claim_due_invoices(limit=invoice_db.batch_size * 4, requested_by=owners)
+    store.claim_due_invoices(limit=shape.batch_size * shape.concurrent_runs, requested_by=owners)
     if not planned:
         yield SkipReason("no invoices due")
         return

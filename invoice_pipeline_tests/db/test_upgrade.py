@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
 import sys
 import uuid
@@ -32,7 +31,7 @@ from invoice_pipeline.db.sqlfiles import migration_files
 from invoice_pipeline.store import InvoiceStore
 from invoice_pipeline_tests.db.test_migrate import _migrate_before
 from pipeline_support.factories import json_invoice
-from pipeline_support.helpers import run_cli, wait_for
+from pipeline_support.helpers import cli_environment, run_cli, wait_for
 
 FIRST_AFTER_OLDEST = "0003"
 CONSOLE_SCRIPT = Path(sys.executable).parent / "invoice-pipeline"
@@ -291,18 +290,11 @@ def schema(url: str) -> dict[str, list[tuple[Any, ...]]]:
 
 @pytest.fixture
 def env(tmp_path: Path, empty_database_url: str) -> Iterator[dict[str, str]]:
-    values = dict(
-        os.environ,
-        INVOICE_PIPELINE_HOME=str(tmp_path / "home"),
-        INVOICE_PIPELINE_DATABASE_URL=empty_database_url,
-        # Retries due at once: the test does not wait out a backoff.
-        INVOICE_PIPELINE_RETRY_BASE_SECONDS="0",
-    )
-    values.pop("DAGSTER_HOME", None)
-    yield values
-    with psycopg.connect(empty_database_url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
-        name = empty_database_url.rsplit("/", 1)[1] + "_dagster"
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    # Retries due at once: the test does not wait out a backoff.
+    with cli_environment(
+        tmp_path / "home", empty_database_url, INVOICE_PIPELINE_RETRY_BASE_SECONDS="0"
+    ) as values:
+        yield values
 
 
 def waiting_migrators(conn: psycopg.Connection[Any]) -> int:

@@ -20,7 +20,7 @@ from invoice_pipeline.config import ENV_INBOX
 from invoice_pipeline.definitions import make_definitions
 from invoice_pipeline.ingest import REASON_SUFFIX, REJECTED_DIR
 from invoice_pipeline.jobs import make_jobs
-from invoice_pipeline.runs import PROCESS_INVOICE, invoice_ids_of
+from invoice_pipeline.runs import PROCESS_INVOICE, PROCESS_INVOICE_BATCH, invoice_ids_of
 from invoice_pipeline.sensors import new_invoices_sensor
 from invoice_pipeline.store import InvoiceStore
 from invoice_pipeline_tests.conftest import ROOT
@@ -146,7 +146,7 @@ def test_poisoned_inbox_never_stops_intake_and_every_good_file_is_planned_and_pr
     assert sorted(names.values()) == sorted(
         ["loose.json", "good-1.json", "good-2.json", "good-3.json", "caf\\xe9.json"]
     ), "every good file was ingested and planned in the same tick"
-    assert {r["job_name"] for r in second["run_requests"]} == {PROCESS_INVOICE}
+    assert [r["job_name"] for r in second["run_requests"]] == [PROCESS_INVOICE_BATCH], "one tick, one run"
     for path in good:
         assert not path.exists() and (path.parent / ".ingested" / path.name).exists()
     assert (rejected / "acme" / "secret.json").exists()
@@ -167,9 +167,13 @@ def test_poisoned_inbox_never_stops_intake_and_every_good_file_is_planned_and_pr
         "upload.json.part",
     }
 
-    job, _ = make_jobs(pipeline_resources(database_url))
+    jobs = dict(
+        zip(
+            (PROCESS_INVOICE, PROCESS_INVOICE_BATCH), make_jobs(pipeline_resources(database_url)), strict=True
+        )
+    )
     for request in first["run_requests"] + second["run_requests"]:
-        assert job.execute_in_process(run_config=request["run_config"]).success
+        assert jobs[request["job_name"]].execute_in_process(run_config=request["run_config"]).success
     for invoice_id in [str(waiting), *planned]:
         state = store.invoice_state(invoice_id)
         assert state is not None and state.status == "processed", (invoice_id, state)

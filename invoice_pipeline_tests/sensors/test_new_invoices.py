@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import psycopg
@@ -7,7 +8,8 @@ import pytest
 from dagster import DagsterInstance, build_sensor_context
 
 from invoice_pipeline.config import ENV_INBOX
-from invoice_pipeline.runs import PROCESS_INVOICE, PROCESS_INVOICE_BATCH
+from invoice_pipeline.ingest import QUIET_SECONDS
+from invoice_pipeline.runs import PROCESS_INVOICE, PROCESS_INVOICE_BATCH, invoice_ids_of
 from invoice_pipeline.sensors import new_invoices_sensor
 from invoice_pipeline.store import InvoiceStore
 from invoice_pipeline_tests.factories import pipeline_resources
@@ -29,18 +31,27 @@ def empty_inbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return inbox
 
 
-def test_one_run_per_new_invoice_keyed_by_attempt_and_requested_once(
+def test_one_invoice_due_gets_a_run_keyed_by_its_attempt_and_is_requested_once(
     database_url: str, store: InvoiceStore
 ) -> None:
     a = store.store_document(json_invoice("A-1"), "acme", "a.json").invoice_id
-    b = store.store_document(json_invoice("B-1"), "globex", "b.json").invoice_id
-    data = tick(database_url)
-    assert [r.run_key for r in data.run_requests] == [f"invoice:{a}:attempt:1", f"invoice:{b}:attempt:1"]
-    assert {r.job_name for r in data.run_requests} == {PROCESS_INVOICE}
-    assert data.run_requests[1].tags["org_id"] == "globex" and data.run_requests[1].tags["attempt"] == "1"
-    assert data.run_requests[0].run_config["ops"]["start"]["config"] == {"invoice_id": str(a), "attempt": 1}
+    (request,) = tick(database_url).run_requests
+    assert request.run_key == f"invoice:{a}:attempt:1" and request.job_name == PROCESS_INVOICE
+    assert request.tags["org_id"] == "acme" and request.tags["attempt"] == "1"
+    assert request.run_config["ops"]["start"]["config"] == {"invoice_id": str(a), "attempt": 1}
     again = tick(database_url)
     assert again.run_requests == [] and again.skip_message == "no invoices due"
+
+
+def test_invoices_due_in_one_tick_share_a_run(database_url: str, store: InvoiceStore) -> None:
+    """A trickle must not cost a run (a process start, ~80 event rows) per invoice."""
+    a = store.store_document(json_invoice("A-1"), "acme", "a.json").invoice_id
+    b = store.store_document(json_invoice("B-1"), "globex", "b.json").invoice_id
+    (request,) = tick(database_url).run_requests
+    assert request.job_name == PROCESS_INVOICE_BATCH and request.tags["org_ids"] == "acme,globex"
+    config = request.run_config["ops"]["fan_out"]["config"]
+    assert config["invoice_ids"] == [str(a), str(b)] and config["attempts"] == [1, 1]
+    assert tick(database_url).run_requests == []
 
 
 def test_failed_invoice_is_requested_again_with_the_next_attempt_once_due(
@@ -70,12 +81,13 @@ def test_running_done_and_quarantined_invoices_are_not_requested(
     assert tick(database_url).run_requests == []
 
 
-def test_backlog_switches_to_batched_runs_covering_every_invoice(
+def test_a_backlog_is_cut_into_even_runs_of_at_most_the_batch_size(
     database_url: str, store: InvoiceStore
 ) -> None:
     ids = [store.store_document(json_invoice(f"N-{i}"), "acme", f"{i}.json").invoice_id for i in range(25)]
-    data = tick(database_url, batch_threshold=20, batch_size=10)
+    data = tick(database_url, batch_size=10)
     assert [r.job_name for r in data.run_requests] == [PROCESS_INVOICE_BATCH] * 3
+    assert [len(invoice_ids_of(r.run_config)) for r in data.run_requests] == [9, 9, 7]
     batched = [i for r in data.run_requests for i in r.run_config["ops"]["fan_out"]["config"]["invoice_ids"]]
     assert batched == [str(i) for i in ids]
     assert len({r.run_key for r in data.run_requests}) == 3
@@ -106,10 +118,28 @@ def test_inbox_files_are_ingested_per_org_and_moved_aside(
     first = tick(database_url)
     assert first.run_requests == [], "a file is taken only when it is unchanged in two scans"
     data = tick(database_url, first.cursor)
-    assert sorted(r.tags["org_id"] for r in data.run_requests) == ["acme", "default"]
+    (request,) = data.run_requests
+    assert request.tags["org_ids"] == "acme,default"
     assert (empty_inbox / "acme" / ".ingested" / "x.json").exists()
     assert not (empty_inbox / "acme" / "x.json").exists()
     assert tick(database_url, data.cursor).run_requests == [], "moved files are not ingested again"
+
+
+def test_a_file_nobody_wrote_for_a_while_is_taken_at_the_first_scan(
+    database_url: str, store: InvoiceStore, empty_inbox: Path
+) -> None:
+    """Moved in after it was written: as quiet as two scans a tick apart could prove.
+
+    Checked: with the two-scan rule alone, nothing is planned at the first scan and this fails."""
+    (empty_inbox / "acme").mkdir(parents=True)
+    quiet, fresh = empty_inbox / "acme" / "quiet.json", empty_inbox / "acme" / "fresh.json"
+    quiet.write_bytes(json_invoice("Q-1"))
+    fresh.write_bytes(json_invoice("F-1"))
+    then = quiet.stat().st_mtime - QUIET_SECONDS - 1
+    os.utime(quiet, (then, then))
+    (request,) = tick(database_url).run_requests
+    assert not quiet.exists() and fresh.exists(), "the fresh file waits for a second scan"
+    assert store.invoice_state(request.tags["invoice_id"]) is not None
 
 
 def test_a_dead_holders_invoice_is_swept_and_requested_again_in_one_tick(
