@@ -16,6 +16,7 @@ database is unreachable) escapes a stage.
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
@@ -276,16 +277,15 @@ class _DeadlineWorker:
     """A daemon thread that runs one piece of work at a time for `within_deadline`.
 
     Starting a thread per document cost more than reading an XML invoice (about 1.3 ms of the
-    bare loop's 8.6 ms per invoice), so the thread is kept and reused. A worker whose work ran
-    past its deadline is abandoned, still stuck in it, and the next call gets a fresh one.
+    bare loop's 8.6 ms per invoice), so idle workers are kept and reused. A worker whose work
+    ran past its deadline is abandoned, still stuck in it, and never handed out again.
     """
 
-    def __init__(self, step: str) -> None:
+    def __init__(self) -> None:
         self.jobs: queue.SimpleQueue[
             tuple[Callable[[], object], list[tuple[bool, object]], threading.Event]
         ] = queue.SimpleQueue()
-        self.abandoned = False
-        threading.Thread(target=self._serve, name=f"stage-{step}", daemon=True).start()
+        threading.Thread(target=self._serve, name="stage-deadline", daemon=True).start()
 
     def _serve(self) -> None:
         while True:
@@ -301,14 +301,15 @@ class _DeadlineWorker:
         outcome: list[tuple[bool, object]] = []
         finished = threading.Event()
         self.jobs.put((work, outcome, finished))
-        if not finished.wait(seconds):
-            self.abandoned = True
-            return False, outcome
-        return True, outcome
+        return finished.wait(seconds), outcome
 
 
-# One worker per calling thread: two threads running stages never queue behind each other.
-_workers = threading.local()
+# Idle workers: a call takes one (or starts one) and gives it back when its work finished in
+# time, so threads running stages at once never queue behind each other.
+_idle_workers: list[_DeadlineWorker] = []
+_idle_lock = threading.Lock()
+# A forked child inherits the list but not the threads behind it.
+os.register_at_fork(after_in_child=_idle_workers.clear)
 
 
 def within_deadline(work: Callable[[], T], seconds: float, step: str) -> T:
@@ -319,11 +320,14 @@ def within_deadline(work: Callable[[], T], seconds: float, step: str) -> T:
     work runs in a daemon thread that is abandoned on timeout; that is safe because every write
     is fenced by the lease, which the failure path finishes, so a late write is refused.
     """
-    worker: _DeadlineWorker | None = getattr(_workers, "worker", None)
-    if worker is None or worker.abandoned:
-        worker = _workers.worker = _DeadlineWorker(step)
+    with _idle_lock:
+        worker = _idle_workers.pop() if _idle_workers else None
+    worker = worker or _DeadlineWorker()
     finished, outcome = worker.run(work, seconds)
-    if not finished:
+    if finished:
+        with _idle_lock:
+            _idle_workers.append(worker)
+    else:
         raise StageTimedOut(
             f"{step} ran longer than its maximum of {seconds:g} s (InvoiceDatabase.max_stage_seconds); "
             "the attempt is abandoned and the invoice rescheduled"
