@@ -9,9 +9,6 @@ chunk, re-reading only what the kill threw away.
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
 from dataclasses import replace
 from decimal import Decimal
 
@@ -20,8 +17,12 @@ import psycopg
 from invoice_pipeline.samples.render import Line, invoice_pdf
 from invoice_pipeline.samples.scans import draw_invoice
 from invoice_pipeline.store import InvoiceStore
-from invoice_pipeline_tests.test_kill_process import cli, env, scalar  # noqa: F401 (env is a fixture)
-from pipeline_support.helpers import wait_for
+from invoice_pipeline_tests.test_kill_process import (  # noqa: F401 (env is a fixture)
+    cli,
+    env,
+    kill_process_when,
+    scalar,
+)
 
 DOCUMENTS = 4
 LINES = 300  # about a second of text extraction per document on this machine
@@ -44,30 +45,19 @@ def test_a_kill_mid_chunk_keeps_what_was_read_and_rereads_only_the_rest(
     store: InvoiceStore,
     env: dict[str, str],  # noqa: F811
 ) -> None:
-    """Checked: with the chunk's texts saved once at its end (the code before issue 19), no moment
-    has half of them saved while the process still runs, and the wait below fails."""
+    """Checked: with the chunk's texts saved once at its end (the code before issue 19), the four
+    texts appear at once, never half of them while the process still reads, and this fails."""
     invoices = [
         store.store_document(_slow_pdf(70 + i), "acme", f"slow{i}.pdf").invoice_id for i in range(DOCUMENTS)
     ]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "invoice_pipeline.cli", "process", "--batch-size", str(DOCUMENTS)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+    outcome = kill_process_when(
+        env,
+        lambda: scalar(database_url, SAVED) >= DOCUMENTS // 2,
+        DOCUMENTS,
+        "half of the chunk's texts saved",
     )
-    try:
-        wait_for(
-            lambda: proc.poll() is not None or scalar(database_url, SAVED) >= DOCUMENTS // 2,
-            timeout=300,
-            interval=0.005,
-            what="half of the chunk's texts to be saved",
-        )
-    finally:
-        alive = proc.poll() is None
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(60)
     saved_at_kill = scalar(database_url, SAVED)
-    assert alive, "the process was still reading when it was killed"
+    assert outcome == "killed", "the process was still reading when it was killed"
     assert DOCUMENTS // 2 <= saved_at_kill < DOCUMENTS, f"{saved_at_kill} of {DOCUMENTS} saved mid-chunk"
     # 'executed' commits with the text it vouches for: never claimed for lost work.
     assert scalar(database_url, EXECUTED) == saved_at_kill

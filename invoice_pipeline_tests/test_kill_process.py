@@ -96,9 +96,14 @@ def unfinished(database_url: str) -> int:
 
 def kill_process_at(env: dict[str, str], database_url: str, point: KillPoint) -> str:
     """Start `invoice-pipeline process` and SIGKILL it the moment the database shows `point`."""
-    reached = condition(database_url, point)
+    return kill_process_when(env, condition(database_url, point), BATCH, str(point))
+
+
+def kill_process_when(env: dict[str, str], reached: Callable[[], bool], batch_size: int, what: str) -> str:
+    """Start `invoice-pipeline process --batch-size N` and SIGKILL it the moment `reached()`:
+    "killed", or why it could not be (it had exited first)."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "invoice_pipeline.cli", "process", "--batch-size", str(BATCH)],
+        [sys.executable, "-m", "invoice_pipeline.cli", "process", "--batch-size", str(batch_size)],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -108,7 +113,7 @@ def kill_process_at(env: dict[str, str], database_url: str, point: KillPoint) ->
             lambda: proc.poll() is not None or reached(),
             timeout=300,
             interval=0.005,
-            what=f"process to reach {point}",
+            what=f"process to reach {what}",
         )
     finally:
         exited = proc.poll()
