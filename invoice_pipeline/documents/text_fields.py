@@ -51,6 +51,10 @@ class Hit(Generic[T]):
         return f"pdf-text:line {self.line + 1}:{self.label!r}"
 
 
+# Characters a value may stand off its label's (or its block's) column and still be in it.
+COLUMN_SLACK = 6
+
+
 class TextDoc:
     def __init__(self, text: str) -> None:
         self.lines: list[list[Seg]] = segments(text)
@@ -66,7 +70,7 @@ class TextDoc:
         """Segments in the next lines that overlap the column span [start, end), nearest first."""
         centre = (start + end) / 2
         for i in range(seg.line + 1, min(seg.line + 1 + depth, len(self.lines))):
-            near = [s for s in self.lines[i] if s.col < end + 6 and s.end > start - 6]
+            near = [s for s in self.lines[i] if s.overlaps(start, end, COLUMN_SLACK)]
             yield from sorted(near, key=lambda s: abs((s.col + s.end) / 2 - centre))
 
 
@@ -749,7 +753,7 @@ def fields_from_text(
     buyer = _name_below_sender(doc, sender) if sender is not None else None
     buyer = buyer or _role_block_name(doc, BUYER_ROLE, n_lines)
     footer = footer_lines(doc.lines)
-    if seller is None and (owner := footer_seller(doc.lines)) is not None:
+    if seller is None and (owner := footer_seller(doc.lines, footer)) is not None:
         seller = Hit(owner.name, owner.line, "legal footer", 0.7 if owner.repeated else 0.55)
     if seller is None:
         for seg in doc.segs():
@@ -821,9 +825,8 @@ def seller_vat(
     return max(candidates, key=lambda c: (c[0], c[1], -c[2].line))[2]
 
 
-def _column(doc: TextDoc, hit: Hit[Any]) -> tuple[int, int]:
-    seg = doc.lines[hit.line][hit.segs[0][1]] if hit.segs else doc.lines[hit.line][0]
-    return seg.col, seg.end
+def _label_seg(doc: TextDoc, hit: Hit[Any]) -> Seg:
+    return doc.lines[hit.line][hit.segs[0][1]] if hit.segs else doc.lines[hit.line][0]
 
 
 def _in_block(doc: TextDoc, owner: Hit[str], hit: Hit[str]) -> bool:
@@ -833,25 +836,20 @@ def _in_block(doc: TextDoc, owner: Hit[str], hit: Hit[str]) -> bool:
     name_seg = next((s for s in doc.lines[owner.line] if owner.value in s.text), None)
     if name_seg is None:
         return False
-
-    def overlaps(seg: Seg) -> bool:
-        return seg.col < name_seg.end + 6 and seg.end > name_seg.col - 6
-
     # The block runs down its column without a gap: a line with nothing there ends it.
     for line in range(owner.line + 1, hit.line):
-        if not any(overlaps(seg) for seg in doc.lines[line]):
+        if not any(seg.overlaps(name_seg.col, name_seg.end, COLUMN_SLACK) for seg in doc.lines[line]):
             return False
-    start, end = _column(doc, hit)
-    return start < name_seg.end + 6 and end > name_seg.col - 6
+    return _label_seg(doc, hit).overlaps(name_seg.col, name_seg.end, COLUMN_SLACK)
 
 
 def _among_customer_references(doc: TextDoc, hit: Hit[str]) -> bool:
-    start, end = _column(doc, hit)
-    for i in range(max(0, hit.line - 2), hit.line):
-        for seg in doc.lines[i]:
-            if seg.col < end + 6 and seg.end > start - 6 and _CUSTOMER_REFERENCE.search(seg.text):
-                return True
-    return False
+    label = _label_seg(doc, hit)
+    return any(
+        seg.overlaps(label.col, label.end, COLUMN_SLACK) and _CUSTOMER_REFERENCE.search(seg.text)
+        for i in range(max(0, hit.line - 2), hit.line)
+        for seg in doc.lines[i]
+    )
 
 
 def _heading_block(doc: TextDoc) -> Iterator[tuple[Seg, Seg]]:
@@ -861,7 +859,7 @@ def _heading_block(doc: TextDoc) -> Iterator[tuple[Seg, Seg]]:
             continue
         for i in range(head.line + 1, min(head.line + 1 + _HEADING_REACH, len(doc.lines))):
             for seg in doc.lines[i]:
-                if seg.col < head.end + 12 and seg.end > head.col - 12:
+                if seg.overlaps(head.col, head.end, 2 * COLUMN_SLACK):
                     yield head, seg
 
 

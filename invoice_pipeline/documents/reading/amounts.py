@@ -307,7 +307,7 @@ def _column_values(lines: list[list[Segment]], pending: list[tuple[Segment, Labe
                 (
                     (s, v)
                     for s in row
-                    if s.col < seg.end + 3 and s.end > seg.col - 3 and (v := _amount_only(s)) is not None
+                    if s.overlaps(seg.col, seg.end, 3) and (v := _amount_only(s)) is not None
                 ),
                 None,
             )

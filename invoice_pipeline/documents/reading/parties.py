@@ -77,13 +77,13 @@ def footer_lines(lines: Sequence[Sequence[Segment]]) -> set[int]:
     return out
 
 
-def footer_seller(lines: Sequence[Sequence[Segment]]) -> FooterName | None:
+def footer_seller(lines: Sequence[Sequence[Segment]], footer: set[int]) -> FooterName | None:
     """The name heading the legal footer: the first name-like part of its lines.
 
     Street lines ("2, rue de la Paix – 75000 Paris") and registration parts are not names. A
     name the page also prints elsewhere (its letterhead) comes first and is marked `repeated`.
+    `footer` is `footer_lines(lines)`, which the caller also needs.
     """
-    footer = sorted(footer_lines(lines))
     if not footer:
         return None
     elsewhere = {
@@ -95,7 +95,7 @@ def footer_seller(lines: Sequence[Sequence[Segment]]) -> FooterName | None:
     }
     names = [
         FooterName(name, i, _fold(name) in elsewhere)
-        for i in footer
+        for i in sorted(footer)
         for seg in lines[i]
         if (name := name_like(_PARTS.split(seg.text)[0])) is not None
     ]

@@ -37,6 +37,10 @@ class Segment:
     def end(self) -> int:
         return self.col + len(self.text)
 
+    def overlaps(self, start: int, end: int, slack: int) -> bool:
+        """Whether it shares columns with [start, end), give or take `slack` characters."""
+        return self.col < end + slack and self.end > start - slack
+
 
 def segments(text: str) -> list[list[Segment]]:
     """The segments of every line of a layout text, line by line."""
