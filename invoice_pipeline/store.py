@@ -227,6 +227,16 @@ class InvoiceStore:
                 time.sleep(CONTENTION_BACKOFF_S * 2**attempt * random.uniform(0.5, 1.5))
         raise AssertionError("unreachable")
 
+    def _retrying_or_none(self, work: Callable[[], T], what: str) -> T | None:
+        """`_retrying`, but None once contention outlasts the retries: the caller treats it as
+        a bounce (not taken, busy), never as the database's failure."""
+        try:
+            return self._retrying(work, what)
+        except psycopg.Error as exc:
+            if not is_contention(exc):
+                raise
+            return None
+
     @contextmanager
     def _fenced(
         self, lease: Lease, before_fence: Callable[[psycopg.Connection[Any]], None] | None = None
@@ -329,12 +339,7 @@ class InvoiceStore:
                     return Lease(job_id, invoice_id, attempt, owner)
             return None
 
-        try:
-            return self._retrying(take, f"acquiring invoice {invoice_id}")
-        except psycopg.Error as exc:
-            if not is_contention(exc):
-                raise
-            return None  # still contended after the retries: not taken, like a bounce
+        return self._retrying_or_none(take, f"acquiring invoice {invoice_id}")
 
     def acquire_many(self, refs: Sequence[tuple[UUID, int | None]], owner: str) -> list[AcquiredLock]:
         """Take the locks of a chunk in one statement (acquire_processing_locks, sql/0005).
@@ -357,11 +362,8 @@ class InvoiceStore:
             with self.pool.connection() as conn:
                 return self._all(conn, AcquiredLock, "acquire_locks", params)
 
-        try:
-            return self._retrying(take, f"claiming {len(refs)} invoice(s)")
-        except psycopg.Error as exc:
-            if not is_contention(exc):
-                raise
+        if (locks := self._retrying_or_none(take, f"claiming {len(refs)} invoice(s)")) is not None:
+            return locks
         # Still contended after the retries: one invoice's problem, not the chunk's. Each is
         # tried alone; one that still loses is left out, as if it had bounced.
         if len(refs) == 1:
@@ -845,12 +847,7 @@ class InvoiceStore:
                 rescheduled = self._reschedule(conn, [row[0]], max_attempts, retry_base, error)
             return rescheduled[0] if rescheduled else None
 
-        try:
-            return self._retrying(release, f"releasing job {job_id}")
-        except psycopg.Error as exc:
-            if not is_contention(exc):
-                raise
-            return None
+        return self._retrying_or_none(release, f"releasing job {job_id}")
 
     def reschedule_orphans(self, *, max_attempts: int, retry_base: timedelta) -> list[Rescheduled]:
         """Invoices left 'processing' with no running job (their holder was swept) get a retry or give up.
@@ -1089,12 +1086,7 @@ class InvoiceStore:
                     query("acquire_review_lock"), {"invoice_id": invoice_id, "owner": owner}
                 ).fetchone()
 
-        try:
-            row = self._retrying(take, f"the review lock of invoice {invoice_id}")
-        except psycopg.Error as exc:
-            if not is_contention(exc):
-                raise
-            return None  # still contended after the retries: busy, like a bounce
+        row = self._retrying_or_none(take, f"the review lock of invoice {invoice_id}")
         if row is None or row[0] is None:
             return None
         return Lease(row[0], invoice_id, int(row[1]), owner)
