@@ -46,7 +46,7 @@ from ..domain.fields import Box
 from ..domain.validation import KNOWN_CURRENCIES
 from .errors import BadDocument, too_complex
 from .limits import MAX_OCR_PAGES, MAX_SCAN_PIXELS, text_too_long
-from .reading.words import TextBoxes
+from .reading.words import TextBoxes, stored_box
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -158,11 +158,7 @@ class OcrLayout:
 
 
 def _line(stored: Sequence[Any]) -> OcrLine:
-    boxes = (
-        tuple((float(b[0]), float(b[1]), float(b[2]), float(b[3])) for b in stored[2])
-        if len(stored) > 2
-        else ()
-    )
+    boxes = tuple(stored_box(b) for b in stored[2]) if len(stored) > 2 else ()
     return OcrLine(int(stored[0]), float(stored[1]), boxes)
 
 

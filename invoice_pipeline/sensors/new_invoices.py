@@ -102,7 +102,8 @@ def _log_pass(context: SensorEvaluationContext, done: InboxPass) -> None:
 @sensor(
     jobs=[process_invoice, process_invoice_batch],
     default_status=DefaultSensorStatus.RUNNING,
-    # Every 5 s: a file is ingested once two scans agree on it, so it waits 5-10 s for that.
+    # Every 5 s: a new file is ingested once nobody has written it for 5 s (ingest.QUIET_SECONDS),
+    # at the first tick after that; a run's latency is mostly this wait.
     minimum_interval_seconds=SENSOR_INTERVAL_SECONDS,
     description="Ingest the inbox, then request runs for new invoices and for failed ones whose retry is due.",
 )

@@ -12,6 +12,7 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ...domain.fields import Box
 
@@ -67,13 +68,14 @@ class TextBoxes:
             return None
         try:
             data = json.loads(structured)[BOXES_KEY]
-            return cls(
-                tuple(
-                    tuple((float(b[0]), float(b[1]), float(b[2]), float(b[3])) for b in line) for line in data
-                )
-            )
+            return cls(tuple(tuple(stored_box(b) for b in line) for line in data))
         except (ValueError, KeyError, TypeError, IndexError):
             return None
+
+
+def stored_box(values: Sequence[Any]) -> Box:
+    """A box as JSON keeps it (a list of four numbers)."""
+    return (float(values[0]), float(values[1]), float(values[2]), float(values[3]))
 
 
 def union(boxes: Sequence[Box | None]) -> Box | None:
