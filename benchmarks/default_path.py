@@ -18,6 +18,8 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,17 +29,21 @@ from benchmarks.harness import BenchContext, BenchResult, free_port, percentile,
 from invoice_pipeline.dagster_home import dagster_database_url
 from invoice_pipeline.samples.generator import _Builder
 from invoice_pipeline.samples.render import ubl_xml
-from pipeline_support.helpers import run_cli, start_dev_server, stop_process_group, wait_for
+from pipeline_support.helpers import cli_environment, run_cli, start_dev_server, stop_process_group, wait_for
 
 NAME = "default_path"
 ORG = "bench"
 
 
-def _environment(home: Path, url: str) -> dict[str, str]:
-    env = dict(os.environ, INVOICE_PIPELINE_HOME=str(home), INVOICE_PIPELINE_DATABASE_URL=url)
-    for key in ("DAGSTER_HOME", "DAGSTER_PG_URL"):
-        env.pop(key, None)
-    return env
+@contextmanager
+def _as_a_user(url: str) -> Iterator[tuple[Path, dict[str, str]]]:
+    """A fresh INVOICE_PIPELINE_HOME on `url` and the environment the CLI runs with there."""
+    home = Path(tempfile.mkdtemp(prefix="default-path-"))
+    try:
+        with cli_environment(home, url) as env:
+            yield home, env
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def _write_ubl(folder: Path, count: int, seed: int, prefix: str) -> list[Path]:
@@ -80,9 +86,7 @@ POSTED = "SELECT count(*) FROM ledger_postings"
 
 def cli_process(ctx: BenchContext, result: BenchResult, count: int) -> None:
     url = ctx.database(f"{NAME}_cli")
-    home = Path(tempfile.mkdtemp(prefix="default-path-"))
-    try:
-        env = _environment(home, url)
+    with _as_a_user(url) as (home, env):
         files = _write_ubl(home / "files", count, seed=19, prefix="ubl")
         ingested = run_cli("ingest", str(home / "files"), "--org", ORG, env=env)
         assert ingested.returncode == 0, ingested.stderr[-2000:]
@@ -102,18 +106,15 @@ def cli_process(ctx: BenchContext, result: BenchResult, count: int) -> None:
         result.figure("process: runs", "runs").add(runs - runs_before)
         result.figure("process: invoice-database commits per invoice", "commits").add(commits / count)
         result.notes.append(f"process output: {processed.stdout.strip().splitlines()[-1]}")
-    finally:
-        shutil.rmtree(home, ignore_errors=True)
 
 
 def dev_trickle(ctx: BenchContext, result: BenchResult, count: int, gap_seconds: float) -> None:
     url = ctx.database(f"{NAME}_dev")
-    home = Path(tempfile.mkdtemp(prefix="default-path-dev-"))
-    server = None
-    try:
-        env = _environment(home, url)
+    with ExitStack() as stack:
+        home, env = stack.enter_context(_as_a_user(url))
         staged = _write_ubl(home / "staged", count, seed=23, prefix="drop")
         server = start_dev_server(env, free_port(), home / "dev.log")
+        stack.callback(stop_process_group, server)
         assert server.poll() is None, (home / "dev.log").read_text()[-3000:]
         inbox = home / "inbox" / ORG
         inbox.mkdir(parents=True, exist_ok=True)
@@ -157,10 +158,6 @@ def dev_trickle(ctx: BenchContext, result: BenchResult, count: int, gap_seconds:
             (events - events_before) / count
         )
         result.figure("dev trickle: runs per invoice", "runs").add((runs - runs_before) / count)
-    finally:
-        if server is not None:
-            stop_process_group(server)
-        shutil.rmtree(home, ignore_errors=True)
 
 
 @register(NAME, "the default path: `invoice-pipeline process` on a backlog, and `dev` on a trickle")

@@ -34,8 +34,8 @@ from chaos.common import (
     worker_context,
 )
 from chaos.worker import batch_worker
-from invoice_pipeline.samples.render import render_invoice, ubl_xml
-from invoice_pipeline.samples.scans import DEGRADATIONS, degrade, draw_invoice, encode, render_pages
+from invoice_pipeline.samples.render import ubl_xml
+from invoice_pipeline.samples.scans import draw_invoice, scan_invoice
 from invoice_pipeline.stages import FLUSH_AFTER_SECONDS
 from invoice_pipeline.store import InvoiceStore
 
@@ -66,9 +66,7 @@ def logged_batch_worker(url: str, invoice_ids: list[str], out: str, log: str) ->
 
 
 def _scan(seed: int) -> bytes:
-    kind, dpi = DEGRADATIONS["clean"]
-    page = render_pages(render_invoice(draw_invoice(seed), "pdf"), dpi)[0]
-    return encode([degrade(page, "clean", random.Random(seed))], kind, dpi)
+    return scan_invoice(draw_invoice(seed), "clean", random.Random(seed), first_page_only=True)
 
 
 def _saved(url: str, ids: list[str]) -> set[str]:

@@ -136,7 +136,8 @@ def cli_environment(home: Path, database_url: str, **settings: str) -> Iterator[
     plus `settings` (INVOICE_PIPELINE_*=...). The Dagster database the CLI creates beside the
     invoice database (`<db>_dagster`) is dropped afterwards."""
     values = dict(os.environ, INVOICE_PIPELINE_HOME=str(home), INVOICE_PIPELINE_DATABASE_URL=database_url)
-    values.pop("DAGSTER_HOME", None)
+    for inherited in ("DAGSTER_HOME", "DAGSTER_PG_URL"):  # the CLI sets both for its own home
+        values.pop(inherited, None)
     values.update(settings)
     try:
         yield values
