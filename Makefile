@@ -28,7 +28,7 @@ test: install
 # The core suite against an external server (this machine also runs PostgreSQL on 5432).
 test-external: install
 	INVOICE_PIPELINE_DATABASE_URL=$${INVOICE_PIPELINE_DATABASE_URL:-postgresql://postgres@127.0.0.1:5432/postgres} \
-		$(BIN)/pytest invoice_pipeline_tests/db invoice_pipeline_tests/test_locks.py invoice_pipeline_tests/test_dedupe.py $(PYTEST_ARGS)
+		$(BIN)/pytest invoice_pipeline_tests/db invoice_pipeline_tests/engine/test_locks.py invoice_pipeline_tests/engine/test_dedupe.py $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check invoice_pipeline invoice_pipeline_tests benchmarks chaos pipeline_support

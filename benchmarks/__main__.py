@@ -44,6 +44,9 @@ BENCHMARK_MODULES = (
     "benchmarks.sandbox_overhead",
     "benchmarks.ocr",
     "benchmarks.page_reading",
+    "benchmarks.layout_learning",
+    "benchmarks.scale_out",
+    "benchmarks.review_ui",
 )
 
 

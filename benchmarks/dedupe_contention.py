@@ -1,6 +1,6 @@
 """dedupe_contention: duplicate decisions under contention, on the product's own path.
 
-8 processes decide N invoices with `invoice_pipeline.dedupe.decide_duplicate` — the store's
+8 processes decide N invoices with `invoice_pipeline.engine.dedupe.decide_duplicate` — the store's
 fenced transaction, advisory locks, candidate query by blocking key, the matcher — exactly as
 the `detect_duplicates` stage does. 30% of the invoices copy an earlier one (exact re-sends,
 reformatted numbers, the VAT id without its country prefix, the seller by name only, a cent of
@@ -30,7 +30,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-import invoice_pipeline.store as store_module
+import invoice_pipeline.engine.store.dedupe as store_module  # the part that computes decision locks
 from benchmarks.datasets import invoice_fields
 from benchmarks.harness import (
     BenchContext,
@@ -42,10 +42,10 @@ from benchmarks.harness import (
     plot_bars,
     register,
 )
-from invoice_pipeline.dedupe import decide_duplicate
 from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.keys import BlockingKey, NumberKey, decision_lock_ids
-from invoice_pipeline.store import InvoiceStore
+from invoice_pipeline.engine.dedupe import decide_duplicate
+from invoice_pipeline.engine.store import InvoiceStore
 
 NAME = "dedupe_contention"
 PROCESSES = 8
@@ -96,15 +96,21 @@ def _copy_of(rng: random.Random, f: InvoiceFields) -> InvoiceFields:
         return f  # an exact re-send
     if variant == 1:
         return invoice_fields(
-            f"INV {int(digits)}", seller=f.seller_name or "", vat=f.seller_vat_id, total=f.payable_total or 0
+            f"INV {int(digits)}",
+            seller=f.seller_name or "",
+            vat=f.seller_vat_id,
+            total=f.payable_total or Decimal(0),
         )
     if variant == 2:
         return invoice_fields(
-            number, seller=f.seller_name or "", vat=(f.seller_vat_id or "")[2:], total=f.payable_total or 0
+            number,
+            seller=f.seller_name or "",
+            vat=(f.seller_vat_id or "")[2:],
+            total=f.payable_total or Decimal(0),
         )
     if variant == 3:
         return invoice_fields(
-            digits, seller=(f.seller_name or "").upper(), vat=None, total=f.payable_total or 0
+            digits, seller=(f.seller_name or "").upper(), vat=None, total=f.payable_total or Decimal(0)
         )
     return invoice_fields(
         number,
@@ -145,12 +151,12 @@ def decide_task(w: WorkerContext, *, variant: str, items: list[tuple[str, dict[s
             assert lease is not None
             work.append((lease, InvoiceFields.from_json(fields)))
         t0 = w.start_together()
-        for lease, fields in work:
-            decide_duplicate(store, lease, ORG, fields)
+        for lease, parsed in work:
+            decide_duplicate(store, lease, ORG, parsed)
         t1 = time.monotonic()
     finally:
         store.close()
-        store_module.decision_lock_ids = decision_lock_ids  # type: ignore[assignment]
+        store_module.decision_lock_ids = decision_lock_ids
     return {"start": t0, "end": t1}
 
 

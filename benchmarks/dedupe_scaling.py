@@ -27,11 +27,11 @@ from benchmarks.harness import (
     plot_lines,
     register,
 )
-from invoice_pipeline.dedupe import decide_duplicate
 from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.keys import lock_ids, search_ids
 from invoice_pipeline.domain.matching import MatchCandidate
-from invoice_pipeline.store import InvoiceStore
+from invoice_pipeline.engine.dedupe import decide_duplicate
+from invoice_pipeline.engine.store import InvoiceStore
 
 NAME = "dedupe_scaling"
 ORG = "acme"
@@ -64,13 +64,16 @@ def new_invoices(pool: list[InvoiceFields], m: int, rng: random.Random) -> list[
                         number.split("-")[1],
                         seller=f.seller_name or "",
                         vat=f.seller_vat_id,
-                        total=f.payable_total or 0,
+                        total=f.payable_total or Decimal(0),
                     )
                 )
             else:
                 out.append(
                     invoice_fields(
-                        number, seller=(f.seller_name or "").upper(), vat=None, total=f.payable_total or 0
+                        number,
+                        seller=(f.seller_name or "").upper(),
+                        vat=None,
+                        total=f.payable_total or Decimal(0),
                     )
                 )
         else:
@@ -115,7 +118,7 @@ def run(ctx: BenchContext) -> BenchResult:
                 t0 = time.perf_counter()
                 decide_duplicate(store, lease, ORG, f)
                 latencies.append((time.perf_counter() - t0) * 1000)
-            statuses = dict(
+            statuses: dict[str, int] = dict(
                 conn.execute(
                     "SELECT duplicate_status, count(*) FROM invoices WHERE fields IS NOT NULL AND id = ANY(%s) GROUP BY 1",
                     ([lease.invoice_id for lease, _ in leases],),

@@ -26,7 +26,7 @@ from typing import Any
 import psycopg
 
 from benchmarks.harness import BenchContext, BenchResult, free_port, percentile, register
-from invoice_pipeline.dagster_home import dagster_database_url
+from invoice_pipeline.orchestration.dagster_home import dagster_database_url
 from invoice_pipeline.samples.generator import _Builder
 from invoice_pipeline.samples.render import ubl_xml
 from pipeline_support.helpers import cli_environment, run_cli, start_dev_server, stop_process_group, wait_for

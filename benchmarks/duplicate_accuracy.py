@@ -27,11 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.harness import BenchContext, BenchResult, fmt, register
-from invoice_pipeline.dedupe import decide_duplicate
 from invoice_pipeline.documents import BadDocument
 from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.validation import validate_fields
-from invoice_pipeline.resources import DocumentReader
+from invoice_pipeline.engine.dedupe import decide_duplicate
+from invoice_pipeline.engine.store import InvoiceStore
+from invoice_pipeline.orchestration.resources import DocumentReader
 from invoice_pipeline.samples.twins import (
     KINDS,
     LOOKALIKE_KINDS,
@@ -41,7 +42,6 @@ from invoice_pipeline.samples.twins import (
     decide_on_true_fields,
     generate_pairs,
 )
-from invoice_pipeline.store import InvoiceStore
 
 NAME = "duplicate_accuracy"
 SEED = 0

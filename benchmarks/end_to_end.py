@@ -8,7 +8,7 @@ originals over four orgs, so extraction does not hide the pipeline's own cost):
   DocumentReader, store and SQL, and no Dagster.
 * batch: one `process_invoice_batch` run (execute_in_process, in-process executor) over all
   invoices of the round, on a DagsterInstance with dagster-postgres storage configured by the
-  product's own dagster.yaml (invoice_pipeline.dagster_home), in its own database; and the
+  product's own dagster.yaml (invoice_pipeline.orchestration.dagster_home), in its own database; and the
   same on an in-memory (ephemeral) instance, to split storage cost from framework cost.
 * per-invoice: one `process_invoice` run per invoice on the Postgres-backed instance.
 
@@ -35,15 +35,15 @@ import psycopg
 from psycopg import sql
 
 from benchmarks.harness import BenchContext, BenchResult, cell, fmt, pivot, plot_bars, register
-from invoice_pipeline.dagster_home import DAGSTER_YAML, ENV_DAGSTER_PG_URL, dagster_database_url
-from invoice_pipeline.leases import LeaseKeeper
-from invoice_pipeline.resources import DocumentReader, InvoiceDatabase
-from invoice_pipeline.resources.invoice_database import close_shared_stores
-from invoice_pipeline.runs import DEFAULT_CHUNK_SIZE, InvoiceRef, batch_run_config, single_run_config
+from invoice_pipeline.engine.leases import LeaseKeeper
+from invoice_pipeline.engine.runs import DEFAULT_CHUNK_SIZE, InvoiceRef, batch_run_config, single_run_config
+from invoice_pipeline.engine.stages import StageEnv, claim_chunk, process_chunk
+from invoice_pipeline.engine.store import InvoiceStore
+from invoice_pipeline.orchestration.dagster_home import DAGSTER_YAML, ENV_DAGSTER_PG_URL, dagster_database_url
+from invoice_pipeline.orchestration.resources import DocumentReader, InvoiceDatabase
+from invoice_pipeline.orchestration.resources.invoice_database import close_shared_stores
 from invoice_pipeline.samples.generator import _Builder  # the demo's invoice generator
 from invoice_pipeline.samples.render import cii_xml, ubl_xml
-from invoice_pipeline.stages import StageEnv, claim_chunk, process_chunk
-from invoice_pipeline.store import InvoiceStore
 
 NAME = "end_to_end"
 ORGS = 4
@@ -208,7 +208,7 @@ def _connect_ms(url: str, times: int) -> float:
 def run(ctx: BenchContext) -> BenchResult:
     from dagster import DagsterInstance
 
-    from invoice_pipeline.jobs import make_jobs
+    from invoice_pipeline.orchestration.jobs import make_jobs
 
     n_batch: int = ctx.pick(50, 200)
     n_single: int = ctx.pick(3, 20)
@@ -397,17 +397,17 @@ def run(ctx: BenchContext) -> BenchResult:
     def ms(variant: str) -> float:
         return result.get(f"{variant}: ms per invoice").median
 
-    events = result.get(f"{BATCH}: Dagster events per invoice").median
+    event_rows = result.get(f"{BATCH}: Dagster events per invoice").median
     connections = result.get(f"{BATCH}: Dagster DB connections per invoice").median
     commits = result.get(f"{BATCH}: Dagster DB commits per invoice").median
     storage_ms = ms(BATCH) - ms(BATCH_MEMORY)
-    gap = result.get(f"{BATCH}: longest lease gap").median
+    gap_s = result.get(f"{BATCH}: longest lease gap").median
     result.notes += [
         f"Dagster's cost per invoice in a batch run: {fmt(ms(BATCH) - ms(BARE))} ms on top of the bare stage "
         f"loop's {fmt(ms(BARE))} ms (medians); the batch run goes at {fmt(overhead.median)}× the bare loop's rate. "
         f"{fmt(storage_ms)} ms of it is the PostgreSQL storage (Postgres-backed minus in-memory instance), "
         f"{fmt(ms(BATCH_MEMORY) - ms(BARE))} ms the framework itself.",
-        f"Event-log rows: {fmt(events)} per invoice. A chunk of {DEFAULT_CHUNK_SIZE} invoices costs the same "
+        f"Event-log rows: {fmt(event_rows)} per invoice. A chunk of {DEFAULT_CHUNK_SIZE} invoices costs the same "
         "step events (start, input, output, success) and one materialization per asset as one invoice did; log "
         "lines only when an invoice leaves the chunk. Each write to the storage: dagster-postgres opens a new connection for each write (SQLAlchemy "
         f"NullPool): {fmt(connections)} connections and {fmt(commits)} commits per invoice in the Dagster "
@@ -421,7 +421,7 @@ def run(ctx: BenchContext) -> BenchResult:
         "IO manager; launched runs also pickle each op output (a small Chunk of lease ids) to the filesystem.",
         f"Longest lease gap: the longest time one lease went without a fenced write or breadcrumb. The "
         f"in-process executor runs the chunks of a batch breadth-first, so a chunk waits while the others go "
-        f"through a stage: {fmt(gap)} s here with XML. That wait grows with batch size × stage time (OCR); "
+        f"through a stage: {fmt(gap_s)} s here with XML. That wait grows with batch size × stage time (OCR); "
         "the LeaseKeeper heartbeats every lease "
         "the run holds every heartbeat interval whatever stage is running, so a waiting branch's lease stays "
         "fresh (before it existed, this benchmark found waiting leases going silent: the test "

@@ -44,6 +44,7 @@ from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.keys import search_ids
 from invoice_pipeline.domain.matching import MatchCandidate, find_match
 from invoice_pipeline.domain.normalize import normalize_vendor
+from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.samples.render import letter_pdf, render_invoice
 from invoice_pipeline.samples.scans import (
     DEGRADATIONS,
@@ -53,7 +54,6 @@ from invoice_pipeline.samples.scans import (
     render_pages,
     scan_corpus,
 )
-from invoice_pipeline.store import InvoiceStore
 
 KEY_FIELDS = ("invoice_number", "issue_date", "payable_total", "currency", "seller_name")
 SEED = 2026

@@ -21,10 +21,10 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 import pypdf
-from pypdf.generic import NameObject
+from pypdf.generic import DictionaryObject, NameObject
 
 from benchmarks.harness import ROOT, BenchContext, BenchResult, register
 from invoice_pipeline.documents import BadDocument, extract_fields, extract_text
@@ -53,7 +53,7 @@ def strip_to_page(content: bytes) -> bytes:
             del root[NameObject(key)]
     info = writer._info
     if info is not None:
-        info_obj = info.get_object()
+        info_obj = cast(DictionaryObject, info.get_object())
         for key in list(info_obj.keys()):
             del info_obj[key]
     out = io.BytesIO()

@@ -30,10 +30,10 @@ import psycopg
 
 from benchmarks.harness import BenchContext, BenchResult, free_port, register
 from invoice_pipeline.db.embedded import EmbeddedPostgres
-from invoice_pipeline.runs import InvoiceRef, single_run_config
+from invoice_pipeline.engine.runs import InvoiceRef, single_run_config
+from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.samples.generator import _Builder
 from invoice_pipeline.samples.render import Line, invoice_pdf, ubl_xml
-from invoice_pipeline.store import InvoiceStore
 from pipeline_support.helpers import start_dev_server, stop_process_group, wait_for
 
 NAME = "recovery_default"
@@ -144,12 +144,17 @@ def _ui_launch_to_success(
             run_config=single_run_config(InvoiceRef(str(invoice))),
             tags={"launched_by": "bench"},
         )
+
+        def finished(run_id: str = run_id) -> DagsterRunStatus | None:
+            s = gql.get_run_status(run_id)
+            return (
+                s
+                if s in (DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED)
+                else None
+            )
+
         status = wait_for(
-            lambda run_id=run_id: (
-                (s := gql.get_run_status(run_id))
-                in (DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED)
-                and s
-            ),
+            finished,
             timeout=240,
             interval=0.1,
             what="the launched run to finish",

@@ -37,8 +37,8 @@ import psycopg
 
 from benchmarks.end_to_end import DagsterSetup, Documents, dagster_home_on_postgres
 from benchmarks.harness import ROOT, BenchContext, BenchResult, _pyplot, fmt, register
-from invoice_pipeline.resources import InvoiceDatabase
-from invoice_pipeline.store import InvoiceStore
+from invoice_pipeline.engine.store import InvoiceStore
+from invoice_pipeline.orchestration.resources import InvoiceDatabase
 from pipeline_support.helpers import wait_for
 
 NAME = "recovery_time"
@@ -118,7 +118,7 @@ def measure_once(
     logs: Path,
     r: int,
 ) -> None:
-    from invoice_pipeline.maintenance import run_maintenance
+    from invoice_pipeline.orchestration.maintenance import run_maintenance
 
     db = InvoiceDatabase(database_url=url, lock_ttl_seconds=SHORT_TTL, retry_base_seconds=0)
 

@@ -26,7 +26,7 @@ from benchmarks.harness import (
     server_execution_ms,
 )
 from invoice_pipeline.db.sqlfiles import query
-from invoice_pipeline.store import InvoiceStore
+from invoice_pipeline.engine.store import InvoiceStore
 
 NAME = "sensor_tick"
 DUE = 200

@@ -29,7 +29,7 @@ from benchmarks.harness import (
     register,
     server_execution_ms,
 )
-from invoice_pipeline.store import InvoiceStore
+from invoice_pipeline.engine.store import InvoiceStore
 
 NAME = "sweep_scaling"
 JOBS_PER_INVOICE = 5

@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 
 import psycopg
 
-from invoice_pipeline.records import TERMINAL_STATUSES
+from invoice_pipeline.engine.records import TERMINAL_STATUSES
 from pipeline_support.helpers import create_database, drop_database, free_port, wait_for
 
 # Modules the fork server imports once, so that a worker starts in ~15 ms instead of the ~2 s a
@@ -33,8 +33,8 @@ from pipeline_support.helpers import create_database, drop_database, free_port, 
 # pipeline, not of the import system.
 PRELOAD = [
     "dagster",
-    "invoice_pipeline.jobs",
-    "invoice_pipeline.resources",
+    "invoice_pipeline.orchestration.jobs",
+    "invoice_pipeline.orchestration.resources",
     "chaos.worker",
 ]
 _ctx_lock = threading.Lock()

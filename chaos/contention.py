@@ -53,12 +53,12 @@ from invoice_pipeline.documents import ExtractedText
 from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.keys import decision_lock_ids
 from invoice_pipeline.domain.matching import MatchCandidate
-from invoice_pipeline.leases import LeaseKeeper
-from invoice_pipeline.records import ChunkWrite, Lease
-from invoice_pipeline.resources import DocumentReader
-from invoice_pipeline.review import Actor, act
-from invoice_pipeline.stages import Claimed, Failed, Lost, StageEnv, claim_chunk, process_chunk
-from invoice_pipeline.store import InvoiceStore
+from invoice_pipeline.engine.leases import LeaseKeeper
+from invoice_pipeline.engine.records import ChunkWrite, Lease
+from invoice_pipeline.engine.review import Actor, act
+from invoice_pipeline.engine.stages import Claimed, Failed, Lost, StageEnv, claim_chunk, process_chunk
+from invoice_pipeline.engine.store import InvoiceStore
+from invoice_pipeline.orchestration.resources import DocumentReader
 from pipeline_support.factories import json_invoice
 
 TTL = timedelta(seconds=3)

@@ -34,10 +34,10 @@ from chaos.common import (
     worker_context,
 )
 from chaos.worker import batch_worker
+from invoice_pipeline.engine.stages import FLUSH_AFTER_SECONDS
+from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.samples.render import ubl_xml
 from invoice_pipeline.samples.scans import draw_invoice, scan_invoice
-from invoice_pipeline.stages import FLUSH_AFTER_SECONDS
-from invoice_pipeline.store import InvoiceStore
 
 READ_LOG = "CHAOS_READ_LOG"
 DB = {"lock_ttl_seconds": 30, "heartbeat_seconds": 5, "max_attempts": 50}
@@ -46,7 +46,7 @@ ROUND_TIMEOUT_S = 600
 
 def logged_batch_worker(url: str, invoice_ids: list[str], out: str, log: str) -> None:
     """batch_worker with every DocumentReader.read_text start and finish appended to `log`."""
-    from invoice_pipeline.resources import DocumentReader
+    from invoice_pipeline.orchestration.resources import DocumentReader
 
     original = DocumentReader.read_text
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -79,9 +79,9 @@ def _saved(url: str, ids: list[str]) -> set[str]:
 
 def _age_and_sweep(url: str) -> None:
     """The dead run's leases past their TTL (back-dated, not waited for), then the sensor's sweep."""
-    from invoice_pipeline.maintenance import run_maintenance
-    from invoice_pipeline.resources import InvoiceDatabase
-    from invoice_pipeline.resources.invoice_database import close_shared_stores
+    from invoice_pipeline.orchestration.maintenance import run_maintenance
+    from invoice_pipeline.orchestration.resources import InvoiceDatabase
+    from invoice_pipeline.orchestration.resources.invoice_database import close_shared_stores
 
     with psycopg.connect(url) as conn:
         conn.execute(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import random
+from typing import Any
 
 from chaos.common import (
     ChaosContext,
@@ -25,7 +26,7 @@ from chaos.common import (
     worker_context,
 )
 from chaos.worker import deployment_worker
-from invoice_pipeline.store import InvoiceStore
+from invoice_pipeline.engine.store import InvoiceStore
 from pipeline_support.factories import json_invoice
 
 DEPLOYMENTS = 2
@@ -74,7 +75,7 @@ def run(ctx: ChaosContext, params: dict[str, int], seed: int) -> ScenarioResult:
             store.close()
             watcher.report(result)
             for out in outs:
-                report = (
+                report: dict[str, Any] = (
                     json.loads(out.read_text()) if out.exists() else {"counts": {}, "errors": ["no report"]}
                 )
                 for k, v in report["counts"].items():

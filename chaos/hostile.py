@@ -54,8 +54,8 @@ from chaos.common import (
 )
 from chaos.worker import batch_worker
 from invoice_pipeline.documents.sandbox import unreadable
+from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.samples.generator import generate_samples
-from invoice_pipeline.store import InvoiceStore
 from pipeline_support import hostile_corpus
 
 CHUNK = 60  # invoices per batch run

@@ -70,16 +70,16 @@ from chaos.common import (
     worker_context,
 )
 from chaos.worker import GateSpec, check_gate, gate_label, pipeline_worker, resources, single_run_config
-from invoice_pipeline.jobs import make_jobs
-from invoice_pipeline.maintenance import run_maintenance
-from invoice_pipeline.resources import InvoiceDatabase
+from invoice_pipeline.engine.store import InvoiceStore
+from invoice_pipeline.orchestration.jobs import make_jobs
+from invoice_pipeline.orchestration.maintenance import run_maintenance
+from invoice_pipeline.orchestration.resources import InvoiceDatabase
 from invoice_pipeline.samples.render import Line, Party, SampleInvoice, ubl_xml
-from invoice_pipeline.store import InvoiceStore
 from pipeline_support.factories import json_invoice
 from pipeline_support.helpers import wait_for
 
 STEPS = ["extract_text", "extract_fields", "validate", "detect_duplicates", "approve", "post_to_ledger"]
-# The chunk writes of invoice_pipeline.store each stage makes (a process_invoice run is a chunk of one).
+# The chunk writes of invoice_pipeline.engine.store each stage makes (a process_invoice run is a chunk of one).
 WRITES = [
     "save_extracted_texts",
     "save_fields_of",
@@ -419,7 +419,7 @@ def run(ctx: ChaosContext, params: dict[str, int], seed: int) -> ScenarioResult:
     return result
 
 
-def _recover(url: str, invoice_id: str, job, instance, db: InvoiceDatabase, home: Path) -> None:  # type: ignore[no-untyped-def]
+def _recover(url: str, invoice_id: str, job, instance, db: InvoiceDatabase, home: Path) -> None:
     wait_for(
         lambda: _no_live_lease(url, invoice_id),
         timeout=30,
@@ -434,7 +434,7 @@ def _recover(url: str, invoice_id: str, job, instance, db: InvoiceDatabase, home
 def _recover_and_check(
     url: str,
     invoice_id: str,
-    job,  # type: ignore[no-untyped-def]
+    job,
     instance: DagsterInstance,
     db: InvoiceDatabase,
     home: Path,
@@ -456,9 +456,9 @@ def _recover_and_check(
 def _zombie_trial(
     url: str,
     invoice_id: str,
-    proc,  # type: ignore[no-untyped-def]
+    proc,
     gate_dir: Path,
-    job,  # type: ignore[no-untyped-def]
+    job,
     instance: DagsterInstance,
     db: InvoiceDatabase,
     home: Path,

@@ -40,14 +40,14 @@ from chaos.common import (
 from chaos.worker import batch_run_config, batch_worker, resources
 from invoice_pipeline.db.embedded import EmbeddedPostgres
 from invoice_pipeline.db.migrate import migrate
-from invoice_pipeline.jobs import make_jobs
-from invoice_pipeline.maintenance import run_maintenance
-from invoice_pipeline.resources import InvoiceDatabase
-from invoice_pipeline.store import InvoiceStore
+from invoice_pipeline.engine.store import InvoiceStore
+from invoice_pipeline.orchestration.jobs import make_jobs
+from invoice_pipeline.orchestration.maintenance import run_maintenance
+from invoice_pipeline.orchestration.resources import InvoiceDatabase
 from pipeline_support.factories import json_invoice
 from pipeline_support.helpers import create_database, free_port, wait_for
 
-DB = {"heartbeat_seconds": 0.3, "lock_ttl_seconds": 3, "max_attempts": 50}
+DB: dict[str, Any] = {"heartbeat_seconds": 0.3, "lock_ttl_seconds": 3, "max_attempts": 50}
 
 
 def _step_events(url: str) -> int:
@@ -166,7 +166,7 @@ def run(ctx: ChaosContext, params: dict[str, int], seed: int) -> ScenarioResult:
                     if p.exitcode != 0:
                         result.violate(f"batch worker exited with {p.exitcode}")
                 for out in outs:
-                    outcome = (
+                    outcome: dict[str, Any] = (
                         json.loads(out.read_text())
                         if out.exists()
                         else {"success": False, "error": "no report"}
@@ -203,7 +203,7 @@ def _drain(
     url: str,
     store: InvoiceStore,
     db: InvoiceDatabase,
-    batch,  # type: ignore[no-untyped-def]
+    batch,
     instance: DagsterInstance,
     ids: list[str],
     result: ScenarioResult,

@@ -9,7 +9,7 @@ test_reformatted_numbers_normalise_equal) and different sellers never match on n
 database half: the candidate query that picks which originals the matcher is shown, the
 advisory-locked transaction, the unique index. Here hypothesis generates batches of invoices
 across orgs — reformatted numbers, VAT id present or missing, totals a cent apart, credit
-notes — decides each through `invoice_pipeline.dedupe.decide_duplicate` on a real database and
+notes — decides each through `invoice_pipeline.engine.dedupe.decide_duplicate` on a real database and
 checks: never grouped across orgs, and the same verdict as the pure model (find_match over every
 earlier original of the org), i.e. the SQL prefilter never hides an original the rules match.
 """
@@ -27,10 +27,10 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from chaos.common import ChaosContext, ScenarioResult, timed
-from invoice_pipeline.dedupe import decide_duplicate
 from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.matching import MatchCandidate, find_match
-from invoice_pipeline.store import InvoiceStore
+from invoice_pipeline.engine.dedupe import decide_duplicate
+from invoice_pipeline.engine.store import InvoiceStore
 
 SELLERS = [("Acme Supplies GmbH", "DE123456789"), ("ACME Supplies", None), ("Globex Ltd", "GB999999973")]
 FORMATS = ["INV-{:05d}", "INV {}", "inv{}", "Inv.#{:04d}", "{}"]

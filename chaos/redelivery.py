@@ -29,8 +29,8 @@ from chaos.common import (
     worker_context,
 )
 from chaos.worker import StormItem, batch_run_config, resources, storm_worker
-from invoice_pipeline.jobs import make_jobs
-from invoice_pipeline.store import InvoiceStore
+from invoice_pipeline.engine.store import InvoiceStore
+from invoice_pipeline.orchestration.jobs import make_jobs
 from pipeline_support.factories import json_invoice
 
 WAVE = 6

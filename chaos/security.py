@@ -39,9 +39,9 @@ from psycopg import sql
 from chaos.common import ChaosContext, ScenarioResult, check_common_invariants, timed
 from chaos.worker import batch_run_config, resources
 from invoice_pipeline.db.embedded import EmbeddedPostgres
-from invoice_pipeline.jobs import make_jobs
+from invoice_pipeline.engine.store import InvoiceStore
+from invoice_pipeline.orchestration.jobs import make_jobs
 from invoice_pipeline.samples.render import letter_pdf
-from invoice_pipeline.store import InvoiceStore
 from pipeline_support import secrets_scan
 from pipeline_support.helpers import free_port, run_cli, start_dev_server, stop_process_group
 
@@ -77,7 +77,7 @@ def run(ctx: ChaosContext, params: dict[str, int], seed: int) -> ScenarioResult:
 # -- SQL injection --------------------------------------------------------------------------------
 
 
-def _tables(conn: psycopg.Connection) -> set[str]:  # type: ignore[type-arg]
+def _tables(conn: psycopg.Connection[Any]) -> set[str]:
     return {
         r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'").fetchall()
     }
@@ -118,17 +118,17 @@ def _sql_injection(ctx: ChaosContext, result: ScenarioResult) -> None:
         after = _tables(conn)
         if after != before:
             result.violate(f"tables changed by injected strings: {sorted(before ^ after)}")
-        for inv, expected in sent.items():
+        for sent_id, expected in sent.items():
             row = conn.execute(
                 "SELECT status, fields, org_id, source_filename, invoice_number FROM invoices WHERE id = %s",
-                (inv,),
+                (sent_id,),
             ).fetchone()
             if row is None:
-                result.violate(f"invoice {inv} vanished")
+                result.violate(f"invoice {sent_id} vanished")
                 continue
             status, fields, org, filename, number = row
             if status != "processed":
-                result.violate(f"injection invoice {inv} ended {status}")
+                result.violate(f"injection invoice {sent_id} ended {status}")
                 continue
             stored = {k: str((fields or {}).get(k)) for k in TEXT_FIELDS} | {
                 "org_id": org,
@@ -202,8 +202,8 @@ def _xxe(ctx: ChaosContext, result: ScenarioResult) -> None:
             ).fetchone()
             if hits and hits[0]:
                 result.violate(f"XXE: the secret file's content reached table {table}")
-        outcomes = dict(
-            conn.execute("SELECT status, count(*) FROM invoices GROUP BY 1").fetchall()  # type: ignore[arg-type]
+        outcomes: dict[str, int] = dict(
+            conn.execute("SELECT status, count(*) FROM invoices GROUP BY 1").fetchall()
         )
     result.figures["xxe_outcomes"] = outcomes
     result.count("xxe_payloads", len(ids))

@@ -23,11 +23,11 @@ from typing import Any
 
 from dagster import DagsterInstance
 
-import invoice_pipeline.dedupe as dedupe_module
-from invoice_pipeline import runs
-from invoice_pipeline.jobs import make_jobs
-from invoice_pipeline.resources import DocumentReader, InvoiceDatabase
-from invoice_pipeline.store import InvoiceStore
+import invoice_pipeline.engine.dedupe as dedupe_module
+from invoice_pipeline.engine import runs
+from invoice_pipeline.engine.store import InvoiceStore
+from invoice_pipeline.orchestration.jobs import make_jobs
+from invoice_pipeline.orchestration.resources import DocumentReader, InvoiceDatabase
 
 GATE_TIMEOUT_S = 600
 BARRIER_TIMEOUT_S = 300
@@ -106,7 +106,7 @@ def check_gate(spec: GateSpec) -> None:
     A gate on a missing name would otherwise fail only inside the worker (or, for a step name,
     never fire at all): the trial would count as "not reached" instead of failing at once.
     """
-    from invoice_pipeline.stages import STAGES
+    from invoice_pipeline.engine.stages import STAGES
 
     def need(owner: object, name: str) -> None:
         if not callable(getattr(owner, name, None)):
@@ -158,7 +158,7 @@ def install_gate(spec: GateSpec, gate_dir: Path) -> None:
                 gate(gate_label(spec))
             return original_record(self, step, leases, started)
 
-        InvoiceStore.record_steps = gated_record  # type: ignore[method-assign]
+        setattr(InvoiceStore, "record_steps", gated_record)  # noqa: B010  # patched, so not type-checked
     elif spec.phase == "dedupe_txn":
         # find_match runs inside the store's transaction that holds the business key's advisory
         # lock and the job row's fence lock: stopping here stops mid-transaction.
@@ -168,7 +168,7 @@ def install_gate(spec: GateSpec, gate_dir: Path) -> None:
             gate("dedupe_txn")
             return original_find(*args, **kwargs)
 
-        dedupe_module.find_match = gated_find  # type: ignore[assignment]
+        dedupe_module.find_match = gated_find
     elif spec.phase in ("before_commit", "after_commit"):
         _install_commit_gate(spec, gate)
 
@@ -203,7 +203,7 @@ def _install_commit_gate(spec: GateSpec, gate: Callable[[str], None]) -> None:
             gate(gate_label(spec))  # committed; the worker has not acted on it yet
         return value
 
-    InvoiceStore._transaction = gated_transaction  # type: ignore[method-assign]
+    setattr(InvoiceStore, "_transaction", gated_transaction)  # noqa: B010  # patched, so not type-checked
     setattr(InvoiceStore, spec.target, gated_method)
 
 
@@ -321,9 +321,9 @@ def deployment_worker(url: str, out: str, seed: int, deadline_s: float) -> None:
     not hide invoices from this one: both race for the same invoices on purpose. The requests
     are planned by the sensor's own plan_run_requests and executed on this instance.
     """
-    from invoice_pipeline.maintenance import run_maintenance
-    from invoice_pipeline.runs import RunShape
-    from invoice_pipeline.sensors.new_invoices import plan_run_requests
+    from invoice_pipeline.engine.runs import RunShape
+    from invoice_pipeline.orchestration.maintenance import run_maintenance
+    from invoice_pipeline.orchestration.sensors.new_invoices import plan_run_requests
 
     rng = random.Random(seed)
     store = InvoiceStore(url, max_size=2)
@@ -351,6 +351,7 @@ def deployment_worker(url: str, out: str, seed: int, deadline_s: float) -> None:
                 for request in plan_run_requests(due, RunShape(rng.randint(3, 12))):
                     run_config = dict(request.run_config)
                     run_config["loggers"] = {"console": {"config": {"log_level": "CRITICAL"}}}
+                    assert request.job_name is not None, request
                     result = jobs[request.job_name].execute_in_process(
                         run_config=run_config, instance=instance, tags=request.tags, raise_on_error=False
                     )

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from datetime import timedelta
@@ -20,13 +20,14 @@ from typing import Any
 import psycopg
 from psycopg_pool import PoolTimeout
 
+from invoice_pipeline.cli_layouts import add_layout_commands
 from invoice_pipeline.config import ConfigError, Settings
 from invoice_pipeline.db.connection import database_url, embedded_server, prepare_database
 from invoice_pipeline.db.migrate import MigrationError, migrate
 from invoice_pipeline.domain.review import reason_code
 from invoice_pipeline.domain.validation import is_known_currency
-from invoice_pipeline.records import TERMINAL_STATUSES
-from invoice_pipeline.review import (
+from invoice_pipeline.engine.records import TERMINAL_STATUSES
+from invoice_pipeline.engine.review import (
     REQUEUE_STATUSES,
     REVIEW_STATUSES,
     Actor,
@@ -36,12 +37,13 @@ from invoice_pipeline.review import (
     parse_age,
     statuses_for,
 )
-from invoice_pipeline.review_records import Action, ActionOutcome, ReviewTarget
-from invoice_pipeline.runs import InvoiceRef, RunShape, batch_run_config, run_id_of
-from invoice_pipeline.store import InvoiceStore, dumps
+from invoice_pipeline.engine.review_records import Action, ActionOutcome, ReviewTarget
+from invoice_pipeline.engine.runs import InvoiceRef, RunShape, batch_run_config, run_id_of
+from invoice_pipeline.engine.store import InvoiceStore, dumps
+from invoice_pipeline.forked import run_forked, usable_cores
 from invoice_pipeline.terminal import printable
 
-# Exit codes (the README's command-line section lists them).
+# Exit codes (docs/cli.md lists them).
 EXIT_OK = 0
 EXIT_INVOICES_FAILED = 1  # `process`: some invoices it ran were quarantined, failed or need attention
 EXIT_USAGE = 2  # bad arguments or settings, refused before any SQL runs
@@ -164,7 +166,7 @@ def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
-    from invoice_pipeline.ingest import collect_files, ingest_files, org_problem
+    from invoice_pipeline.engine.ingest import collect_files, ingest_files, org_problem
 
     problem = org_problem(args.org)
     if problem is not None:
@@ -195,13 +197,73 @@ class ProcessOutcome:
         return sum(self.by_status.get(s, 0) for s in BAD_OUTCOMES)
 
 
+@dataclass(frozen=True)
+class RunDone:
+    """One batch run `process` executed: what it was asked to do, and whether every branch ran."""
+
+    invoice_ids: list[uuid.UUID]
+    success: bool
+
+
 def process_due(
-    settings: Settings, *, batch_size: int | None = None, label: str = "processing"
+    settings: Settings,
+    *,
+    batch_size: int | None = None,
+    workers: int | None = None,
+    label: str = "processing",
 ) -> ProcessOutcome:
     """Run every due invoice through the Dagster batch job on the project's Dagster instance.
 
     Shaped like the sensor's runs (`RunShape`): up to `batch_size` (default: the setting
-    INVOICE_PIPELINE_BATCH_SIZE) invoices per run, in chunks.
+    INVOICE_PIPELINE_BATCH_SIZE) invoices per run, in chunks; a backlog of several chunks is
+    cut evenly over one worker process per core (`RunShape.workers`), each executing its runs
+    in turn (`workers` overrides the core count).
+    """
+    # Imported before any worker forks: each child starts warm.
+    from invoice_pipeline.orchestration.dagster_home import prepare_dagster_home
+    from invoice_pipeline.orchestration.definitions import batch_job_for_cli  # noqa: F401
+
+    url = prepare_database(settings)
+    prepare_dagster_home(settings, url)
+    shape = RunShape(batch_size or settings.batch_size)
+    with _closing_store(url, settings) as store:
+        summary = store.status_summary()
+    total = summary.by_status.get("pending", 0) + summary.by_status.get("failed", 0)
+    processes = shape.workers(total, workers or usable_cores())
+    claim = shape.claim_size(total, processes)
+
+    def work(_index: int, send: Callable[[RunDone], None]) -> None:
+        for run in execute_due_runs(url, settings, shape, claim):
+            send(run)
+
+    outcome = ProcessOutcome()
+    requested: set[uuid.UUID] = set()
+    done = 0
+    progress(done, total, label)
+    # One worker works in this process: forking only pays when there are cores to fill.
+    runs = execute_due_runs(url, settings, shape, claim) if processes == 1 else run_forked(processes, work)
+    for run in runs:
+        requested.update(run.invoice_ids)
+        outcome.runs += 1
+        outcome.failed_runs += 0 if run.success else 1
+        done = min(total, done + len(run.invoice_ids))
+        progress(done, max(total, done), label)
+    with _closing_store(url, settings) as store:
+        outcome.by_status = store.status_counts_of(sorted(requested))
+    return outcome
+
+
+@contextmanager
+def _closing_store(url: str, settings: Settings) -> Iterator[InvoiceStore]:
+    store = InvoiceStore(url, max_size=2, lock_ttl=settings.lock_ttl)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def execute_due_runs(url: str, settings: Settings, shape: RunShape, claim: int) -> Iterator[RunDone]:
+    """Claim up to `claim` due invoices and execute a batch run on them, until none is due.
 
     Each batch's requests are recorded as owned by the run about to execute them (a tag on
     that run), so if this process is killed before the run claims them, the sweep releases
@@ -209,59 +271,38 @@ def process_due(
     """
     from dagster import DagsterInstance, execute_job, reconstructable
 
-    from invoice_pipeline.dagster_home import prepare_dagster_home
-    from invoice_pipeline.definitions import batch_job_for_cli
-    from invoice_pipeline.request_owner import REQUEST_TAG, RequestOwner, instance_scope
+    from invoice_pipeline.engine.request_owner import REQUEST_TAG, RequestOwner
+    from invoice_pipeline.orchestration.definitions import batch_job_for_cli
+    from invoice_pipeline.orchestration.request_owner import instance_scope
 
-    url = prepare_database(settings)
-    prepare_dagster_home(settings, url)
-    shape = RunShape(batch_size or settings.batch_size)
-    store = InvoiceStore(url, max_size=2, lock_ttl=settings.lock_ttl)
-    outcome = ProcessOutcome()
-    requested: set[uuid.UUID] = set()
-    try:
-        summary = store.status_summary()
-        total = summary.by_status.get("pending", 0) + summary.by_status.get("failed", 0)
-        done = 0
-        progress(done, total, label)
-        with DagsterInstance.get() as instance:
-            scope = instance_scope(instance)
-            while True:
-                token = uuid.uuid4().hex
-                due = store.claim_due_invoices(
-                    shape.batch_size, requested_by=RequestOwner.tagged(scope, token).text
-                )
-                if not due:
-                    break
-                requested.update(d.invoice_id for d in due)
-                result = execute_job(
-                    reconstructable(batch_job_for_cli),
-                    instance=instance,
-                    run_config={
-                        # The events go to the instance (and the UI); the terminal gets a progress bar.
-                        "loggers": {"console": {"config": {"log_level": "CRITICAL"}}},
-                        **batch_run_config(
-                            [InvoiceRef(str(d.invoice_id), d.attempt) for d in due], shape.chunk_size
-                        ),
-                    },
-                    tags={
-                        "invoice_count": str(len(due)),
-                        "launched_by": "invoice-pipeline process",
-                        REQUEST_TAG: token,
-                    },
-                )
-                outcome.runs += 1
-                outcome.failed_runs += 0 if result.success else 1
-                done = min(total, done + len(due))
-                progress(done, max(total, done), label)
-        outcome.by_status = store.status_counts_of(sorted(requested))
-    finally:
-        store.close()
-    return outcome
+    with _closing_store(url, settings) as store, DagsterInstance.get() as instance:
+        scope = instance_scope(instance)
+        while True:
+            token = uuid.uuid4().hex
+            due = store.claim_due_invoices(claim, requested_by=RequestOwner.tagged(scope, token).text)
+            if not due:
+                return
+            result = execute_job(
+                reconstructable(batch_job_for_cli),
+                instance=instance,
+                run_config={
+                    # The events go to the instance (and the UI); the terminal gets a progress bar.
+                    "loggers": {"console": {"config": {"log_level": "CRITICAL"}}},
+                    **batch_run_config(
+                        [InvoiceRef(str(d.invoice_id), d.attempt) for d in due], shape.chunk_size
+                    ),
+                },
+                tags={
+                    "invoice_count": str(len(due)),
+                    "launched_by": "invoice-pipeline process",
+                    REQUEST_TAG: token,
+                },
+            )
+            yield RunDone([d.invoice_id for d in due], result.success)
 
 
 def cmd_process(args: argparse.Namespace, settings: Settings) -> int:
-    outcome = process_due(settings, batch_size=args.batch_size)
+    outcome = process_due(settings, batch_size=args.batch_size, workers=args.workers)
     counts = (
         ", ".join(f"{status} {n}" for status, n in sorted(outcome.by_status.items())) or "nothing was due"
     )
@@ -278,9 +319,9 @@ def cmd_process(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_sweep(args: argparse.Namespace, settings: Settings) -> int:
     from dagster import DagsterInstance
 
-    from invoice_pipeline.dagster_home import prepare_dagster_home
-    from invoice_pipeline.maintenance import run_maintenance
-    from invoice_pipeline.resources import InvoiceDatabase
+    from invoice_pipeline.orchestration.dagster_home import prepare_dagster_home
+    from invoice_pipeline.orchestration.maintenance import run_maintenance
+    from invoice_pipeline.orchestration.resources import InvoiceDatabase
 
     url = prepare_database(settings)
     prepare_dagster_home(settings, url)
@@ -293,11 +334,16 @@ def cmd_sweep(args: argparse.Namespace, settings: Settings) -> int:
 # -- reading -------------------------------------------------------------------------------------
 
 
+# How many of the longest waiting held invoices `status` names (the rest are counted).
+STATUS_OLDEST_HELD = 5
+
+
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     store = _store(settings)
     try:
         summary = store.status_summary()
         queue = store.review_queue_summary()
+        oldest_held = store.review_targets(REVIEW_STATUSES, limit=STATUS_OLDEST_HELD)
     finally:
         store.close()
     if args.json:
@@ -329,9 +375,27 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     held = summary.by_status.get("needs_review", 0)
     print(f"review queue:        {held} invoice(s) held for a person", end="")
     if queue:
-        print(f" (longest waiting {_days(max(q.oldest for q in queue))}); `invoice-pipeline review list`")
+        # A summary, whatever the queue's size: counts per reason code, then the oldest few.
+        print(f" (longest waiting {_days(max(q.oldest for q in queue))})")
+        by_reason: dict[str, tuple[int, timedelta]] = {}
         for q in queue:
-            print(f"  {printable(q.org_id):<20} {q.reason:<22} {q.invoices:>5}   oldest {_days(q.oldest)}")
+            count, oldest = by_reason.get(q.reason, (0, timedelta(0)))
+            by_reason[q.reason] = (count + q.invoices, max(oldest, q.oldest))
+        orgs = len({q.org_id for q in queue})
+        print(f"  by reason ({orgs} org(s); an invoice held for two reasons counts under both):")
+        for reason, (count, oldest) in sorted(by_reason.items(), key=lambda kv: -kv[1][0]):
+            print(f"    {printable(reason):<28} {count:>7}   oldest {_days(oldest)}")
+        print(f"  the {len(oldest_held)} longest waiting:")
+        for t in oldest_held:
+            amount = f"{t.payable_total} {printable(t.currency)}" if t.payable_total is not None else "-"
+            codes = ", ".join(sorted({reason_code(r) for r in t.review_reasons}))
+            print(
+                f"    {t.invoice_id}  {printable(t.org_id):<14} waiting {_days(t.age):>6}  {amount:<16} {printable(codes)}"
+            )
+        print(
+            "  next: the review page (`invoice-pipeline review-ui`, started by `make dev`), or "
+            "`invoice-pipeline review list --reason CODE` (--org, --older-than, --offset)"
+        )
     else:
         print()
     for item in summary.attention:
@@ -506,15 +570,38 @@ def cmd_review_action(args: argparse.Namespace, settings: Settings) -> int:
     return code
 
 
+def cmd_review_correct(args: argparse.Namespace, settings: Settings) -> int:
+    from invoice_pipeline.domain.corrections import parse_changes
+    from invoice_pipeline.engine.corrections import correct_invoice
+
+    parse_changes(args.assignments)  # a CorrectionError (ValueError) exits 2 before any SQL
+    store = _store(settings)
+    try:
+        outcome = correct_invoice(store, args.invoice_id, args.assignments, Actor.os_user(), args.note)
+    finally:
+        store.close()
+    code = print_outcomes([outcome])
+    if outcome.done:
+        print("still held: approve it (`invoice-pipeline review approve ID`) to post the corrected invoice")
+    return code
+
+
 def cmd_review_list(args: argparse.Namespace, settings: Settings) -> int:
     statuses = (args.status,) if args.status else REVIEW_STATUSES
     store = _store(settings)
     try:
+        # One more than a page: whether another page follows.
         targets = store.review_targets(
-            statuses, org_id=args.org, reason=args.reason_code, older_than=args.older_than, limit=args.limit
-        )
+            statuses,
+            org_id=args.org,
+            reason=args.reason_code,
+            older_than=args.older_than,
+            limit=args.offset + args.limit + 1,
+        )[args.offset :]
     finally:
         store.close()
+    more = len(targets) > args.limit
+    targets = targets[: args.limit]
     if args.json:
         print(dumps([asdict(t) for t in targets]))
         return EXIT_OK
@@ -526,7 +613,12 @@ def cmd_review_list(args: argparse.Namespace, settings: Settings) -> int:
         )
         for reason in t.review_reasons or [f"{t.quarantine_code or 'error'}: {t.last_error or ''}"]:
             print(f"    - {printable(reason)}")
-    print(f"{len(targets)} invoice(s)")
+    shown = f"{args.offset + 1}-{args.offset + len(targets)}" if targets else "none"
+    print(f"{len(targets)} invoice(s) shown ({shown}, the longest waiting first)")
+    if more:
+        print(
+            f"more follow: --offset {args.offset + args.limit}; or open the review page (`invoice-pipeline review-ui`)"
+        )
     return EXIT_OK
 
 
@@ -535,7 +627,7 @@ def _days(age: timedelta) -> str:
 
 
 def cmd_review_policy(args: argparse.Namespace, settings: Settings) -> int:
-    from invoice_pipeline.ingest import org_problem
+    from invoice_pipeline.engine.ingest import org_problem
 
     problem = org_problem(args.org)
     if problem is not None:
@@ -589,7 +681,8 @@ def add_review_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     )
     listing.add_argument("--reason", "--reason-code", dest="reason_code", type=reason_code_arg)
     listing.add_argument("--older-than", type=age_arg)
-    listing.add_argument("--limit", type=positive_int, default=1000)
+    listing.add_argument("--limit", type=positive_int, default=50, help="invoices per page (default 50)")
+    listing.add_argument("--offset", type=int, default=0, help="skip this many (the next page)")
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(func=cmd_review_list)
     helps = {
@@ -606,6 +699,20 @@ def add_review_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         else:
             p.add_argument("--note", help="free text for the audit trail")
         p.set_defaults(func=cmd_review_action)
+    correct = actions.add_parser(
+        "correct", help="correct fields of a held invoice: validated and checked for duplicates again"
+    )
+    correct.add_argument("invoice_id", type=invoice_id_arg, metavar="INVOICE_ID")
+    correct.add_argument(
+        "--set",
+        dest="assignments",
+        action="append",
+        required=True,
+        metavar="FIELD=VALUE",
+        help="e.g. --set payable_total=29.99 --set issue_date=2015-07-02 (repeatable)",
+    )
+    correct.add_argument("--note", help="free text for the audit trail")
+    correct.set_defaults(func=cmd_review_correct)
     policy = actions.add_parser("policy", help="show or set an org's review policy")
     policy.add_argument("--org", required=True)
     policy.add_argument(
@@ -633,6 +740,7 @@ def add_review_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         help="the currency of documents that name none (none: hold them as currency_unknown)",
     )
     policy.set_defaults(func=cmd_review_policy)
+    add_layout_commands(actions)
 
     requeue = sub.add_parser(
         "requeue", help="redrive dead letters (needs_attention), failed or fixed quarantined invoices"
@@ -658,7 +766,7 @@ def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
     """Postgres, migrations, dagster.yaml, then `dagster dev` in its own process group."""
     import invoice_pipeline
     from invoice_pipeline.child_python import child_environment, python_command
-    from invoice_pipeline.dagster_home import prepare_dagster_home
+    from invoice_pipeline.orchestration.dagster_home import prepare_dagster_home
 
     url = prepare_database(settings)
     home = prepare_dagster_home(settings, url)
@@ -673,17 +781,27 @@ def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
         # sys.path, and import whatever `invoice_pipeline` lies there. Load the package this
         # process runs instead.
         package_parent = Path(invoice_pipeline.__file__).resolve().parents[1]
-        command += ["-m", "invoice_pipeline.definitions", "-d", str(package_parent)]
+        command += ["-m", "invoice_pipeline.orchestration.definitions", "-d", str(package_parent)]
     print(
         f"Dagster UI on http://{args.host}:{args.port}  (DAGSTER_HOME={home}; inbox {settings.inbox})",
         flush=True,
     )
-    return run_process_group(
-        command,
-        cwd=root if workspace.exists() else None,
+    # The review page beside it (review_ui/), on loopback, in its own process group.
+    review_ui = subprocess.Popen(
+        python_command("-m", "invoice_pipeline.cli", "review-ui", "--port", str(args.review_port)),
         env=child_environment(),
-        grace_seconds=DEV_STOP_GRACE_SECONDS,
+        start_new_session=True,
     )
+    print(f"Review page on http://127.0.0.1:{args.review_port}  (invoices held for a person)", flush=True)
+    try:
+        return run_process_group(
+            command,
+            cwd=root if workspace.exists() else None,
+            env=child_environment(),
+            grace_seconds=DEV_STOP_GRACE_SECONDS,
+        )
+    finally:
+        _stop_group(review_ui, signal.SIGTERM, 5.0)
 
 
 def run_process_group(
@@ -771,7 +889,7 @@ def cmd_samples(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
-    from invoice_pipeline.ingest import ingest_paths
+    from invoice_pipeline.engine.ingest import ingest_paths
     from invoice_pipeline.samples import generate_samples
 
     started = time.monotonic()
@@ -867,6 +985,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="invoices per run (default: INVOICE_PIPELINE_BATCH_SIZE)",
     )
+    process.add_argument(
+        "--workers",
+        type=positive_int,
+        default=None,
+        help="processes working a backlog at once (default: one per core, at most 4)",
+    )
     process.set_defaults(func=cmd_process)
     sub.add_parser("sweep", help="sweep stale locks, reconcile dead runs, schedule retries").set_defaults(
         func=cmd_sweep
@@ -886,6 +1010,7 @@ def build_parser() -> argparse.ArgumentParser:
     dev = sub.add_parser("dev", help="run the Dagster UI, daemon, sensor and schedule")
     dev.add_argument("--host", default="127.0.0.1")
     dev.add_argument("--port", type=port_number, default=3000)
+    dev.add_argument("--review-port", type=port_number, default=3100, help="the review page's port")
     dev.set_defaults(func=cmd_dev)
     samples = sub.add_parser("samples", help="write generated sample invoices to a folder")
     samples.add_argument("out")
@@ -903,6 +1028,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.set_defaults(func=cmd_demo)
     add_review_commands(sub)
+    from invoice_pipeline.review_ui.cli import add_commands as add_review_ui_commands
+
+    add_review_ui_commands(sub)
     return parser
 
 

@@ -35,8 +35,8 @@ from hypothesis import settings
 from invoice_pipeline.config import ENV_DATABASE_URL
 from invoice_pipeline.db.embedded import COMBINED_PREFIX, ENV_SERVER_ROOT, EmbeddedPostgres
 from invoice_pipeline.db.migrate import migrate
-from invoice_pipeline.resources.invoice_database import close_shared_stores
-from invoice_pipeline.store import InvoiceStore
+from invoice_pipeline.engine.store import InvoiceStore
+from invoice_pipeline.orchestration.resources.invoice_database import close_shared_stores
 from pipeline_support.helpers import create_database, drop_database, free_port, with_database
 
 ROOT = Path(__file__).resolve().parents[1]

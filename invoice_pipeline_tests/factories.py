@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from invoice_pipeline.resources import DocumentReader, InvoiceDatabase
+from invoice_pipeline.orchestration.resources import DocumentReader, InvoiceDatabase
 
 # Temporary: invoice_pipeline_tests/review/ (another change in progress) still imports json_invoice
 # from here. Switch it to pipeline_support.factories and delete this line.

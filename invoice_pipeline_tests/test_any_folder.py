@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from invoice_pipeline.child_python import child_environment, child_pythonpath, python_command
-from invoice_pipeline.store import InvoiceStore
+from invoice_pipeline.engine.store import InvoiceStore
 from pipeline_support.factories import json_invoice
 from pipeline_support.helpers import cli_environment
 

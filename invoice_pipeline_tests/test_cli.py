@@ -266,6 +266,25 @@ def test_process_exit_code_says_whether_invoices_failed(env: dict[str, str], tmp
     assert "quarantined 1" in failed.stdout and "were quarantined, failed or need attention" in failed.stderr
 
 
+@pytest.mark.usefixtures("dagster_database_dropped")
+def test_a_backlog_worked_by_several_processes_posts_each_invoice_once(
+    env: dict[str, str], tmp_path: Path, database_url: str
+) -> None:
+    folder = tmp_path / "backlog"
+    folder.mkdir()
+    for i in range(15):
+        (folder / f"b{i:02d}.json").write_bytes(json_invoice(f"B-{i:02d}", total=f"{100 + i}.00"))
+    assert cli("ingest", str(folder), env=env).returncode == 0
+    # Runs of 5 over three forked workers, whatever this machine's core count.
+    processed = cli("process", "--batch-size", "5", "--workers", "3", env=env)
+    assert processed.returncode == 0, processed.stderr
+    assert "processed 15; 3 run(s), 0 with a failing branch" in processed.stdout
+    with psycopg.connect(database_url) as conn:
+        postings = conn.execute("SELECT count(*), count(DISTINCT invoice_id) FROM ledger_postings").fetchone()
+        locks = conn.execute("SELECT count(*) FROM processing_jobs WHERE status = 'running'").fetchone()
+    assert postings == (15, 15) and locks == (0,)
+
+
 def test_db_url_prints_only_the_url_on_stdout(env: dict[str, str], database_url: str) -> None:
     result = cli("db", "url", env=env)
     assert result.returncode == 0

@@ -14,9 +14,9 @@ from decimal import Decimal
 
 import psycopg
 
+from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.samples.render import Line, invoice_pdf
 from invoice_pipeline.samples.scans import draw_invoice
-from invoice_pipeline.store import InvoiceStore
 from invoice_pipeline_tests.test_kill_process import (  # noqa: F401 (env is a fixture)
     cli,
     env,

@@ -18,9 +18,9 @@ import pytest
 from dagster import DagsterEventType, DagsterInstance, ExecuteInProcessResult
 
 from invoice_pipeline.documents import ExtractedText
-from invoice_pipeline.jobs import make_jobs
-from invoice_pipeline.resources import DocumentReader
-from invoice_pipeline.store import InvoiceStore
+from invoice_pipeline.engine.store import InvoiceStore
+from invoice_pipeline.orchestration.jobs import make_jobs
+from invoice_pipeline.orchestration.resources import DocumentReader
 from invoice_pipeline.terminal import printable
 from invoice_pipeline_tests.factories import pipeline_resources
 from pipeline_support import hostile_corpus
@@ -134,7 +134,7 @@ def test_a_stuck_stage_fails_its_attempt_and_its_late_write_is_refused(
 
     Checked: with the fence ignored by the chunk write (`_write_chunk_once` taking every lease
     as alive), the late text is written and this test fails. With `AND status = 'running'`
-    dropped from `fence_chunk` (sql/queries/locks.sql) it fails too: the append-only trigger on
+    dropped from `fence_chunk` (sql/queries/fence.sql) it fails too: the append-only trigger on
     processing_jobs then refuses the finished job's heartbeat, so the write is reported failed
     instead of lost.
     """

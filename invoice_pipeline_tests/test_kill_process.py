@@ -21,9 +21,9 @@ import psycopg
 import pytest
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
-from invoice_pipeline.dagster_home import dagster_database_url
-from invoice_pipeline.maintenance import _seconds_since_last_event
-from invoice_pipeline.store import InvoiceStore
+from invoice_pipeline.engine.store import InvoiceStore
+from invoice_pipeline.orchestration.dagster_home import dagster_database_url
+from invoice_pipeline.orchestration.maintenance import _seconds_since_last_event
 from pipeline_support.factories import json_invoice
 from pipeline_support.helpers import cli_environment, wait_for
 

@@ -18,7 +18,7 @@ import json
 import random
 import zipfile
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -133,7 +133,7 @@ def one_page_pdf(
     )
 
 
-def text_ops(lines: list[tuple[float | str, float, str]]) -> bytes:
+def text_ops(lines: Sequence[tuple[object, float, str]]) -> bytes:
     """Content drawing each (x, y, text) in 10-pt Helvetica; x may be any PDF number literal."""
     ops = []
     for x, y, text in lines:
@@ -336,7 +336,10 @@ def build(seed: int = 0) -> tuple[HostileInput, ...]:
     )
 
     def attach(name: str, data: bytes) -> Callable[[pypdf.PdfWriter], None]:
-        return lambda w: w.add_attachment(name, data)
+        def add_to(w: pypdf.PdfWriter) -> None:
+            w.add_attachment(name, data)
+
+        return add_to
 
     # pypdf writes attachments uncompressed; a bomb needs its stream written by hand.
     attached_bomb = b"<a>" + b" " * (DEFAULT_MAX_BYTES + 1024 * 1024) + b"</a>"

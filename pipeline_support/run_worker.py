@@ -17,8 +17,8 @@ from dagster import DagsterInstance, JobDefinition, execute_job, reconstructable
 
 from invoice_pipeline.documents import ExtractedText
 from invoice_pipeline.domain.fields import InvoiceFields
-from invoice_pipeline.jobs import make_jobs
-from invoice_pipeline.resources import DocumentReader, InvoiceDatabase
+from invoice_pipeline.orchestration.jobs import make_jobs
+from invoice_pipeline.orchestration.resources import DocumentReader, InvoiceDatabase
 
 
 class GatedReader(DocumentReader):

@@ -14,9 +14,11 @@ from uuid import UUID
 
 import psycopg
 
-from invoice_pipeline.db.sqlfiles import query
+from invoice_pipeline.db.sqlfiles import QueryFile
 from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.matching import MatchCandidate
+
+REKEY = QueryFile("rekey")
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +36,7 @@ def rekey_decided_invoices(conn: psycopg.Connection[Any]) -> int:
         params = {"invoice_id": invoice_id, **candidate.stored_keys}
         try:
             with conn.transaction():
-                conn.execute(query("rekey_invoice"), params)
+                conn.execute(REKEY["rekey_invoice"], params)
             rekeyed += 1
         except psycopg.errors.UniqueViolation:
             log.warning(
@@ -52,14 +54,14 @@ def set_number_keys(conn: psycopg.Connection[Any]) -> int:
     """
     filled = 0
     for invoice_id, candidate in _decided(conn):
-        conn.execute(query("set_number_key"), {"invoice_id": invoice_id, "number_key": candidate.number.id})
+        conn.execute(REKEY["set_number_key"], {"invoice_id": invoice_id, "number_key": candidate.number.id})
         filled += 1
     return filled
 
 
 def _decided(conn: psycopg.Connection[Any]) -> Iterator[tuple[UUID, MatchCandidate]]:
     """Every decided invoice whose fields form a key, oldest first, as the matcher sees it."""
-    for invoice_id, org_id, fields in conn.execute(query("decided_invoices_to_rekey")).fetchall():
+    for invoice_id, org_id, fields in conn.execute(REKEY["decided_invoices_to_rekey"]).fetchall():
         try:
             yield (
                 invoice_id,

@@ -22,24 +22,59 @@ def migration_files(directory: Path | None = None) -> list[Path]:
     return sorted((directory or sql_dir()).glob("*.sql"))
 
 
+def _parse(path: Path) -> dict[str, str]:
+    """The named queries of one file: each lives under a `-- name: some_name` header."""
+    text = path.read_text()
+    headers = list(_NAME_HEADER.finditer(text))
+    found: dict[str, str] = {}
+    for i, header in enumerate(headers):
+        end = headers[i + 1].start() if i + 1 < len(headers) else len(text)
+        name = header.group(1)
+        if name in found:
+            raise ValueError(f"query {name!r} is defined twice in {path.name}")
+        found[name] = text[header.end() : end].strip().rstrip(";")
+    return found
+
+
+@cache
+def queries_of(stem: str) -> dict[str, str]:
+    """The named queries of `sql/queries/<stem>.sql`."""
+    return _parse(sql_dir() / "queries" / f"{stem}.sql")
+
+
 @cache
 def queries() -> dict[str, str]:
-    """Every named query: each lives under a `-- name: some_name` header."""
+    """Every named query of every file; a name is never defined in two files."""
     found: dict[str, str] = {}
     for path in sorted((sql_dir() / "queries").glob("*.sql")):
-        text = path.read_text()
-        headers = list(_NAME_HEADER.finditer(text))
-        for i, header in enumerate(headers):
-            end = headers[i + 1].start() if i + 1 < len(headers) else len(text)
-            name = header.group(1)
+        for name, text in queries_of(path.stem).items():
             if name in found:
                 raise ValueError(f"query {name!r} is defined twice (second time in {path.name})")
-            found[name] = text[header.end() : end].strip().rstrip(";")
+            found[name] = text
     return found
 
 
 def query(name: str) -> str:
+    """A query by name, whichever file holds it (for tools and benchmarks; the store's parts
+    each read their own file through QueryFile)."""
     try:
         return queries()[name]
     except KeyError:
         raise KeyError(f"no query named {name!r} in sql/queries/") from None
+
+
+class QueryFile:
+    """The queries of one file in `sql/queries/`, read on first use: `CLAIMS = QueryFile("claims")`,
+    then `CLAIMS["acquire_lock"]`. A name the file lacks is a KeyError naming the file."""
+
+    def __init__(self, stem: str) -> None:
+        self.stem = stem
+
+    def __getitem__(self, name: str) -> str:
+        try:
+            return queries_of(self.stem)[name]
+        except KeyError:
+            raise KeyError(f"no query named {name!r} in sql/queries/{self.stem}.sql") from None
+
+    def names(self) -> set[str]:
+        return set(queries_of(self.stem))

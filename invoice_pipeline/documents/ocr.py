@@ -2,7 +2,7 @@
 
 Why this engine: the `rapidocr-onnxruntime` 1.x wheel carries its detection, direction and
 recognition models inside the package, so `pip install` (that is, `make`) is all a fresh machine
-needs, with no root, no apt and no download at run time. See the README's "Scanned invoices".
+needs, with no root, no apt and no download at run time. See docs/ocr.md.
 
 What happens to a page, and why:
 

@@ -1,6 +1,6 @@
 """Business exceptions: usable invoices that a person must see before they are paid.
 
-Two kinds of trouble reach a person (see the README's "Review and redrive"):
+Two kinds of trouble reach a person (see docs/review.md):
 
 * an **unusable document** is quarantined by `validation.validate_fields` (no number, no total,
   impossible dates, unknown currency...): nothing to decide, the file must be fixed or re-sent;
@@ -36,6 +36,8 @@ SUSPECTED_DUPLICATE = "suspected_duplicate"
 AMOUNT_UNCONFIRMED = "amount_unconfirmed"
 CURRENCY_UNKNOWN = "currency_unknown"
 DUPLICATE_CHECK_IMPOSSIBLE = "duplicate_check_impossible"
+# A person corrected fields (domain/corrections.py): held until a person approves what they typed.
+CORRECTED = "corrected"
 
 # Every code a reason can start with, for argument validation and the docs.
 REASON_CODES: tuple[str, ...] = (
@@ -48,6 +50,7 @@ REASON_CODES: tuple[str, ...] = (
     AMOUNT_UNCONFIRMED,
     CURRENCY_UNKNOWN,
     DUPLICATE_CHECK_IMPOSSIBLE,
+    CORRECTED,
 )
 
 _CODE = re.compile(r"^[a-z][a-z0-9_]*")

@@ -270,8 +270,12 @@ def _date(value: dt.date, lang: str) -> str:
     return value.strftime("%d.%m.%Y") if lang == "de" else value.strftime("%d/%m/%Y")
 
 
-def page_pdf(case: PageCase) -> bytes:
-    lab = PAGE_LABELS[case.lang]
+def page_pdf(case: PageCase, *, grow: int = 0, items: int = 0, labels: PageLabels | None = None) -> bytes:
+    """The page; `grow` extra lines push everything under the letterhead down (a longer address),
+    `items` item rows push the totals further (a longer invoice), `labels` replace the language's
+    (a vendor's own wording). All left out: the page as always."""
+    lab = labels or PAGE_LABELS[case.lang]
+    top = 6.0 * grow
     money = (
         (lambda v: f"{fmt_amount(v, case.number_format)} {case.currency}")
         if case.show_currency
@@ -290,21 +294,24 @@ def page_pdf(case: PageCase) -> bytes:
         pdf.cell(100, 5, "Industrieweg 4, 1234 AB Stad")
     pdf.set_font("Helvetica", "", 10)
     buyer = case.buyer_name if case.variant != "footer_seller" else f"{case.buyer_name} GmbH"
-    address = [f"{lab.bill_to}:", buyer, "Marktplein 7"]
+    address = [f"{lab.bill_to}:", buyer, *(f"Afdeling {k + 1}" for k in range(grow)), "Marktplein 7"]
     if case.variant == "buyer_vat":
         address.append(f"{lab.vat}: {case.buyer_vat_id}")
     for k, text in enumerate(address):
         pdf.set_xy(20, 45 + 6 * k)
         pdf.cell(60, 5, text)
+    for k in range(items):
+        pdf.set_xy(20, 104 + top + 6 * k)
+        pdf.cell(150, 5, f"{k + 1}. Service item {k + 1}")
     pdf.set_font("Helvetica", "B", 16)
-    pdf.set_xy(20, 80)
+    pdf.set_xy(20, 80 + top)
     pdf.cell(80, 8, lab.heading)
     pdf.set_font("Helvetica", "", 10)
     due_date = case.issue_date + dt.timedelta(days=30)
     if case.variant == "heading_number":
-        pdf.set_xy(20, 89)
+        pdf.set_xy(20, 89 + top)
         pdf.cell(80, 5, f"{lab.number_mark} {case.invoice_number}")
-        pdf.set_xy(20, 95)
+        pdf.set_xy(20, 95 + top)
         pdf.cell(80, 5, _date(case.issue_date, case.lang))
         header = [(lab.due_date, _date(due_date, case.lang))]
     else:
@@ -314,7 +321,7 @@ def page_pdf(case: PageCase) -> bytes:
             (lab.due_date, _date(due_date, case.lang)),
         ]
     for k, (label, value) in enumerate(header):
-        pdf.set_xy(110, 45 + 6 * k)
+        pdf.set_xy(110, 45 + top + 6 * k)
         pdf.cell(40, 5, f"{label}:")
         pdf.cell(40, 5, value)
     rows: list[tuple[str, Decimal]] = [(lab.net, case.net)]
@@ -326,7 +333,7 @@ def page_pdf(case: PageCase) -> bytes:
         rows.append((lab.prepaid, case.prepaid))
         rows.append((lab.due, case.amount_due))
     x = 110 if case.totals_right else 20
-    y = 110.0
+    y = 110.0 + top + 6 * items
     for label, amount in rows:
         pdf.set_xy(x, y)
         pdf.cell(50, 6, label)

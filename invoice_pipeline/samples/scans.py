@@ -13,10 +13,10 @@ import io
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..domain.fields import InvoiceFields
+from .drawing import InvoiceDrawer
 from .render import SampleInvoice, facturx_pdf, invoice_pdf
 
 if TYPE_CHECKING:
@@ -135,9 +135,7 @@ def scan_invoice(
 
 def draw_invoice(seed: int) -> SampleInvoice:
     """One generated invoice (the generator's drawing, nothing written)."""
-    from .generator import _Builder
-
-    return _Builder(Path("."), seed).invoice()
+    return InvoiceDrawer(seed).invoice()
 
 
 def scan_corpus(
@@ -152,9 +150,7 @@ def scan_corpus(
     Every fourth invoice is scanned from the visual layer of its Factur-X form; the rest from the
     plain PDF in both of its styles, in the seller's language (English, German, French).
     """
-    from .generator import _Builder
-
-    builder = _Builder(Path("."), seed)  # only its invoice drawing is used: nothing is written
+    builder = InvoiceDrawer(seed)
     rng = random.Random(seed)
     samples: list[ScanSample] = []
     for i in range(count):

@@ -29,8 +29,8 @@ from decimal import Decimal
 import pypdf
 
 from ..domain.matching import Match, MatchCandidate, find_match
+from .drawing import BUYERS, CURRENCY_BY_COUNTRY, LANG_BY_COUNTRY, SELLERS, random_lines
 from .generator import BASE_FORMATS as FORMATS
-from .generator import BUYERS, CURRENCY_BY_COUNTRY, LANG_BY_COUNTRY, SELLERS, random_lines
 from .render import Line, Party, SampleInvoice, render_invoice
 
 EXTENSIONS = {"ubl": "xml", "cii": "xml", "json": "json", "pdf": "pdf", "facturx-pdf": "pdf"}

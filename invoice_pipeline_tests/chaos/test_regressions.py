@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from invoice_pipeline.dedupe import decide_duplicate
 from invoice_pipeline.domain.fields import InvoiceFields
-from invoice_pipeline.store import InvoiceStore
+from invoice_pipeline.engine.dedupe import decide_duplicate
+from invoice_pipeline.engine.store import InvoiceStore
 from pipeline_support.factories import json_invoice
 
 

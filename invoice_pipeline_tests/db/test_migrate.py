@@ -10,10 +10,10 @@ import pytest
 
 from invoice_pipeline.db.migrate import MigrationError, migrate
 from invoice_pipeline.db.sqlfiles import migration_files, sql_dir
-from invoice_pipeline.dedupe import decide_duplicate
 from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.matching import MatchCandidate
-from invoice_pipeline.store import InvoiceStore
+from invoice_pipeline.engine.dedupe import decide_duplicate
+from invoice_pipeline.engine.store import InvoiceStore
 from pipeline_support.factories import json_invoice
 
 

@@ -7,7 +7,7 @@ suffix of the one tested here.
 
 The old release's rows are written as it wrote them, in plain SQL against its schema, for an
 invoice in every state it could leave behind. Then the current code migrates (two `migrate`
-commands racing), sweeps and processes, the documented upgrade procedure (README, "Upgrading").
+commands racing), sweeps and processes, the documented upgrade procedure (docs/upgrading.md).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from psycopg import sql
 
 from invoice_pipeline.db.migrate import MIGRATION_LOCK_ID, migrate
 from invoice_pipeline.db.sqlfiles import migration_files
-from invoice_pipeline.store import InvoiceStore
+from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline_tests.db.test_migrate import _migrate_before
 from pipeline_support.factories import json_invoice
 from pipeline_support.helpers import cli_environment, run_cli, wait_for

@@ -21,7 +21,7 @@ from invoice_pipeline.documents import (
 )
 from invoice_pipeline.documents.pdf import text_layer
 from invoice_pipeline.domain.validation import validate_fields
-from invoice_pipeline.resources import DocumentReader
+from invoice_pipeline.orchestration.resources import DocumentReader
 from invoice_pipeline.samples.render import letter_pdf
 from pipeline_support import hostile_corpus
 

@@ -107,7 +107,8 @@ def test_page_reading_of_the_stripped_corpus_never_posts_a_wrong_amount(record_p
     """Every PDF read from its visible page only (the embedded XML, /AF, XMP and document info
     stripped): no amount other than the amount due would be posted, none is refused as
     not_an_invoice, and the six key fields stay above the floor measured when the reader was
-    written (103/120 = 85.8 % on 2026-12-01; the README has the breakdown)."""
+    written (103/120 = 85.8 % on 2026-12-01; docs/formats.md, "Measured: reading from the page",
+    has the breakdown)."""
     summary = summarise(corpus_verdicts())
     record_property("page_reading", summary.per_field)
     print("stripped corpus:", summary)

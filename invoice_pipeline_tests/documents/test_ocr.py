@@ -24,9 +24,9 @@ from invoice_pipeline.documents.detect import sniff
 from invoice_pipeline.documents.limits import MAX_OCR_PAGES
 from invoice_pipeline.documents.ocr import OcrLayout, OcrLine, OcrPage
 from invoice_pipeline.documents.sandbox import Sandbox, SandboxLimits
+from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.samples.render import SampleInvoice, letter_pdf, render_invoice
 from invoice_pipeline.samples.scans import DEGRADATIONS, degrade, draw_invoice, encode, render_pages
-from invoice_pipeline.store import InvoiceStore
 
 UNAVAILABLE = ocr_module.available()
 if UNAVAILABLE is not None:
@@ -224,7 +224,7 @@ def test_an_unreadable_scan_is_quarantined_naming_the_missing_fields() -> None:
 
 @needs_engine
 def test_a_scan_of_an_xml_invoice_is_found_as_its_duplicate(database_url: str, store: InvoiceStore) -> None:
-    from invoice_pipeline_tests.test_jobs import run_single
+    from invoice_pipeline_tests.orchestration.test_jobs import run_single
 
     inv = draw_invoice(15)
     xml = store.store_document(render_invoice(inv, "ubl"), "acme", "invoice.xml")

@@ -1,7 +1,7 @@
--- A person's actions on held, dead-lettered and quarantined invoices (invoice_pipeline/review.py).
--- Every write here runs after `fence` (locks.sql) in the same transaction, under a processing
--- lock the action took with acquire_processing_lock: a review never races a pipeline run or
--- another reviewer.
+-- A person's actions on held, dead-lettered and quarantined invoices
+-- (invoice_pipeline/engine/store/review.py). Every write here runs after `fence` (fence.sql) in
+-- the same transaction, under a processing lock the action took with acquire_processing_lock: a
+-- review never races a pipeline run or another reviewer.
 
 -- name: review_policies
 SELECT org_id, auto_approve_limit, home_currency, stale_after_days, default_currency
@@ -162,17 +162,3 @@ SELECT i.org_id, substring(r FROM '^[a-z][a-z0-9_]*') AS reason, count(*) AS inv
 FROM invoices i CROSS JOIN LATERAL unnest(coalesce(i.review_reasons, '{}')) AS r
 WHERE i.status = 'needs_review'
 GROUP BY 1, 2 ORDER BY 1, 2
-
--- One row per held invoice and reason, for the pandas report asset.
--- name: review_queue_report
-SELECT i.id::text AS invoice_id, i.org_id, substring(r FROM '^[a-z][a-z0-9_]*') AS reason,
-       i.payable_total AS amount, i.currency,
-       extract(epoch FROM now() - coalesce(i.review_since, i.updated_at)) / 86400.0 AS age_days
-FROM invoices i CROSS JOIN LATERAL unnest(coalesce(i.review_reasons, '{}')) AS r
-WHERE i.status = 'needs_review'
-ORDER BY i.review_since, i.seq
-
--- name: check_review_queue_age
-SELECT id::text AS id FROM invoices
-WHERE status = 'needs_review' AND coalesce(review_since, updated_at) < now() - %(max_age)s::interval
-ORDER BY review_since, seq

@@ -1,0 +1,222 @@
+"""Asymmetric partitions (chaos.partitions, kinds asym_db and asym_broker), with celery workers.
+
+A BrokerCluster (pipeline_support.celery_cluster): the database host and a broker host (redis),
+each joined to every worker host by a link of its own, so that one path can be cut without the
+other. A celery worker runs on each of three worker hosts; each trial launches one batch run of
+the celery job (invoice_pipeline.orchestration.celery_jobs) from the root namespace, waits until
+the "zombie" host (rotating) has received a chunk, and then:
+
+- asym_db: cuts the zombie's link to PostgreSQL (the broker stays reachable) for 2.5 x TTL.
+  Its leases go stale; its step fails on the database's timeouts (self-fencing stops its work),
+  and the step's retry, on whichever host, sweeps the stale leases of its invoices and claims
+  them afresh. Whatever the zombie writes after the heal is refused by the fence;
+- asym_broker: cuts the zombie's link to the broker (PostgreSQL stays reachable) for 2.5 x TTL.
+  The zombie keeps its leases (heartbeats go to PostgreSQL) and finishes its chunk; its result
+  reaches the run's coordinator once the link is back. No takeover, no work done twice. Seen
+  here: the task's ack lost in the cut, redis redelivers it and a second host runs the step
+  again; it claims nothing (its invoices are finished or held), so this costs one round trip.
+  Also seen: a task message popped by the zombie's BRPOP just as its link went down is lost
+  (redis, unlike RabbitMQ, keeps no unacked copy of it): the run's coordinator waits for it
+  forever. The trial abandons such a run after RESULT_WAIT_S; its invoices stay pending, never
+  claimed, and the next deployment finishes them.
+
+Then, as in every partition trial: whatever the run left (a failed run, a swept lease) is
+finished by a plain worker (partitions._drain), and the invariants are checked: 0 double
+postings, 0 lost invoices, 0 zombie writes accepted (the audit trigger of chaos.common).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from chaos.common import AUDIT_SQL, ScenarioResult, check_common_invariants
+from pipeline_support.celery_cluster import BrokerCluster, CeleryRig, celery_unavailable_reason, stop_group
+
+ASYM_KINDS = ("asym_db", "asym_broker")
+ASYM_TTL_S = 4
+ASYM_HEARTBEAT_S = 1
+INVOICES = 6
+CHUNK = 2
+DB = "partitions"
+# How long the coordinator may still take after the heal. dagster-celery's loop waits for every
+# task's result without a deadline: a task lost in the cut (see docs/scale-out.md) would hang the
+# run forever; the trial then abandons the run (figure coordinator_abandoned) and the invoices
+# are finished by the next deployment, as the sensor's next request would.
+RESULT_WAIT_S = 60
+
+
+def chunks_started(log: Path) -> int:
+    """How many chunk steps this worker has started (Dagster's STEP_START lines in its log)."""
+    if not log.exists():
+        return 0
+    return len(re.findall(r"work_chunk\[chunk_\d+\] - STEP_START", log.read_text(errors="replace")))
+
+
+def _q(url: str, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
+    with psycopg.connect(url, connect_timeout=5) as conn:
+        return conn.execute(sql, params).fetchall()
+
+
+def asym_trial(
+    cluster: BrokerCluster,
+    rig: CeleryRig,
+    work: Path,
+    n: int,
+    kind: str,
+    rng: random.Random,
+    result: ScenarioResult,
+    fig: dict[str, Any],
+) -> None:
+    from chaos.partitions import Trial, ingest
+
+    fig["trials"] = fig.get("trials", 0) + 1
+    zombie = 1 + n % cluster.workers
+    log = rig.work / f"celery-h{zombie}.log"
+    url = rig.url
+    ids = ingest(url, INVOICES, f"A{n}", rng)
+    before = chunks_started(log)
+    rig.launch(ids, CHUNK, timeout=180)
+    cut = False
+    t_cut: float | None = None
+    sweeper: Trial | None = None
+    try:
+        # The zombie has started a chunk of this run: the cut comes inside it.
+        deadline = time.monotonic() + 90
+        while (
+            chunks_started(log) <= before and time.monotonic() < deadline and rig.coordinator.poll() is None
+        ):
+            time.sleep(0.05)
+        if chunks_started(log) <= before:
+            fig["zombie_got_no_chunk"] = fig.get("zombie_got_no_chunk", 0) + 1
+        else:
+            time.sleep(rng.uniform(0.2, 1.0))  # somewhere inside the chunk
+            t_cut = time.time()
+            (cluster.cut if kind == "asym_db" else cluster.cut_broker)(zombie)
+            cut = True
+            if kind == "asym_db":
+                # Another deployment on another host, sharing only PostgreSQL, sweeps every tick
+                # (as the sweep schedule does) and takes over what the zombie's leases held.
+                sweeper = Trial(cluster, DB, work, 4000 + n, ASYM_TTL_S, 0.5)
+                sweeper.start(1 + zombie % cluster.workers, self_fence=True, chunk=4)
+            time.sleep(ASYM_TTL_S * 2.5)
+            (cluster.heal if kind == "asym_db" else cluster.heal_broker)(zombie)
+            cut = False
+        try:
+            run = rig.result(timeout=RESULT_WAIT_S)
+            fig["runs_succeeded" if run["success"] else "runs_failed"] = (
+                fig.get("runs_succeeded" if run["success"] else "runs_failed", 0) + 1
+            )
+            steps = run["steps"].values()
+            zombie_out = [s["output"] for s in steps if s.get("output", {}).get("host") == f"host{zombie}"]
+            fig["zombie_invoices_finished"] = fig.get("zombie_invoices_finished", 0) + sum(
+                o["finished"] for o in zombie_out
+            )
+            fig["zombie_invoices_lost_or_fenced"] = fig.get("zombie_invoices_lost_or_fenced", 0) + sum(
+                o["lost"] for o in zombie_out
+            )
+            # At-least-once delivery: a step whose task two workers ran (its ack lost in a cut).
+            fig["steps_delivered_twice"] = fig.get("steps_delivered_twice", 0) + sum(
+                1 for s in steps if len(s.get("celery_workers", [])) > 1
+            )
+            fig.setdefault("run_seconds", []).append(run["seconds"])
+        except Exception as exc:  # a coordinator that never got a result: the run is abandoned
+            fig["coordinator_abandoned"] = fig.get("coordinator_abandoned", 0) + 1
+            fig.setdefault("abandoned_why", []).append(f"{type(exc).__name__}: {exc}"[:200])
+            stop_group(rig.coordinator)
+    finally:
+        if cut:
+            (cluster.heal if kind == "asym_db" else cluster.heal_broker)(zombie)
+        if sweeper is not None:
+            sweeper.finish(60)  # it exits once nothing is due
+    if t_cut is not None and kind == "asym_db":
+        # The first job another host started on an invoice a run's step had claimed before.
+        first = _q(
+            url,
+            "SELECT min(extract(epoch FROM b.started_at)) FROM processing_jobs a JOIN processing_jobs b "
+            "ON a.invoice_id = b.invoice_id AND b.started_at > a.started_at "
+            "WHERE a.invoice_id = ANY(%s::uuid[]) AND a.owner NOT LIKE 'host%%' AND b.owner LIKE 'host%%'",
+            (ids,),
+        )[0][0]
+        if first is not None:
+            fig.setdefault("takeover_s_from_cut", []).append(round(float(first) - t_cut, 2))
+    if kind == "asym_broker":
+        # The zombie kept its leases: no invoice of this run was claimed twice.
+        twice = _q(
+            url,
+            "SELECT count(*) FROM (SELECT invoice_id FROM processing_jobs WHERE invoice_id = ANY(%s::uuid[]) "
+            "GROUP BY 1 HAVING count(*) > 1) t",
+            (ids,),
+        )[0][0]
+        fig["invoices_claimed_twice"] = fig.get("invoices_claimed_twice", 0) + twice
+    else:
+        taken = _q(
+            url,
+            "SELECT count(*) FROM (SELECT invoice_id FROM processing_jobs WHERE invoice_id = ANY(%s::uuid[]) "
+            "GROUP BY 1 HAVING count(*) > 1) t",
+            (ids,),
+        )[0][0]
+        fig["invoices_taken_over"] = fig.get("invoices_taken_over", 0) + taken
+    _drain(cluster, url, work, n, result)
+
+
+def _drain(cluster: BrokerCluster, url: str, work: Path, n: int, result: ScenarioResult) -> None:
+    """What the run left (a failed chunk, a swept lease): a plain engine worker on host 1 finishes
+    it, as the next run would, leaving the celery workers running (partitions._drain kills a
+    host's every process)."""
+    from chaos.partitions import HEARTBEAT_S, TTL_S, Trial, wait
+
+    pending = lambda: _q(  # noqa: E731
+        url,
+        "SELECT count(*) FROM invoices WHERE status NOT IN ('processed', 'needs_review', 'quarantined', 'needs_attention')",
+    )[0][0]
+    if not pending():
+        return
+    trial = Trial(cluster, DB, work, 3000 + n, TTL_S, HEARTBEAT_S)
+    trial.start(1, self_fence=True, chunk=8)
+    trial.stop.touch()  # it exits once nothing is due
+    ok = wait(lambda: pending() == 0, 120, 0.2)
+    trial.finish(60)
+    if not ok:
+        result.violate(f"asym trial {n}: {pending()} invoice(s) never finished (lost)")
+
+
+def run_trials(trials: int, work: Path, seed: int, result: ScenarioResult, figures: dict[str, Any]) -> None:
+    """`trials` asymmetric trials, alternating asym_db and asym_broker, on a cluster of their own."""
+    reason = celery_unavailable_reason()
+    if reason:
+        figures["asym_skipped"] = reason
+        return
+    rng = random.Random(seed)
+    with BrokerCluster(3) as cluster:
+        rig = CeleryRig(
+            cluster, work / "asym", ttl_s=ASYM_TTL_S, heartbeat_s=ASYM_HEARTBEAT_S, invoices_db=DB
+        )
+        try:
+            with psycopg.connect(rig.url, autocommit=True) as conn:
+                conn.execute(AUDIT_SQL)
+            rig.start_workers([1, 2, 3])
+            for n in range(trials):
+                kind = ASYM_KINDS[n % len(ASYM_KINDS)]
+                asym_trial(cluster, rig, work, n, kind, rng, result, figures.setdefault(kind, {}))
+                check_common_invariants(rig.url, result, audited=True)
+                result.trials += 1
+                result.failures_injected += 1
+            figures["asym_zombie_writes_accepted"] = _q(
+                rig.url, "SELECT count(*) FROM chaos_audit WHERE job_status IS DISTINCT FROM 'running'"
+            )[0][0]
+            figures["asym_double_postings"] = _q(
+                rig.url,
+                "SELECT count(*) FROM (SELECT invoice_id FROM ledger_postings GROUP BY 1 HAVING count(*) > 1) d",
+            )[0][0]
+            if figures["asym_zombie_writes_accepted"]:
+                result.violate(f"asym: {figures['asym_zombie_writes_accepted']} zombie write(s) accepted")
+            if figures["asym_double_postings"]:
+                result.violate(f"asym: {figures['asym_double_postings']} double posting(s)")
+        finally:
+            rig.close()

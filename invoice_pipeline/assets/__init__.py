@@ -1,5 +1,0 @@
-from invoice_pipeline.assets.checks import invariant_checks
-from invoice_pipeline.assets.lineage import pipeline_assets
-from invoice_pipeline.assets.reports import report_assets
-
-__all__ = ["invariant_checks", "pipeline_assets", "report_assets"]

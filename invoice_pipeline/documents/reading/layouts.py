@@ -1,0 +1,857 @@
+"""Vendor layouts learnt from a person's decision, and reading a page with one. Pure: no database.
+
+A `VendorLayout` says, for one organisation and one vendor, how that vendor's page is read:
+
+* the vendor: its key (`vat:<id>`, `iban:<iban>` or `name:<normalised name>`), which must be
+  printed on a page for the layout to apply to it (a different vendor's similar page never is);
+* a fingerprint: the stable words of the page (segments without digits) and their columns; a
+  page matches when enough of them are there again, wherever the lines moved;
+* per field, a `FieldRule`: the anchor text near the value (a label) and where the value stands
+  relative to it: inside the anchor's segment after it (`same`), right of it on its line
+  (`right`), or `dy` lines below it near its column (`below`). Positions are relative to the
+  anchor, never to the page, so an invoice that grows by a line still reads.
+
+`learn_layout` makes one from a page and the values a person confirmed; `read_with_layout` reads
+a page with one (or says why it does not match); `fields_with_layouts` puts that together with
+the template-free reading (`documents.text_fields`): a layout is tried first, a field it cannot
+read keeps the template-free value and says so in its source, and a layout that no longer
+matches its vendor's page falls back whole and says so. Amounts read with a layout are never
+taken on the layout's word: the layout only says which printed amount is the net, the tax, the
+gross, the prepaid and the due, and `reading.amounts.resolve` must still find the page's own
+arithmetic among them (money fails closed).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import date
+from decimal import Decimal
+from functools import lru_cache
+from typing import Any, Literal
+
+from ...domain.fields import FieldSource, InvoiceFields
+from ...domain.validation import KNOWN_CURRENCIES
+from ..extracted import ExtractedText
+from ..ocr import MIN_FIELD_CONFIDENCE, OcrLayout
+from ..text_fields import find_dates, first_identifier, labelled_date
+from .amounts import EXEMPT, Found, Kind, amount_label, find_amounts, numbers_in, resolve
+from .words import PageGeometry, Segment, TextBoxes, segments, union
+
+FORMAT_VERSION = 1
+# The fields a layout reads by an anchor; the seller's name and VAT id come with the vendor, and
+# the currency is the vendor's when the page prints it.
+ANCHORED_FIELDS = ("invoice_number", "issue_date", "due_date")
+# The amounts a layout places, by what they are (`reading.amounts.Kind`).
+AMOUNT_ROLES: tuple[Kind, ...] = ("due", "gross", "net", "tax", "prepaid")
+# A page matches a layout when at least this share of its fingerprint words are there again.
+MATCH_THRESHOLD = 0.6
+# How many stable words a fingerprint keeps (the first ones down the page).
+FINGERPRINT_WORDS = 80
+# Columns a word may stand off where it stood when learnt and still be the same word.
+COLUMN_SLACK = 12
+# How far up an anchor may be above its value.
+BELOW_DEPTH = 4
+# A learnt amount found by a layout outranks every label of the dictionaries (at most 1.0).
+LAYOUT_STRENGTH = 1.2
+
+Relation = Literal["same", "right", "below"]
+ValueKind = Literal["identifier", "date", "amount"]
+_KIND_OF_FIELD: dict[str, ValueKind] = {
+    "invoice_number": "identifier",
+    "issue_date": "date",
+    "due_date": "date",
+}
+
+
+# ---------------------------------------------------------------- normalising
+
+
+@lru_cache(maxsize=16384)
+def norm_text(text: str) -> str:
+    """Case, accents, spacing and trailing punctuation do not make words different."""
+    folded = unicodedata.normalize("NFKD", text.casefold())
+    folded = "".join(ch for ch in folded if not unicodedata.combining(ch))
+    return re.sub(r"\s+", " ", folded).strip(" :.-–#|")
+
+
+def norm_id(text: str) -> str:
+    """A VAT id or IBAN as letters and digits only."""
+    return re.sub(r"[^0-9A-Z]", "", text.upper())
+
+
+def norm_name(text: str) -> str:
+    return re.sub(r"[^0-9a-z]+", " ", norm_text(text)).strip()
+
+
+def _shape(value: str) -> str:
+    """'INV-2025-00042' -> 'A-9-9': what kind of identifier a vendor prints, not its digits."""
+    out = re.sub(r"[A-Za-z]+", "A", value)
+    return re.sub(r"\d+", "9", out)
+
+
+_IBAN = re.compile(r"\b([A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?)\b")
+
+
+def ibans_on(text: str) -> list[str]:
+    return [norm_id(m.group(1)) for m in _IBAN.finditer(text)]
+
+
+# ---------------------------------------------------------------- the model
+
+
+@dataclass(frozen=True)
+class StableWord:
+    """A word of the fingerprint: its normalised text and the column it starts at."""
+
+    text: str
+    col: int
+
+
+@dataclass(frozen=True)
+class FieldRule:
+    """Where one value stands, relative to the anchor text printed near it.
+
+    `field` is a field name (`invoice_number`, ...) or an amount role (`amount:due`, ...).
+    `dx` is the value's column minus the anchor's, `dy` the lines between them (0 unless
+    `below`). `shape` is the identifier's shape when learnt ('A-9-9'), so a different kind of
+    number in the same place is not taken for it.
+    """
+
+    field: str
+    anchor: str
+    anchor_col: int
+    relation: Relation
+    dx: int
+    dy: int = 0
+    shape: str | None = None
+    # The value's right edge minus the anchor's column: right-aligned amounts keep their end.
+    dx_end: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "field": self.field,
+            "anchor": self.anchor,
+            "anchor_col": self.anchor_col,
+            "relation": self.relation,
+            "dx": self.dx,
+            "dy": self.dy,
+            "shape": self.shape,
+            "dx_end": self.dx_end,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> FieldRule:
+        relation = str(data["relation"])
+        if relation not in ("same", "right", "below"):
+            raise ValueError(f"unknown relation {relation!r}")
+        return cls(
+            str(data["field"]),
+            str(data["anchor"]),
+            int(data["anchor_col"]),
+            relation,  # type: ignore[arg-type]
+            int(data["dx"]),
+            int(data.get("dy") or 0),
+            data.get("shape"),
+            None if data.get("dx_end") is None else int(data["dx_end"]),
+        )
+
+
+@dataclass(frozen=True)
+class VendorLayout:
+    """How one vendor's page is read, for one organisation (see the module's docstring)."""
+
+    org_id: str
+    vendor_key: str
+    seller_name: str | None
+    seller_vat_id: str | None
+    currency: str | None
+    fingerprint: tuple[StableWord, ...]
+    rules: tuple[FieldRule, ...]
+    # Set once stored: the row's id (what `layout:<id>` names), its version for the vendor.
+    id: int | None = None
+    version: int = 1
+    learnt_from: str | None = None
+    taught_by: str | None = None
+    taught_at: str | None = None
+    enabled: bool = True
+
+    @property
+    def label(self) -> str:
+        return f"layout:{self.id if self.id is not None else 'new'}"
+
+    def rule(self, name: str) -> FieldRule | None:
+        return next((r for r in self.rules if r.field == name), None)
+
+    def to_json(self) -> dict[str, Any]:
+        """The layout as data (docs/layouts.md): what it reads, never a page's variable values."""
+        return {
+            "vendor_key": self.vendor_key,
+            "version": self.version,
+            "seller_name": self.seller_name,
+            "seller_vat_id": self.seller_vat_id,
+            "currency": self.currency,
+            "fingerprint": [[w.text, w.col] for w in self.fingerprint],
+            "rules": [r.to_json() for r in self.rules],
+            "learnt_from": self.learnt_from,
+            "taught_by": self.taught_by,
+            "taught_at": self.taught_at,
+            "enabled": self.enabled,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], *, org_id: str, id: int | None = None) -> VendorLayout:
+        key = str(data["vendor_key"])
+        if not re.fullmatch(r"(vat|iban|name):.+", key):
+            raise ValueError(f"vendor_key must be vat:, iban: or name:, got {key!r}")
+        return cls(
+            org_id=org_id,
+            vendor_key=key,
+            seller_name=data.get("seller_name"),
+            seller_vat_id=data.get("seller_vat_id"),
+            currency=data.get("currency"),
+            fingerprint=tuple(StableWord(str(t), int(c)) for t, c in data.get("fingerprint") or ()),
+            rules=tuple(FieldRule.from_json(r) for r in data.get("rules") or ()),
+            id=id,
+            version=int(data.get("version") or 1),
+            learnt_from=data.get("learnt_from"),
+            taught_by=data.get("taught_by"),
+            taught_at=data.get("taught_at"),
+            enabled=bool(data.get("enabled", True)),
+        )
+
+
+# ---------------------------------------------------------------- the page
+
+
+@dataclass(frozen=True)
+class Page:
+    """A page's words (the layout text's segments) with their boxes when known."""
+
+    text: str
+    lines: tuple[tuple[Segment, ...], ...]
+    geometry: PageGeometry
+    flat: str  # every segment's text, for presence checks
+
+    @classmethod
+    def of(cls, text: str, boxes: TextBoxes | None = None) -> Page:
+        lines = tuple(tuple(row) for row in segments(text))
+        return cls(text, lines, PageGeometry(text, boxes), "\n".join(s.text for row in lines for s in row))
+
+    def segs(self) -> list[Segment]:
+        return [s for row in self.lines for s in row]
+
+
+def fingerprint_of(page: Page, variable: Sequence[str] = ()) -> tuple[StableWord, ...]:
+    """The page's stable-looking words: segments with letters and no digits, not a variable value."""
+    skip = {norm_text(v) for v in variable if v}
+    seen: set[str] = set()
+    out: list[StableWord] = []
+    for seg in page.segs():
+        text = norm_text(seg.text)
+        if re.search(r"\d", text) or len(re.findall(r"[a-z]", text)) < 3 or text in skip or text in seen:
+            continue
+        seen.add(text)
+        out.append(StableWord(text, seg.col))
+        if len(out) >= FINGERPRINT_WORDS:
+            break
+    return tuple(out)
+
+
+def fingerprint_score(page: Page, words: Sequence[StableWord]) -> float:
+    """The share of the fingerprint's words found on the page near their column (any line)."""
+    if not words:
+        return 0.0
+    where: dict[str, list[int]] = {}
+    for seg in page.segs():
+        where.setdefault(norm_text(seg.text), []).append(seg.col)
+    hits = sum(1 for w in words if any(abs(col - w.col) <= COLUMN_SLACK for col in where.get(w.text, ())))
+    return hits / len(words)
+
+
+def vendor_on_page(page: Page, vendor_key: str) -> bool:
+    """The vendor the layout belongs to is printed on the page (its VAT id, IBAN or name)."""
+    kind, _, value = vendor_key.partition(":")
+    if not value:
+        return False
+    if kind in ("vat", "iban"):
+        return value in norm_id(page.flat)
+    if kind == "name":
+        return f" {value} " in f" {norm_name(page.flat)} "
+    return False
+
+
+def vendor_key_of(fields: InvoiceFields, page: Page) -> str | None:
+    """Who the vendor is: the seller's VAT id, else an IBAN on the page, else its normalised name.
+
+    A key is only taken when the page prints it: a layout must be able to recognise its vendor.
+    """
+    if fields.seller_vat_id and (vat := norm_id(fields.seller_vat_id)) and len(vat) >= 8:
+        if vendor_on_page(page, f"vat:{vat}"):
+            return f"vat:{vat}"
+    ibans = list(dict.fromkeys(ibans_on(page.flat)))
+    if len(ibans) == 1:
+        return f"iban:{ibans[0]}"
+    if fields.seller_name and (name := norm_name(fields.seller_name)) and len(name) >= 3:
+        if vendor_on_page(page, f"name:{name}"):
+            return f"name:{name}"
+    return None
+
+
+# ---------------------------------------------------------------- values in a segment
+
+
+def _identifiers(text: str) -> list[tuple[int, str]]:
+    value = first_identifier(text)
+    return [(text.find(value), value)] if value and value in text else []
+
+
+def _dates(text: str) -> list[tuple[int, date]]:
+    found = find_dates(text)
+    if not found and (compact := labelled_date(text)) is not None:
+        return [(0, compact)]
+    return found
+
+
+def _amounts(text: str) -> list[tuple[int, Decimal]]:
+    return [(n.start, n.value) for n in numbers_in(text)]
+
+
+def _values(kind: ValueKind, text: str) -> list[tuple[int, Any]]:
+    if kind == "identifier":
+        return _identifiers(text)
+    if kind == "date":
+        return _dates(text)
+    return _amounts(text)
+
+
+def _same_value(kind: ValueKind, got: Any, want: Any) -> bool:
+    if kind == "amount":
+        return isinstance(got, Decimal) and abs(got) == abs(Decimal(str(want)))
+    return bool(got == want)
+
+
+# ---------------------------------------------------------------- learning
+
+
+def _usable_anchor(text: str) -> bool:
+    """An anchor is a label: letters, no date, no long number (those change between invoices)."""
+    return (
+        len(re.findall(r"[a-z]", text)) >= 2
+        and not re.search(r"\d{4,}", text)
+        and not find_dates(text)
+        and not numbers_in(re.sub(r"\d+\s?%", "", text))
+    )
+
+
+def _unique(page: Page, anchor: str, relation: Relation) -> bool:
+    texts = [norm_text(s.text) for s in page.segs()]
+    if relation == "same":
+        return sum(1 for t in texts if t.startswith(anchor)) == 1
+    return texts.count(anchor) == 1
+
+
+def _anchors_for(page: Page, seg: Segment, start: int) -> list[FieldRule]:
+    """Anchors for a value at `start` in `seg`, best first (field name and shape left blank)."""
+    out: list[FieldRule] = []
+    before = norm_text(seg.text[:start])
+    if before and _usable_anchor(before) and _unique(page, before, "same"):
+        out.append(FieldRule("", before, seg.col, "same", 0))
+    row = page.lines[seg.line]
+    left = [s for s in row if s.col < seg.col]
+    if left:
+        anchor = left[-1]
+        text = norm_text(anchor.text)
+        if _usable_anchor(text) and _unique(page, text, "right"):
+            out.append(
+                FieldRule("", text, anchor.col, "right", seg.col - anchor.col, dx_end=seg.end - anchor.col)
+            )
+    for dy in range(1, BELOW_DEPTH + 1):
+        if seg.line - dy < 0:
+            break
+        above = [s for s in page.lines[seg.line - dy] if s.overlaps(seg.col, seg.end, 6)]
+        if not above:
+            continue
+        anchor = min(above, key=lambda s: abs(s.col - seg.col))
+        text = norm_text(anchor.text)
+        if _usable_anchor(text) and _unique(page, text, "below"):
+            out.append(
+                FieldRule(
+                    "", text, anchor.col, "below", seg.col - anchor.col, dy, dx_end=seg.end - anchor.col
+                )
+            )
+            break
+    return out
+
+
+def _occurrences(page: Page, kind: ValueKind, want: Any) -> list[tuple[Segment, int]]:
+    return [
+        (seg, start)
+        for seg in page.segs()
+        for start, got in _values(kind, seg.text)
+        if _same_value(kind, got, want)
+    ]
+
+
+_RELATION_RANK = {"same": 0, "right": 1, "below": 2}
+
+
+def _learn_rule(
+    page: Page, name: str, kind: ValueKind, want: Any, taken: set[tuple[int, int]], prefer: Kind | None = None
+) -> tuple[FieldRule, Segment] | None:
+    best: tuple[tuple[int, int, int], FieldRule, Segment] | None = None
+    for seg, start in _occurrences(page, kind, want):
+        if (seg.line, seg.index) in taken:
+            continue
+        for rule in _anchors_for(page, seg, start):
+            said = amount_label(rule.anchor) if kind == "amount" else None
+            # An amount whose label names the role it is learnt for is the one, then the lowest.
+            fits = 0 if prefer is None or (said is not None and said.kind == prefer) else 1
+            rank = (fits, _RELATION_RANK[rule.relation], -seg.line if kind == "amount" else seg.line)
+            if best is None or rank < best[0]:
+                shape = _shape(str(want)) if kind == "identifier" else None
+                best = (rank, replace(rule, field=name, shape=shape), seg)
+            break
+    return None if best is None else (best[1], best[2])
+
+
+def amount_roles(fields: InvoiceFields) -> list[tuple[Kind, Decimal]]:
+    """What the confirmed amounts say is printed: net + tax = gross, gross - prepaid = due."""
+    payable, net, tax = fields.payable_total, fields.net_total, fields.tax_total
+    out: list[tuple[Kind, Decimal]] = []
+    if payable is None:
+        return out
+    if net is not None and tax is not None and net + tax == payable:
+        out.append(("gross", payable))
+    else:
+        out.append(("due", payable))
+        if net is not None and tax is not None:
+            out += [("gross", net + tax), ("prepaid", net + tax - payable)]
+    if net is not None:
+        out.append(("net", net))
+    if tax is not None and tax != 0:
+        out.append(("tax", tax))
+    return out
+
+
+def learn_layout(
+    text: str,
+    boxes: TextBoxes | None,
+    confirmed: InvoiceFields,
+    *,
+    org_id: str,
+    learnt_from: str | None = None,
+    taught_by: str | None = None,
+) -> VendorLayout | None:
+    """A layout from one page and the values a person confirmed; None when the page does not say
+    who the vendor is (no VAT id, IBAN or name of the seller printed on it)."""
+    page = Page.of(text, boxes)
+    key = vendor_key_of(confirmed, page)
+    if key is None:
+        return None
+    rules: list[FieldRule] = []
+    taken: set[tuple[int, int]] = set()
+    for name in ANCHORED_FIELDS:
+        want = getattr(confirmed, name)
+        if want is None:
+            continue
+        found = _learn_rule(page, name, _KIND_OF_FIELD[name], want, taken)
+        if found is not None:
+            rules.append(found[0])
+            taken.add((found[1].line, found[1].index))
+    for role, amount in amount_roles(confirmed):
+        if role == "prepaid" and amount == 0:
+            continue
+        found = _learn_rule(page, f"amount:{role}", "amount", amount, taken, prefer=role)
+        if found is not None:
+            rules.append(found[0])
+            taken.add((found[1].line, found[1].index))
+    variable = [str(v) for v in (confirmed.invoice_number, confirmed.po_number) if v is not None]
+    return VendorLayout(
+        org_id=org_id,
+        vendor_key=key,
+        seller_name=confirmed.seller_name,
+        seller_vat_id=confirmed.seller_vat_id,
+        currency=confirmed.currency,
+        fingerprint=fingerprint_of(page, variable),
+        rules=tuple(rules),
+        learnt_from=learnt_from,
+        taught_by=taught_by,
+    )
+
+
+# ---------------------------------------------------------------- reading
+
+
+@dataclass(frozen=True)
+class ReadValue:
+    value: Any
+    line: int
+    anchor: str
+    segs: tuple[tuple[int, int], ...]
+    seg: Segment
+    anchor_seg: Segment
+
+
+@dataclass(frozen=True)
+class LayoutRead:
+    """What a layout read from a page, or why it does not apply (`matched` False, `why`)."""
+
+    layout: VendorLayout
+    matched: bool
+    why: str
+    score: float = 0.0
+    vendor_found: bool = False
+    values: Mapping[str, ReadValue] = field(default_factory=dict)
+    missed: Mapping[str, str] = field(default_factory=dict)
+
+
+def _find_anchor(page: Page, rule: FieldRule) -> Segment | None:
+    if rule.relation == "same":
+        found = [s for s in page.segs() if norm_text(s.text).startswith(rule.anchor)]
+    else:
+        found = [s for s in page.segs() if norm_text(s.text) == rule.anchor]
+    found = [s for s in found if abs(s.col - rule.anchor_col) <= COLUMN_SLACK]
+    if len(found) != 1:
+        return None
+    return found[0]
+
+
+def _value_after_anchor(kind: ValueKind, seg: Segment, anchor: str) -> Any:
+    """The value in the anchor's own segment, after the anchor's words."""
+    text = seg.text
+    # Walk the raw text until its normalised prefix covers the anchor.
+    cut = len(text)
+    for i in range(1, len(text) + 1):
+        if norm_text(text[:i]) == anchor:
+            cut = i
+            break
+    found = _values(kind, text[cut:])
+    return found[-1][1] if kind == "amount" and found else (found[0][1] if found else None)
+
+
+def _read_rule(page: Page, rule: FieldRule, kind: ValueKind) -> ReadValue | str:
+    anchor = _find_anchor(page, rule)
+    if anchor is None:
+        return f"its anchor {rule.anchor!r} is not on the page once near column {rule.anchor_col}"
+    if rule.relation == "same":
+        value = _value_after_anchor(kind, anchor, rule.anchor)
+        seg = anchor
+    else:
+        line = anchor.line + rule.dy
+        if line >= len(page.lines):
+            return f"nothing {rule.dy} line(s) below {rule.anchor!r}"
+        row = page.lines[line]
+        if rule.relation == "right":
+            row = tuple(s for s in row if s.col > anchor.col)
+        target = anchor.col + rule.dx
+        target_end = anchor.col + (rule.dx_end if rule.dx_end is not None else rule.dx)
+
+        def off(s: Segment) -> int:
+            return min(abs(s.col - target), abs(s.end - target_end))
+
+        near = [s for s in row if off(s) <= COLUMN_SLACK]
+        if not near:
+            return f"no value where it stood relative to {rule.anchor!r}"
+        seg = min(near, key=off)
+        found = _values(kind, seg.text)
+        value = (found[-1][1] if kind == "amount" else found[0][1]) if found else None
+    if value is None:
+        return f"no {kind} where it stood relative to {rule.anchor!r}"
+    if kind == "identifier" and rule.shape is not None and _shape(str(value)) != rule.shape:
+        return f"{value!r} is not shaped like the learnt number ({rule.shape})"
+    segs = ((anchor.line, anchor.index), (seg.line, seg.index))
+    return ReadValue(value, seg.line, rule.anchor, segs, seg, anchor)
+
+
+def read_with_layout(page: Page, layout: VendorLayout) -> LayoutRead:
+    """The values `layout` reads from the page, or why it does not match it."""
+    if not layout.enabled:
+        return LayoutRead(layout, False, "disabled")
+    if not vendor_on_page(page, layout.vendor_key):
+        return LayoutRead(layout, False, f"its vendor ({layout.vendor_key}) is not on the page")
+    score = fingerprint_score(page, layout.fingerprint)
+    if score < MATCH_THRESHOLD:
+        return LayoutRead(
+            layout,
+            False,
+            f"no longer matches the page (fingerprint {score:.2f} < {MATCH_THRESHOLD:.2f})",
+            score,
+            True,
+        )
+    values: dict[str, ReadValue] = {}
+    missed: dict[str, str] = {}
+    for rule in layout.rules:
+        kind: ValueKind = (
+            "amount" if rule.field.startswith("amount:") else _KIND_OF_FIELD.get(rule.field, "identifier")
+        )
+        got = _read_rule(page, rule, kind)
+        if isinstance(got, str):
+            missed[rule.field] = got
+        else:
+            values[rule.field] = got
+    return LayoutRead(layout, True, "matched", score, True, values, missed)
+
+
+def _currency_on_page(page: Page, currency: str | None) -> bool:
+    if currency is None:
+        return False
+    codes = {c for c in re.findall(r"\b[A-Z]{3}\b", page.flat) if c in KNOWN_CURRENCIES}
+    if codes - {currency}:
+        return False  # the page names another currency too: not the layout's to decide
+    symbols = {"EUR": "€", "GBP": "£", "USD": "$", "JPY": "¥", "INR": "₹"}
+    return currency in codes or (symbols.get(currency, "\0") in page.flat)
+
+
+def _annotated(source: FieldSource, note: str) -> FieldSource:
+    return (
+        replace(source, source=f"{source.source} ({note})")
+        if source.source
+        else replace(source, reason=f"{source.reason or ''} ({note})".strip())
+    )
+
+
+def layout_for_org(layout: VendorLayout, org_id: str) -> bool:
+    """Only an organisation's own enabled layouts read its pages (whatever a caller passes in)."""
+    return layout.enabled and layout.org_id == org_id
+
+
+def fields_with_layouts(
+    text: str,
+    boxes: TextBoxes | None,
+    template_free: InvoiceFields,
+    layouts: Sequence[VendorLayout],
+    *,
+    org_id: str,
+    confidence_of: Callable[[Sequence[int]], tuple[int, float]] | None = None,
+    min_confidence: float = 0.0,
+) -> InvoiceFields:
+    """The page read with the org's best matching layout first, template-free where it cannot.
+
+    Only the org's own enabled layouts are tried, and only one whose vendor is printed on the
+    page. `confidence_of` gives (page, confidence) of text lines for an OCRed scan: a layout's
+    value read below `min_confidence` is not taken.
+    """
+    page = Page.of(text, boxes)
+    reads = [read_with_layout(page, lay) for lay in layouts if layout_for_org(lay, org_id)]
+    matched = [r for r in reads if r.matched]
+    if not matched:
+        stale = [r for r in reads if r.vendor_found]
+        if not stale:
+            return template_free
+        note = "; ".join(f"{r.layout.label} v{r.layout.version} {r.why}" for r in stale)
+        sources = {
+            name: _annotated(src, f"{note}: read template-free")
+            for name, src in template_free.sources.items()
+        }
+        return replace(template_free, sources=sources)
+    best = max(matched, key=lambda r: (r.score, len(r.values), r.layout.version))
+    return _merge(page, best, template_free, confidence_of, min_confidence)
+
+
+def _merge(
+    page: Page,
+    read: LayoutRead,
+    template_free: InvoiceFields,
+    confidence_of: Callable[[Sequence[int]], tuple[int, float]] | None,
+    min_confidence: float,
+) -> InvoiceFields:
+    layout = read.layout
+    label = layout.label
+    sources = dict(template_free.sources)
+    updates: dict[str, Any] = {}
+
+    def source_for(value: ReadValue) -> FieldSource | None:
+        lines = sorted({value.anchor_seg.line, value.seg.line})
+        pg, confidence = page.geometry.page(lines[0]), 0.95
+        if confidence_of is not None:
+            pg, confidence = confidence_of(lines)
+            if confidence < min_confidence:
+                return None
+        box = union([page.geometry.box(ln, ix) for ln, ix in value.segs])
+        return FieldSource(
+            f"{label}:page {pg}:line {value.line + 1}:{value.anchor!r}", round(confidence, 3), None, pg, box
+        )
+
+    def fallback(name: str, why: str) -> None:
+        if name in sources:
+            sources[name] = _annotated(sources[name], f"{label} {why}; read template-free")
+
+    for name in ANCHORED_FIELDS:
+        rule = layout.rule(name)
+        if rule is None:
+            continue
+        got = read.values.get(name)
+        src = source_for(got) if got is not None else None
+        if got is None or src is None:
+            fallback(name, read.missed.get(name, "read it below the OCR confidence threshold"))
+            continue
+        updates[name] = got.value
+        sources[name] = src
+
+    # The vendor: the page prints its key (read_with_layout checked), so its names are the vendor's.
+    kind, _, key_value = layout.vendor_key.partition(":")
+    if layout.seller_name:
+        updates["seller_name"] = layout.seller_name
+        sources["seller_name"] = FieldSource(f"{label}:vendor {layout.vendor_key}", 0.95)
+    if layout.seller_vat_id and kind == "vat":
+        updates["seller_vat_id"] = layout.seller_vat_id
+        sources["seller_vat_id"] = FieldSource(f"{label}:vendor VAT id printed on the page", 0.95)
+    if _currency_on_page(page, layout.currency):
+        updates["currency"] = layout.currency
+        sources["currency"] = FieldSource(f"{label}:the vendor's currency, printed on the page", 0.9)
+    elif layout.currency is not None:
+        fallback("currency", f"did not find its currency {layout.currency} (alone) on the page")
+
+    # Amounts: the layout says which printed amount is which; the page's arithmetic decides.
+    placed: list[Found] = []
+    for role in AMOUNT_ROLES:
+        got = read.values.get(f"amount:{role}")
+        if got is None or not isinstance(got.value, Decimal):
+            continue
+        placed.append(
+            Found(role, got.value, f"{label}:{got.anchor}", LAYOUT_STRENGTH, got.anchor_seg, got.seg)
+        )
+    if placed:
+        taken = {(f.value_seg.line, f.value_seg.index) for f in placed}
+        found = placed + [
+            f for f in find_amounts(page.text) if (f.value_seg.line, f.value_seg.index) not in taken
+        ]
+
+        def amount_source(f: Found) -> FieldSource:
+            lines = sorted({f.label_seg.line, f.value_seg.line})
+            pg, confidence = page.geometry.page(lines[0]), 0.9 * min(f.strength, 1.0)
+            if confidence_of is not None:
+                pg, confidence = confidence_of(lines)
+            box = union(
+                [
+                    page.geometry.box(f.label_seg.line, f.label_seg.index),
+                    page.geometry.box(f.value_seg.line, f.value_seg.index),
+                ]
+            )
+            prefix = f"{label}:" if f in placed else "pdf-text:"
+            label_text = f.label[len(label) + 1 :] if f in placed else f.label
+            where = f"page {pg}:line {lines[-1] + 1}:{label_text!r}"
+            return FieldSource(f"{prefix}{where}", round(confidence, 3), None, pg, box)
+
+        resolution = resolve(found, exempt=EXEMPT.search(page.text) is not None, source_of=amount_source)
+        unknown = unexplained_amounts(page, placed, found, resolution.payable)
+        if resolution.check.confirmed and unknown:
+            # A row the layout never saw (a prepayment, a fee) may change what is due: the
+            # arithmetic of the rows it knows proves nothing then. Held for a person.
+            resolution = replace(
+                resolution,
+                check=replace(
+                    resolution.check,
+                    confirmed=False,
+                    rule=f"the totals print amounts {label} does not know ({'; '.join(unknown)}): "
+                    f"not confirmed although {resolution.check.rule}",
+                ),
+            )
+        for name, chosen in (("payable_total", resolution.payable), ("net_total", resolution.net)):
+            if chosen is not None:
+                updates[name] = chosen.amount
+                sources[name] = amount_source(chosen)
+        if resolution.tax_found is not None:
+            updates["tax_total"] = resolution.tax_found.amount
+            sources["tax_total"] = amount_source(resolution.tax_found)
+        elif resolution.tax is not None and resolution.check.confirmed:
+            updates["tax_total"] = resolution.tax
+            sources["tax_total"] = FieldSource(f"{label}:{resolution.check.rule}", 0.8)
+        updates["amount_check"] = resolution.check
+    else:
+        for role in AMOUNT_ROLES:
+            if (why := read.missed.get(f"amount:{role}")) is not None:
+                fallback("payable_total", f"found no {role} amount: {why}")
+                break
+    return replace(template_free, **updates, sources=sources)
+
+
+# Lines below the payable (and the last amount a layout placed) looked at for other amounts.
+TOTALS_REACH = 6
+
+
+def unexplained_amounts(
+    page: Page, placed: Sequence[Found], found: Sequence[Found], payable: Found | None
+) -> list[str]:
+    """Rows in the totals column just below the payable amount, with an amount that neither the
+    layout nor a dictionary label accounts for (above it, net + tax = total already held)."""
+    if not placed or payable is None:
+        return []
+    known = {(f.value_seg.line, f.value_seg.index) for f in found}
+    ends = [f.value_seg.end for f in placed]
+    first = payable.value_seg.line + 1
+    last = max(payable.value_seg.line, *(f.value_seg.line for f in placed))
+    out: list[str] = []
+    for line in range(first, min(last + 1 + TOTALS_REACH, len(page.lines))):
+        row = page.lines[line]
+        for seg in row:
+            if (seg.line, seg.index) in known or not numbers_in(seg.text):
+                continue
+            if any(abs(seg.end - end) <= COLUMN_SLACK for end in ends):
+                label = " ".join(s.text for s in row if s.col < seg.col) or seg.text
+                out.append(f"{label.strip()!r} on line {line + 1}")
+    return out
+
+
+def contradictions(read: LayoutRead, confirmed: InvoiceFields) -> list[str]:
+    """The fields a layout read differently from what a person confirmed (a new version is due)."""
+    out: list[str] = []
+    for name in ANCHORED_FIELDS:
+        got = read.values.get(name)
+        want = getattr(confirmed, name)
+        if got is not None and want is not None and got.value != want:
+            out.append(name)
+    roles = dict(amount_roles(confirmed))
+    for role, want_amount in roles.items():
+        got = read.values.get(f"amount:{role}")
+        if got is not None and abs(got.value) != abs(want_amount):
+            out.append(f"amount:{role}")
+    for role in AMOUNT_ROLES:
+        if role not in roles and f"amount:{role}" in read.values and role in ("due", "gross"):
+            # The layout reads a payable where the person says there is none of that kind.
+            if read.values[f"amount:{role}"].value != confirmed.payable_total:
+                out.append(f"amount:{role}")
+    if (
+        read.layout.seller_name
+        and confirmed.seller_name
+        and norm_name(read.layout.seller_name) != norm_name(confirmed.seller_name)
+    ):
+        out.append("seller_name")
+    if read.layout.currency and confirmed.currency and read.layout.currency != confirmed.currency:
+        out.append("currency")
+    return out
+
+
+# ---------------------------------------------------------------- stored texts
+
+
+PAGE_FORMATS = ("pdf", "image")
+
+
+def page_of(extracted: ExtractedText) -> tuple[TextBoxes | None, OcrLayout | None]:
+    """The boxes of a page-read text (a text PDF's segments, or a scan's OCR lines)."""
+    ocr = OcrLayout.from_structured(extracted.structured) if extracted.method.startswith("ocr") else None
+    boxes = ocr.text_boxes() if ocr is not None else TextBoxes.from_structured(extracted.structured)
+    return boxes, ocr
+
+
+def apply_layouts(
+    extracted: ExtractedText, fields: InvoiceFields, layouts: Sequence[VendorLayout], org_id: str
+) -> InvoiceFields:
+    """`fields` (read template-free) read again with the org's layouts, for a page-read invoice;
+    structured invoices (XML, JSON) and an org without layouts are returned as they are."""
+    if extracted.format not in PAGE_FORMATS or not layouts:
+        return fields
+    boxes, ocr = page_of(extracted)
+    return fields_with_layouts(
+        extracted.text,
+        boxes,
+        fields,
+        layouts,
+        org_id=org_id,
+        confidence_of=ocr.locate if ocr is not None else None,
+        min_confidence=MIN_FIELD_CONFIDENCE if ocr is not None else 0.0,
+    )

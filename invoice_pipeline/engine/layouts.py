@@ -1,0 +1,171 @@
+"""Vendor layouts in the loop: learnt from a person's decision, managed, exported and imported.
+
+`learn_from_decision` runs after a person corrected a page-read invoice (`engine.corrections.
+correct_invoice`) or approved one (`engine.review.act`, action approve), once that decision has
+committed. It never changes the decision: learning is a consequence of it, and a failure to
+learn is reported, not raised. It reads the invoice's stored page and its fields as the person
+left them, and then, for that organisation and vendor:
+
+* no layout of the vendor matches the page: a new version is learnt (the vendor may use two
+  templates; the older one stays enabled until it stops matching anything or a person disables it);
+* a matching layout reads what the person confirmed: it is confirmed (counted, not rewritten);
+* a matching layout reads something else, or fewer fields than the page now teaches: a new
+  version, and the old one is disabled as superseded by it.
+
+Layouts are per organisation: every read and write names the invoice's own org.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+from uuid import UUID
+
+from invoice_pipeline.documents.reading.layouts import (
+    FORMAT_VERSION,
+    PAGE_FORMATS,
+    Page,
+    VendorLayout,
+    contradictions,
+    learn_layout,
+    page_of,
+    read_with_layout,
+)
+from invoice_pipeline.engine.store import InvoiceStore, LayoutRow, as_uuid
+
+log = logging.getLogger(__name__)
+
+EXPORT_FORMAT = "invoice-pipeline/vendor-layouts"
+
+
+@dataclass(frozen=True)
+class Learnt:
+    """What a decision taught: a new layout or version, a confirmation, or nothing and why."""
+
+    invoice_id: UUID
+    outcome: Literal["learnt", "new_version", "confirmed", "skipped"]
+    detail: str
+    layout_id: int | None = None
+    version: int | None = None
+
+
+def learn_from_decision(store: InvoiceStore, invoice_id: UUID | str, taught_by: str) -> Learnt:
+    """Learn (or confirm) the vendor's layout from a decided page-read invoice (see the module)."""
+    invoice_id = as_uuid(invoice_id)
+
+    def skipped(why: str) -> Learnt:
+        return Learnt(invoice_id, "skipped", why)
+
+    state = store.invoice_state(invoice_id)
+    extracted = store.load_extracted_text(invoice_id)
+    fields = store.load_fields(invoice_id)
+    if state is None or extracted is None or fields is None:
+        return skipped("the invoice, its text or its fields are not stored")
+    if extracted.format not in PAGE_FORMATS:
+        return skipped(f"it was not read from a page ({extracted.format}): nothing to learn")
+    boxes, _ = page_of(extracted)
+    learnt = learn_layout(
+        extracted.text, boxes, fields, org_id=state.org_id, learnt_from=str(invoice_id), taught_by=taught_by
+    )
+    if learnt is None:
+        return skipped("the page prints neither the seller's VAT id, an IBAN nor the seller's name")
+    if not learnt.rules:
+        return skipped("no confirmed value was found on the page next to a label")
+    page = Page.of(extracted.text, boxes)
+    rows = [r for r in store.layouts_of_vendor(state.org_id, learnt.vendor_key) if r.enabled]
+    for row in sorted(rows, key=lambda r: -r.version):
+        read = read_with_layout(page, row.vendor_layout())
+        if not read.matched:
+            continue
+        wrong = contradictions(read, fields)
+        more = sorted({r.field for r in learnt.rules} - set(read.values))
+        if not wrong and not more:
+            store.confirm_layout(state.org_id, row.id)
+            return Learnt(
+                invoice_id,
+                "confirmed",
+                f"layout {row.id} v{row.version} read it as decided",
+                row.id,
+                row.version,
+            )
+        why = (
+            f"{taught_by} decided {', '.join(wrong)} differently on invoice {invoice_id}"
+            if wrong
+            else f"invoice {invoice_id} also teaches {', '.join(more)}"
+        )
+        saved = store.save_layout(
+            learnt, taught_by=taught_by, learnt_from=invoice_id, supersedes=row, why=why
+        )
+        return Learnt(
+            invoice_id,
+            "new_version",
+            f"supersedes layout {row.id} v{row.version}: {why}",
+            saved.id,
+            saved.version,
+        )
+    saved = store.save_layout(learnt, taught_by=taught_by, learnt_from=invoice_id)
+    return Learnt(
+        invoice_id, "learnt", f"learnt {learnt.vendor_key} from invoice {invoice_id}", saved.id, saved.version
+    )
+
+
+def learn_quietly(store: InvoiceStore, invoice_id: UUID | str, taught_by: str) -> Learnt | None:
+    """`learn_from_decision` after a decision that has committed: a failure is logged, never raised."""
+    try:
+        return learn_from_decision(store, invoice_id, taught_by)
+    except Exception:  # the decision stands whatever learning does
+        log.exception("learning a vendor layout from invoice %s failed", invoice_id)
+        return None
+
+
+# -- export and import (docs/layouts.md) ---------------------------------------------------------
+
+
+def export_layouts(store: InvoiceStore, org_id: str, *, include_disabled: bool = False) -> dict[str, Any]:
+    rows = store.list_layouts(org_id, include_disabled=include_disabled)
+    return {
+        "format": EXPORT_FORMAT,
+        "format_version": FORMAT_VERSION,
+        "org_id": org_id,
+        "exported_at": datetime.now(UTC).isoformat(),
+        "layouts": [{"id": r.id, **r.vendor_layout().to_json()} for r in rows],
+    }
+
+
+def parse_export(data: Mapping[str, Any], org_id: str) -> list[VendorLayout]:
+    """The layouts of an export, for `org_id` (whatever org they were exported from)."""
+    if data.get("format") != EXPORT_FORMAT:
+        raise ValueError(f"not a vendor layout export (format must be {EXPORT_FORMAT!r})")
+    if int(data.get("format_version") or 0) != FORMAT_VERSION:
+        raise ValueError(
+            f"unsupported format_version {data.get('format_version')!r} (this version reads {FORMAT_VERSION})"
+        )
+    layouts = data.get("layouts")
+    if not isinstance(layouts, list):
+        raise ValueError("'layouts' must be a list")
+    return [VendorLayout.from_json(item, org_id=org_id) for item in layouts]
+
+
+def import_layouts(store: InvoiceStore, data: Mapping[str, Any], org_id: str, actor: str) -> list[LayoutRow]:
+    """Each enabled layout of an export becomes a new version of its vendor's layout in `org_id`."""
+    parsed = parse_export(data, org_id)
+    source = data.get("org_id")
+    return [
+        store.save_layout(layout, taught_by=f"import by {actor} (from org {source})", learnt_from=None)
+        for layout in parsed
+        if layout.enabled
+    ]
+
+
+def describe_rows(rows: Sequence[LayoutRow]) -> list[str]:
+    """One line per layout, as `review layouts list` prints them."""
+    return [
+        f"{r.id:>5}  {r.org_id}  {r.vendor_key}  v{r.version}  "
+        f"{'enabled' if r.enabled else 'disabled: ' + (r.disabled_reason or '')}  "
+        f"learnt from {r.learnt_from or '(imported)'} by {r.taught_by} at {r.taught_at:%Y-%m-%d %H:%M}  "
+        f"confirmed {r.confirmations}x"
+        for r in rows
+    ]

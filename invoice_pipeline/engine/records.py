@@ -1,0 +1,299 @@
+"""The records the store reads and writes: plain frozen values, no database handle inside.
+
+They travel from the store to the ops, the CLI and the reports; keeping them apart from
+`engine/store/` lets any of those name a record without importing the connection pool.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any, Generic, Literal, TypeVar
+from uuid import UUID
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A running processing_jobs row, as its holder knows it. The job id is the fencing token
+    every write carries; whether the lease still holds is the database's to say, not this value's."""
+
+    job_id: UUID
+    invoice_id: UUID
+    attempt: int
+    owner: str | None
+
+
+@dataclass(frozen=True)
+class AcquiredLock:
+    """One invoice of a chunk whose lock was taken: its new job and attempt."""
+
+    invoice_id: UUID
+    org_id: str
+    job_id: UUID
+    attempt: int
+
+
+@dataclass(frozen=True)
+class LockHolder:
+    """Who holds an invoice's lock, as the processing_jobs row says."""
+
+    job_id: UUID
+    invoice_id: UUID
+    attempt: int
+    owner: str | None
+    started_at: datetime
+    heartbeat_at: datetime
+    heartbeat_age: timedelta
+
+    def describe(self) -> str:
+        return (
+            f"job {self.job_id} (attempt {self.attempt}, owner {self.owner or 'unknown'}) "
+            f"since {self.started_at.isoformat()}, last heartbeat {self.heartbeat_age.total_seconds():.1f}s ago"
+        )
+
+
+R = TypeVar("R")
+
+
+# Where an invoice rests until a person acts: no run picks it up again by itself.
+TERMINAL_STATUSES = ("processed", "needs_review", "quarantined", "needs_attention")
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    job_id: UUID
+    invoice_id: UUID
+    attempt: int
+    status: str
+    owner: str | None
+    started_at: datetime
+    heartbeat_at: datetime
+    finished_at: datetime | None
+    error: str | None
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    invoice_id: UUID
+    sha256: str
+    created: bool
+
+
+@dataclass(frozen=True)
+class StoredDocument:
+    invoice_id: UUID
+    org_id: str
+    filename: str | None
+    sha256: str
+    content: bytes
+
+
+@dataclass(frozen=True)
+class InvoiceState:
+    invoice_id: UUID
+    org_id: str
+    status: str
+    processing_stage: str | None
+    attempts: int
+    next_attempt_at: datetime
+    last_error: str | None
+    quarantine_code: str | None
+    quarantine_reason: str | None
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+
+@dataclass(frozen=True)
+class DuplicateDecision:
+    """The outcome of duplicate detection for one invoice, with why."""
+
+    invoice_id: UUID
+    status: Literal["original", "duplicate", "suspected"]
+    group_id: UUID | None
+    original_id: UUID | None
+    business_key: str
+    how: str | None
+    score: Decimal | None
+    reasons: list[str]
+
+    @property
+    def is_duplicate(self) -> bool:
+        """An exact copy: rejected automatically."""
+        return self.status == "duplicate"
+
+    @property
+    def is_suspected(self) -> bool:
+        """A copy only by tolerance: held for a person, neither approved nor rejected."""
+        return self.status == "suspected"
+
+
+@dataclass(frozen=True)
+class Approval:
+    decision: Literal["approved", "rejected"]
+    rule: str
+    decided_at: datetime
+
+
+@dataclass(frozen=True)
+class LedgerPosting:
+    posting_id: UUID
+    invoice_id: UUID
+    amount: Decimal
+    currency: str
+    posted_at: datetime
+
+
+@dataclass(frozen=True)
+class DueInvoice:
+    invoice_id: UUID
+    org_id: str
+    attempt: int
+    # How many times a person requeued it: part of the run key, so a redrive is launched anew.
+    redrive: int
+    seq: int
+
+
+@dataclass(frozen=True)
+class Rescheduled:
+    invoice_id: UUID
+    status: str
+    attempts: int
+    next_attempt_at: datetime
+    last_error: str | None
+
+
+@dataclass(frozen=True)
+class OpenRequests:
+    """Invoices requested for one owner (see request_owner.py) and not yet claimed."""
+
+    owner: str
+    invoices: int
+    age: timedelta
+
+
+@dataclass(frozen=True)
+class DuplicateCandidateRow:
+    id: UUID
+    org_id: str
+    fields: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class MatchOutcome:
+    original_id: UUID
+    exact: bool
+    how: str
+    score: float
+    reasons: tuple[str, ...]
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "original_id": self.original_id,
+            "how": self.how,
+            "score": self.score,
+            "reasons": list(self.reasons),
+        }
+
+
+@dataclass(frozen=True)
+class AttentionItem:
+    invoice_id: UUID
+    org_id: str
+    status: str
+    code: str
+    reason: str
+    filename: str | None
+
+
+@dataclass(frozen=True)
+class StatusSummary:
+    by_status: dict[str, int]
+    by_stage: dict[str, int]
+    locks_held: int
+    oldest_lock_started_at: datetime | None
+    stalest_heartbeat_age: timedelta | None
+    originals: int
+    duplicates: int
+    suspected_duplicates: int
+    duplicate_groups: int
+    attention: list[AttentionItem]
+
+
+@dataclass(frozen=True)
+class InvoiceOverview:
+    invoice_id: UUID
+    org_id: str
+    status: str
+    processing_stage: str | None
+    attempts: int
+    next_attempt_at: datetime
+    filename: str | None
+    sha256: str | None
+    last_error: str | None
+    quarantine_code: str | None
+    quarantine_reason: str | None
+    fields: dict[str, Any] | None
+    duplicate_status: str | None
+    duplicate_of: UUID | None
+    duplicate_group_id: UUID | None
+    match_how: str | None
+    match_reasons: list[str] | None
+    review_reasons: list[str] | None
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class InvoiceOutcome:
+    filename: str | None
+    status: str
+    duplicate_status: str | None
+    duplicate_of: UUID | None
+    original_filename: str | None
+    match_how: str | None
+    code: str
+    reason: str
+    approval: str | None
+    posted: bool
+
+
+@dataclass(frozen=True)
+class ChunkWrite(Generic[R]):
+    """What a fenced write for a chunk did, per invoice."""
+
+    written: dict[UUID, R]
+    # The job was no longer running (swept, or finished): nothing was written for the invoice.
+    lost: dict[UUID, str]
+    # The database refused this invoice's write (its data); the chunk's others were written.
+    failed: dict[UUID, Exception]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The approval stage's result for one invoice."""
+
+    decision: Literal["approved", "rejected", "held"]
+    rule: str
+    reasons: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Posting:
+    org_id: str
+    amount: Decimal
+    currency: str
+
+
+@dataclass(frozen=True)
+class Quarantine:
+    code: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class CurrencyTotal:
+    currency: str
+    invoices: int
+    total: Decimal

@@ -1,0 +1,602 @@
+"""The pipeline's stages, defined once, with no Dagster import.
+
+Each `Stage` has a name, an "already done?" query over a chunk of invoices, and its work over
+the chunk's remaining invoices, which returns one `Outcome` per invoice. `run_stage` is the
+shape they all share: breadcrumbs, fast-forward, work, then the settling of every outcome. The
+Dagster ops (`ops.py`) are made from `STAGES` by one factory, and the benchmarks' bare loop
+(`process_chunk`) calls the same functions with nothing around them, so the ratio between the
+two measures Dagster alone.
+
+Data moves between stages through the database, which is what lets a retry skip finished work.
+One bad invoice never fails its chunk: it is quarantined (the document is unusable), held for a
+person (`Held` is still a survivor: it goes on and is never posted), failed (retried later with
+backoff), or lost (its lease was swept; someone else has it now). Only a systemic error (the
+database is unreachable) escapes a stage.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any, Protocol, TypeVar
+from uuid import UUID
+
+from invoice_pipeline.documents import BadDocument, ExtractedText
+from invoice_pipeline.documents.reading.layouts import apply_layouts
+from invoice_pipeline.domain.fields import InvoiceFields
+from invoice_pipeline.domain.matching import MatchCandidate
+from invoice_pipeline.domain.review import (
+    SUSPECTED_DUPLICATE,
+    ReviewPolicy,
+    review_reasons,
+    with_default_currency,
+)
+from invoice_pipeline.domain.validation import posting_gaps, validate_fields
+from invoice_pipeline.engine.dedupe import match_outcome
+from invoice_pipeline.engine.records import ChunkWrite, Lease, Posting, Quarantine, Verdict
+from invoice_pipeline.engine.store import InvoiceStore, is_systemic
+
+T = TypeVar("T")
+
+ASSET_DOCUMENTS = "invoice_documents"
+ASSET_TEXT = "extracted_text"
+ASSET_FIELDS = "invoice_fields"
+ASSET_DUPLICATES = "duplicate_decisions"
+ASSET_APPROVALS = "approvals"
+ASSET_LEDGER = "ledger_postings"
+
+
+# -- what a stage works on and returns -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """An invoice whose lock this worker holds: the lease's ids, small enough to pickle between ops."""
+
+    invoice_id: UUID
+    org_id: str
+    job_id: UUID
+    attempt: int
+    owner: str
+
+    @property
+    def lease(self) -> Lease:
+        return Lease(self.job_id, self.invoice_id, self.attempt, self.owner)
+
+
+@dataclass(frozen=True)
+class Done:
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Held:
+    """Processed, but a person must decide before it is paid (needs_review)."""
+
+    reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Quarantined:
+    """The document is unusable: kept, never retried, with a reason a person can act on."""
+
+    code: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Failed:
+    """A technical failure of this invoice's attempt: retried later with backoff, or dead-lettered."""
+
+    error: str
+
+
+@dataclass(frozen=True)
+class Lost:
+    """The lease was swept or finished elsewhere: nothing was written, someone else owns the invoice."""
+
+    detail: str
+
+
+Outcome = Done | Held | Quarantined | Failed | Lost
+SURVIVING = (Done, Held)
+
+
+class DocumentParser(Protocol):
+    """Turns stored bytes into text, and text into fields (the DocumentReader resource, sandboxed)."""
+
+    def read_text(self, content: bytes, filename: str | None, max_bytes: int) -> ExtractedText: ...
+
+    def read_fields(self, extracted: ExtractedText) -> InvoiceFields: ...
+
+
+@dataclass(frozen=True)
+class StageEnv:
+    store: InvoiceStore
+    parser: DocumentParser
+    max_document_bytes: int
+    # A parse that runs longer fails its attempt; see within_deadline.
+    max_stage_seconds: float
+    max_attempts: int
+    retry_base: timedelta
+    # Self-fencing: False for a lease (job id) this process may have lost (LeaseKeeper.may_hold):
+    # its invoice gets no more work and no more writes, it is Lost. None: no such check.
+    may_hold: Callable[[UUID], bool] | None = None
+
+
+# What a self-fenced invoice's Lost outcome says.
+SELF_FENCED = "self-fenced: the lease was not renewed for most of its TTL (or was found lost)"
+
+
+def self_fenced(env: StageEnv, items: Sequence[Claimed]) -> dict[UUID, Outcome]:
+    """The items whose lease this process may have lost, as Lost outcomes (see StageEnv.may_hold)."""
+    if env.may_hold is None:
+        return {}
+    return {c.invoice_id: Lost(SELF_FENCED) for c in items if not env.may_hold(c.job_id)}
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    description: str
+    # The assets the stage materializes, once per chunk.
+    assets: tuple[str, ...]
+    done: Callable[[InvoiceStore, list[UUID]], set[UUID]]
+    # (env, the chunk's invoices still to do, the stage's name for its 'executed' breadcrumbs)
+    work: Callable[[StageEnv, list[Claimed], str], dict[UUID, Outcome]]
+
+
+@dataclass(frozen=True)
+class StageReport:
+    stage: str
+    outcomes: dict[UUID, Outcome]  # the invoices the stage worked on, or dropped
+    skipped: frozenset[UUID]  # fast-forwarded: their work was done before
+    survivors: tuple[Claimed, ...]  # go on to the next stage, in chunk order
+
+    def count(self, kind: type) -> int:
+        return sum(isinstance(o, kind) for o in self.outcomes.values())
+
+
+# -- the shape every stage shares --------------------------------------------------------------
+
+
+def run_stage(stage: Stage, env: StageEnv, chunk: Sequence[Claimed]) -> StageReport:
+    """Breadcrumbs, fast-forward what is done, work on the rest, settle every outcome."""
+    if not chunk:
+        return StageReport(stage.name, {}, frozenset(), ())
+    store = env.store
+    done = stage.done(store, [c.invoice_id for c in chunk])
+    # 'started' now; 'executed' is written with each saved result (sql/0008).
+    crumbs = store.record_steps(stage.name, [c.lease for c in chunk], {c.invoice_id for c in chunk} - done)
+    outcomes = unwritten(crumbs)
+    # Fast-forwarded: done before, and the breadcrumb saying so was written under a live lease.
+    skipped = frozenset(done & crumbs.written.keys())
+    todo = [c for c in chunk if c.invoice_id in crumbs.written and c.invoice_id not in done]
+    fenced = self_fenced(env, todo)
+    outcomes |= fenced
+    todo = [c for c in todo if c.invoice_id not in fenced]
+    if todo:
+        outcomes |= stage.work(env, todo, stage.name)
+    outcomes |= settle(env, chunk, outcomes, stage.name)
+    fail_attempts(env, chunk, outcomes)
+    survivors = tuple(
+        c for c in chunk if c.invoice_id in skipped or isinstance(outcomes.get(c.invoice_id), SURVIVING)
+    )
+    return StageReport(stage.name, outcomes, skipped, survivors)
+
+
+def unwritten(write: ChunkWrite[Any]) -> dict[UUID, Outcome]:
+    """The invoices a chunk write left out: lost (the lease is gone) or failed (their data)."""
+    outcomes: dict[UUID, Outcome] = {invoice_id: Lost(why) for invoice_id, why in write.lost.items()}
+    outcomes |= {
+        invoice_id: Failed(f"{type(exc).__name__}: {exc}") for invoice_id, exc in write.failed.items()
+    }
+    return outcomes
+
+
+def written_outcomes(write: ChunkWrite[Any], done: Outcome) -> dict[UUID, Outcome]:
+    """A chunk write's result as outcomes: `done` for each written invoice, lost or failed otherwise."""
+    return {invoice_id: done for invoice_id in write.written} | unwritten(write)
+
+
+def settle(
+    env: StageEnv, chunk: Sequence[Claimed], outcomes: dict[UUID, Outcome], step: str
+) -> dict[UUID, Outcome]:
+    """Quarantine the unusable documents (one fenced write); returns the outcomes that changed."""
+    quarantined = [
+        (c.lease, Quarantine(o.code, o.reason))
+        for c in chunk
+        if isinstance(o := outcomes.get(c.invoice_id), Quarantined)
+    ]
+    return unwritten(env.store.quarantine_many(quarantined, step=step))
+
+
+def fail_attempts(env: StageEnv, chunk: Sequence[Claimed], outcomes: dict[UUID, Outcome]) -> None:
+    """Release each failed invoice's lock at once and schedule its retry (or dead-letter it).
+
+    A lost lease is finished already; its invoice is rescheduled too unless someone else holds
+    it now (`fail` changes nothing then), instead of waiting for the sweep to notice.
+    """
+    for c in chunk:
+        outcome = outcomes.get(c.invoice_id)
+        if isinstance(outcome, Failed | Lost):
+            error = outcome.error if isinstance(outcome, Failed) else f"lease lost: {outcome.detail}"
+            env.store.fail(c.job_id, error, max_attempts=env.max_attempts, retry_base=env.retry_base)
+
+
+def each(
+    items: Sequence[Claimed], work: Callable[[Claimed], T], seconds: float | None = None, step: str = ""
+) -> tuple[dict[UUID, T], dict[UUID, Outcome]]:
+    """`work` for every invoice; one invoice's bad document or error is its own outcome.
+
+    A systemic error (the database is gone) is raised: it is not this invoice's fault, and the
+    whole chunk is better retried than each invoice failed.
+    """
+    results: dict[UUID, T] = {}
+    problems: dict[UUID, Outcome] = {}
+    for c in items:
+        try:
+            if seconds is None:
+                results[c.invoice_id] = work(c)
+            else:
+                results[c.invoice_id] = within_deadline(lambda c=c: work(c), seconds, step)  # type: ignore[misc]
+        except BadDocument as exc:
+            problems[c.invoice_id] = Quarantined(exc.code, exc.reason)
+        except Exception as exc:
+            if is_systemic(exc):
+                raise
+            problems[c.invoice_id] = Failed(f"{step or 'stage'} failed: {type(exc).__name__}: {exc}")
+    return results, problems
+
+
+# Finished results wait at most this much work before they are saved: what a crash can lose.
+FLUSH_AFTER_SECONDS = 1.0
+
+
+def saved_as_they_finish(
+    items: Sequence[Claimed],
+    work: Callable[[Claimed], T],
+    save: Callable[[list[tuple[Claimed, T]]], ChunkWrite[Any]],
+    seconds: float | None,
+    step: str,
+    env: StageEnv | None = None,
+) -> dict[UUID, Outcome]:
+    """`each`, saving finished results whenever about a second of work has piled up.
+
+    A crash then loses at most the work since the last save (and the document in flight),
+    not the chunk: cheap documents still share one save per chunk (or per second), and an
+    expensive one (OCR, seconds per page) is saved as soon as it is read. With `env`, a
+    document whose lease this process may have lost is neither started nor saved (self_fenced).
+    """
+    outcomes: dict[UUID, Outcome] = {}
+    pending: list[tuple[Claimed, T]] = []
+    worked = 0.0
+    for index, c in enumerate(items):
+        fenced = self_fenced(env, [c]) if env is not None else {}
+        outcomes |= fenced
+        if not fenced:
+            began = time.perf_counter()
+            results, problems = each([c], work, seconds, step)
+            outcomes |= problems
+            pending.extend((c, result) for result in results.values())
+            worked += time.perf_counter() - began
+        if pending and (worked >= FLUSH_AFTER_SECONDS or index == len(items) - 1):
+            fenced = self_fenced(env, [p for p, _ in pending]) if env is not None else {}
+            outcomes |= fenced
+            live = [(p, r) for p, r in pending if p.invoice_id not in fenced]
+            if live:
+                outcomes |= written_outcomes(save(live), Done())
+            pending, worked = [], 0.0
+    return outcomes
+
+
+class StageTimedOut(RuntimeError):
+    """A stage ran past its maximum duration; its work was abandoned."""
+
+
+class _DeadlineWorker:
+    """A daemon thread that runs one piece of work at a time for `within_deadline`.
+
+    Starting a thread per document cost more than reading an XML invoice (about 1.3 ms of the
+    bare loop's 8.6 ms per invoice), so idle workers are kept and reused. A worker whose work
+    ran past its deadline is abandoned, still stuck in it, and never handed out again.
+    """
+
+    def __init__(self) -> None:
+        self.jobs: queue.SimpleQueue[
+            tuple[Callable[[], object], list[tuple[bool, object]], threading.Event]
+        ] = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name="stage-deadline", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            work, outcome, finished = self.jobs.get()
+            try:
+                outcome.append((True, work()))
+            except BaseException as exc:  # handed to the waiting thread, re-raised there
+                outcome.append((False, exc))
+            finally:
+                finished.set()
+
+    def run(self, work: Callable[[], T], seconds: float) -> tuple[bool, list[tuple[bool, object]]]:
+        outcome: list[tuple[bool, object]] = []
+        finished = threading.Event()
+        self.jobs.put((work, outcome, finished))
+        return finished.wait(seconds), outcome
+
+
+# Idle workers: a call takes one (or starts one) and gives it back when its work finished in
+# time, so threads running stages at once never queue behind each other.
+_idle_workers: list[_DeadlineWorker] = []
+_idle_lock = threading.Lock()
+# A forked child inherits the list but not the threads behind it.
+os.register_at_fork(after_in_child=_idle_workers.clear)
+
+
+def within_deadline(work: Callable[[], T], seconds: float, step: str) -> T:
+    """`work()`, or StageTimedOut once it has run `seconds`.
+
+    A heartbeat says the process is alive, not that the stage makes progress: a parse stuck in
+    C code (or an OCR service that never answers) would otherwise hold its lease forever. The
+    work runs in a daemon thread that is abandoned on timeout; that is safe because every write
+    is fenced by the lease, which the failure path finishes, so a late write is refused.
+    """
+    with _idle_lock:
+        worker = _idle_workers.pop() if _idle_workers else None
+    worker = worker or _DeadlineWorker()
+    finished, outcome = worker.run(work, seconds)
+    if finished:
+        with _idle_lock:
+            _idle_workers.append(worker)
+    else:
+        raise StageTimedOut(
+            f"{step} ran longer than its maximum of {seconds:g} s (InvoiceDatabase.max_stage_seconds); "
+            "the attempt is abandoned and the invoice rescheduled"
+        )
+    ok, value = outcome[0]
+    if not ok:
+        assert isinstance(value, BaseException)
+        raise value
+    return value  # type: ignore[return-value]
+
+
+def _done_query(step: str) -> Callable[[InvoiceStore, list[UUID]], set[UUID]]:
+    return lambda store, ids: store.done_ids(step, ids)
+
+
+def _missing(what: str) -> Failed:
+    # A stage found its input missing although the stage before reported done: a bug, not data.
+    return Failed(f"{what} missing; the previous stage did not leave it")
+
+
+# -- the stages --------------------------------------------------------------------------------
+
+
+def extract_text(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID, Outcome]:
+    documents = env.store.load_documents([c.invoice_id for c in items])
+
+    def read(c: Claimed) -> ExtractedText:
+        document = documents.get(c.invoice_id)
+        if document is None:
+            raise BadDocument("no_document", "the invoice has no stored document; ingest the file again")
+        return env.parser.read_text(document.content, document.filename, env.max_document_bytes)
+
+    return saved_as_they_finish(
+        items,
+        read,
+        lambda done: env.store.save_extracted_texts([(c.lease, text) for c, text in done], step=step),
+        env.max_stage_seconds,
+        step,
+        env,
+    )
+
+
+def extract_fields(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID, Outcome]:
+    texts = env.store.load_extracted_texts([c.invoice_id for c in items])
+    have = [c for c in items if c.invoice_id in texts]
+    outcomes: dict[UUID, Outcome] = {c.invoice_id: _missing("extracted text") for c in items if c not in have}
+    policies = env.store.review_policies(sorted({c.org_id for c in have})) if have else {}
+    # The orgs' vendor layouts (issue 23), one query for the chunk: a page-read invoice is read
+    # with its vendor's layout first, template-free where the layout cannot (apply_layouts).
+    layouts = env.store.enabled_layouts(sorted({c.org_id for c in have})) if have else {}
+
+    def read(c: Claimed) -> InvoiceFields:
+        text = texts[c.invoice_id]
+        fields = apply_layouts(text, env.parser.read_fields(text), layouts.get(c.org_id, ()), c.org_id)
+        return with_default_currency(fields, policies[c.org_id])
+
+    return outcomes | saved_as_they_finish(
+        have,
+        read,
+        lambda done: env.store.save_fields_of([(c.lease, fields) for c, fields in done], step=step),
+        env.max_stage_seconds,
+        step,
+        env,
+    )
+
+
+def validate(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID, Outcome]:
+    fields = env.store.load_fields_of([c.invoice_id for c in items])
+    outcomes: dict[UUID, Outcome] = {}
+    for c in items:
+        found = fields.get(c.invoice_id)
+        if found is None:
+            outcomes[c.invoice_id] = _missing("fields")
+            continue
+        problems = validate_fields(found)
+        if problems:
+            outcomes[c.invoice_id] = Quarantined(problems[0].code, "; ".join(p.reason for p in problems))
+    # Passing validation stores nothing but the breadcrumb (a quarantine is saved by `settle`).
+    passed = [c.lease for c in items if c.invoice_id in fields and c.invoice_id not in outcomes]
+    return outcomes | written_outcomes(env.store.record_executed(step, passed), Done())
+
+
+def detect_duplicates(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID, Outcome]:
+    fields = env.store.load_fields_of([c.invoice_id for c in items])
+    outcomes: dict[UUID, Outcome] = {
+        c.invoice_id: _missing("fields") for c in items if c.invoice_id not in fields
+    }
+    have = [c for c in items if c.invoice_id in fields]
+    candidates, problems = each(
+        have, lambda c: MatchCandidate.from_fields(str(c.invoice_id), c.org_id, fields[c.invoice_id])
+    )
+    write = env.store.decide_duplicates(
+        [(c.lease, candidates[c.invoice_id]) for c in have if c.invoice_id in candidates],
+        match_outcome,
+        step=step,
+    )
+    outcomes |= problems | written_outcomes(write, Done())
+    for invoice_id, decision in write.written.items():
+        outcomes[invoice_id] = Done(
+            decision.status
+            if decision.original_id is None
+            else f"{decision.status} of {decision.original_id}"
+        )
+    return outcomes
+
+
+def verdict_for(
+    fields: InvoiceFields, status: str, original: UUID | None, reasons: Sequence[str], policy: ReviewPolicy
+) -> Verdict:
+    """Approve, reject or hold: exact copies are rejected, business exceptions go to a person."""
+    if status == "duplicate":
+        return Verdict("rejected", f"duplicate of {original}")
+    held = list(review_reasons(fields, policy))
+    if status == "suspected":
+        held.insert(0, f"{SUSPECTED_DUPLICATE} of {original}: {'; '.join(reasons)}")
+    if held:
+        return Verdict("held", "; ".join(held), tuple(held))
+    return Verdict("approved", "auto-approved: valid, not a duplicate, no business exception")
+
+
+def approve(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID, Outcome]:
+    ids = [c.invoice_id for c in items]
+    decisions = env.store.load_duplicate_decisions(ids)
+    fields = env.store.load_fields_of(ids)
+    policies = env.store.review_policies(sorted({c.org_id for c in items}))
+    outcomes: dict[UUID, Outcome] = {}
+    verdicts: dict[UUID, Verdict] = {}
+    for c in items:
+        decision, found = decisions.get(c.invoice_id), fields.get(c.invoice_id)
+        if decision is None or found is None:
+            outcomes[c.invoice_id] = _missing("duplicate decision")
+            continue
+        verdicts[c.invoice_id] = verdict_for(
+            found, decision.status, decision.original_id, decision.reasons, policies[c.org_id]
+        )
+    write = env.store.record_verdicts(
+        [(c.lease, verdicts[c.invoice_id]) for c in items if c.invoice_id in verdicts], step=step
+    )
+    outcomes |= written_outcomes(write, Done())
+    for invoice_id in write.written:
+        verdict = verdicts[invoice_id]
+        outcomes[invoice_id] = Held(verdict.reasons) if verdict.decision == "held" else Done(verdict.decision)
+    return outcomes
+
+
+def payable(fields: InvoiceFields) -> Decimal:
+    """What the org owes for the document: a credit note reduces it."""
+    assert fields.payable_total is not None
+    return -abs(fields.payable_total) if fields.document_type == "credit_note" else fields.payable_total
+
+
+def post_to_ledger(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID, Outcome]:
+    fields = env.store.load_fields_of([c.invoice_id for c in items])
+    postings: list[tuple[Lease, Posting]] = []
+    outcomes: dict[UUID, Outcome] = {}
+    for c in items:
+        found = fields.get(c.invoice_id)
+        if found is None or posting_gaps(found):
+            outcomes[c.invoice_id] = _missing("payable total and currency")
+            continue
+        assert found.currency is not None
+        postings.append((c.lease, Posting(c.org_id, payable(found), found.currency)))
+    return outcomes | written_outcomes(env.store.post_many(postings, step=step), Done("posted"))
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage(
+        "extract_text",
+        "Read the stored document's text (OCR for scans): the expensive step.",
+        (ASSET_DOCUMENTS, ASSET_TEXT),
+        _done_query("extract_text"),
+        extract_text,
+    ),
+    Stage(
+        "extract_fields",
+        "Invoice number, dates, totals, parties — with a source per field.",
+        (ASSET_FIELDS,),
+        _done_query("extract_fields"),
+        extract_fields,
+    ),
+    Stage(
+        "validate",
+        "Quarantine what cannot be paid: missing number or total, bad amounts, dates, currency.",
+        (),
+        # Validation leaves no row of its own: a recorded duplicate decision proves it passed.
+        _done_query("detect_duplicates"),
+        validate,
+    ),
+    Stage(
+        "detect_duplicates",
+        "Original, duplicate or suspected, under the blocking keys' advisory locks.",
+        (ASSET_DUPLICATES,),
+        _done_query("detect_duplicates"),
+        detect_duplicates,
+    ),
+    Stage(
+        "approve",
+        "Approve valid originals; reject exact duplicates; hold business exceptions for a person.",
+        (ASSET_APPROVALS,),
+        _done_query("approve"),
+        approve,
+    ),
+    Stage(
+        "post_to_ledger",
+        "Post approved invoices to the ledger, exactly once.",
+        (ASSET_LEDGER,),
+        _done_query("post_to_ledger"),
+        post_to_ledger,
+    ),
+)
+
+
+# -- claiming, finishing, and the bare loop ------------------------------------------------------
+
+
+def claim_chunk(
+    store: InvoiceStore, refs: Sequence[tuple[UUID, int | None]], owner: str, stale_after: timedelta
+) -> list[Claimed]:
+    """Take the locks of a chunk in one statement; invoices held elsewhere or finished are left out."""
+    store.release_stale_locks_of([invoice_id for invoice_id, _ in refs], stale_after)
+    return [
+        Claimed(row.invoice_id, row.org_id, row.job_id, row.attempt, owner)
+        for row in store.acquire_many(refs, owner)
+    ]
+
+
+def finish_chunk(store: InvoiceStore, chunk: Sequence[Claimed]) -> ChunkWrite[None]:
+    """Release every lock as succeeded and mark each invoice processed (or needs_review)."""
+    return store.complete_many([c.lease for c in chunk])
+
+
+@dataclass(frozen=True)
+class ChunkResult:
+    reports: tuple[StageReport, ...]
+    finished: ChunkWrite[None]
+
+
+def process_chunk(env: StageEnv, chunk: Sequence[Claimed]) -> ChunkResult:
+    """Every stage over a claimed chunk, then its release: the pipeline with nothing around it."""
+    reports = []
+    for stage in STAGES:
+        report = run_stage(stage, env, chunk)
+        reports.append(report)
+        chunk = report.survivors
+    return ChunkResult(tuple(reports), finish_chunk(env.store, chunk))

@@ -1,0 +1,140 @@
+"""Vendor layouts, per organisation: the versions learnt from people's decisions (issue 23).
+
+A layout is data (`documents.reading.layouts.VendorLayout`, stored as its JSON export); the
+columns beside it say whose it is, which version, the invoice it was learnt from, who taught it
+and when, and whether it is enabled. Reads for the pipeline take every org of a chunk at once.
+
+Queries: sql/queries/layouts.sql.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from psycopg.types.json import Jsonb
+
+from invoice_pipeline.db.sqlfiles import QueryFile
+from invoice_pipeline.documents.reading.layouts import VendorLayout
+from invoice_pipeline.engine.store.base import StoreBase
+
+LAYOUTS = QueryFile("layouts")
+
+
+@dataclass(frozen=True)
+class LayoutRow:
+    """One stored version of a vendor's layout."""
+
+    id: int
+    org_id: str
+    vendor_key: str
+    version: int
+    layout: dict[str, Any]
+    learnt_from: UUID | None
+    taught_by: str
+    taught_at: datetime
+    enabled: bool
+    disabled_reason: str | None
+    superseded_by: int | None
+    confirmations: int
+    last_confirmed_at: datetime | None
+
+    def vendor_layout(self) -> VendorLayout:
+        data = self.layout if isinstance(self.layout, dict) else json.loads(self.layout)
+        read = VendorLayout.from_json(data, org_id=self.org_id, id=self.id)
+        return replace(
+            read,
+            vendor_key=self.vendor_key,
+            version=self.version,
+            learnt_from=str(self.learnt_from) if self.learnt_from else None,
+            taught_by=self.taught_by,
+            taught_at=self.taught_at.isoformat(),
+            enabled=self.enabled,
+        )
+
+
+class LayoutsStore(StoreBase):
+    def enabled_layouts(self, org_ids: Sequence[str]) -> dict[str, list[VendorLayout]]:
+        """Each org's enabled layouts: one query for a chunk's orgs."""
+        out: dict[str, list[VendorLayout]] = {org: [] for org in org_ids}
+        if not org_ids:
+            return out
+        with self.pool.connection() as conn:
+            rows = self._all(conn, LayoutRow, LAYOUTS["enabled_layouts"], {"org_ids": list(org_ids)})
+        for row in rows:
+            out.setdefault(row.org_id, []).append(row.vendor_layout())
+        return out
+
+    def layouts_of_vendor(self, org_id: str, vendor_key: str) -> list[LayoutRow]:
+        with self.pool.connection() as conn:
+            return self._all(
+                conn, LayoutRow, LAYOUTS["layouts_of_vendor"], {"org_id": org_id, "vendor_key": vendor_key}
+            )
+
+    def list_layouts(self, org_id: str | None = None, *, include_disabled: bool = False) -> list[LayoutRow]:
+        with self.pool.connection() as conn:
+            return self._all(
+                conn, LayoutRow, LAYOUTS["list_layouts"], {"org_id": org_id, "all": include_disabled}
+            )
+
+    def layout_row(self, layout_id: int) -> LayoutRow | None:
+        with self.pool.connection() as conn:
+            return self._one(conn, LayoutRow, LAYOUTS["layout_by_id"], {"id": layout_id})
+
+    def save_layout(
+        self,
+        layout: VendorLayout,
+        *,
+        taught_by: str,
+        learnt_from: UUID | None,
+        supersedes: LayoutRow | None = None,
+        why: str = "",
+    ) -> LayoutRow:
+        """A new version of the vendor's layout in `layout.org_id`; with `supersedes`, that version
+        is disabled as superseded by it, in the same transaction."""
+
+        def save() -> LayoutRow:
+            with self._transaction() as conn:
+                key = {"org_id": layout.org_id, "vendor_key": layout.vendor_key}
+                conn.execute(LAYOUTS["lock_vendor"], key)
+                data = layout.to_json()
+                data.pop("enabled", None)
+                row = conn.execute(
+                    LAYOUTS["insert_layout"],
+                    key | {"layout": Jsonb(data), "learnt_from": learnt_from, "taught_by": taught_by},
+                ).fetchone()
+                assert row is not None
+                if supersedes is not None:
+                    if supersedes.org_id != layout.org_id:
+                        raise ValueError("a layout only supersedes a layout of its own organisation")
+                    conn.execute(
+                        LAYOUTS["supersede_layout"],
+                        {
+                            "id": supersedes.id,
+                            "org_id": layout.org_id,
+                            "by": row[0],
+                            "version": row[1],
+                            "why": why or "a decision contradicted it",
+                        },
+                    )
+                stored = self._one(conn, LayoutRow, LAYOUTS["layout_by_id"], {"id": row[0]})
+                assert stored is not None
+                return stored
+
+        return self._retrying(save, "saving a vendor layout")
+
+    def confirm_layout(self, org_id: str, layout_id: int) -> None:
+        with self.pool.connection() as conn:
+            conn.execute(LAYOUTS["confirm_layout"], {"id": layout_id, "org_id": org_id})
+
+    def disable_layout(self, layout_id: int, reason: str, org_id: str | None = None) -> bool:
+        """Disable one layout (it is kept, and shown, but no longer read with)."""
+        with self.pool.connection() as conn:
+            row = conn.execute(
+                LAYOUTS["disable_layout"], {"id": layout_id, "reason": reason, "org_id": org_id}
+            ).fetchone()
+        return row is not None

@@ -1,0 +1,73 @@
+"""The code location: jobs, sensor, schedules, assets, checks, resources."""
+
+from __future__ import annotations
+
+from dagster import (
+    AssetSelection,
+    DefaultScheduleStatus,
+    Definitions,
+    JobDefinition,
+    ScheduleDefinition,
+    define_asset_job,
+)
+
+from invoice_pipeline.config import Settings
+from invoice_pipeline.orchestration.assets import invariant_checks, pipeline_assets, report_assets
+from invoice_pipeline.orchestration.assets.review_queue import review_queue_assets, review_queue_checks
+from invoice_pipeline.orchestration.jobs import process_invoice, process_invoice_batch
+from invoice_pipeline.orchestration.resources import DocumentReader, InvoiceDatabase
+from invoice_pipeline.orchestration.review_jobs import review_jobs
+from invoice_pipeline.orchestration.schedules import sweep_stale_locks_schedule
+from invoice_pipeline.orchestration.sensors import new_invoices_sensor
+
+
+def make_resources(settings: Settings | None = None) -> dict[str, object]:
+    return {
+        "invoice_db": InvoiceDatabase.from_settings(settings or Settings.from_env()),
+        "document_reader": DocumentReader(),
+    }
+
+
+refresh_reports = define_asset_job(
+    "refresh_reports",
+    selection=AssetSelection.groups("reports"),
+    description="Recompute the pandas reports from the database.",
+)
+check_invariants = define_asset_job(
+    "check_invariants",
+    selection=AssetSelection.all_asset_checks(),
+    description="Run the asset checks on the pipeline's invariants.",
+)
+
+
+def make_definitions(resources: dict[str, object]) -> Definitions:
+    return Definitions(
+        assets=[*pipeline_assets, *report_assets, *review_queue_assets],
+        asset_checks=[*invariant_checks, *review_queue_checks],
+        jobs=[process_invoice, process_invoice_batch, refresh_reports, check_invariants, *review_jobs],
+        sensors=[new_invoices_sensor],
+        schedules=[
+            sweep_stale_locks_schedule,
+            ScheduleDefinition(
+                name="hourly_reports",
+                job=refresh_reports,
+                cron_schedule="7 * * * *",
+                default_status=DefaultScheduleStatus.RUNNING,
+            ),
+            ScheduleDefinition(
+                name="hourly_invariant_checks",
+                job=check_invariants,
+                cron_schedule="17 * * * *",
+                default_status=DefaultScheduleStatus.RUNNING,
+            ),
+        ],
+        resources=resources,
+    )
+
+
+defs = make_definitions(make_resources())
+
+
+def batch_job_for_cli() -> JobDefinition:
+    """The batch job with the code location's resources bound, for `invoice-pipeline process`."""
+    return defs.resolve_job_def("process_invoice_batch")

@@ -1,0 +1,95 @@
+"""The sweep with Dagster's runs: engine/maintenance.py's pass, told the truth about the runs by
+the Dagster instance, and telling Dagster the truth about the runs whose worker died."""
+
+from __future__ import annotations
+
+import time
+
+from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
+
+from invoice_pipeline.engine.maintenance import MaintenanceReport, RunSeen, SweepSettings, sweep
+from invoice_pipeline.engine.request_owner import RequestOwner
+from invoice_pipeline.engine.runs import PROCESS_INVOICE, PROCESS_INVOICE_BATCH, invoice_ids_of, run_owner
+from invoice_pipeline.orchestration.request_owner import instance_scope, runs_filter
+
+IN_FLIGHT = [
+    DagsterRunStatus.QUEUED,
+    DagsterRunStatus.NOT_STARTED,
+    DagsterRunStatus.STARTING,
+    DagsterRunStatus.STARTED,
+]
+ENDED = {DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
+
+
+def _seconds_since_last_event(instance: DagsterInstance, run_id: str) -> float:
+    records = instance.get_records_for_run(run_id, limit=1, ascending=False).records
+    if records:
+        last = records[0].event_log_entry.timestamp
+    else:
+        record = instance.get_run_record_by_id(run_id)
+        last = record.create_timestamp.timestamp() if record else time.time()
+    return time.time() - last
+
+
+def reconcile_dead_runs(db: SweepSettings, instance: DagsterInstance) -> list[str]:
+    """Mark failed the runs that still say STARTED but whose worker is gone.
+
+    The default run launcher cannot notice a SIGKILLed run worker, so without this the UI
+    would show such a run as in progress forever. A run is presumed dead when it holds no
+    running lease and either a lease of it was swept, or it has logged nothing for longer than
+    the lease TTL (it died before claiming, or after releasing): a live run holds its leases
+    while it works and logs every step.
+    """
+    reconciled = []
+    for run in instance.get_runs(filters=RunsFilter(statuses=[DagsterRunStatus.STARTED])):
+        if run.job_name not in (PROCESS_INVOICE, PROCESS_INVOICE_BATCH):
+            continue
+        jobs = db.store.jobs_of_owner(run_owner(run.run_id))
+        if any(j.status == "running" for j in jobs):
+            continue
+        swept = [j for j in jobs if (j.error or "").startswith("swept:")]
+        if swept:
+            reason = f"its lease on invoice {swept[0].invoice_id} (job {swept[0].job_id}) was swept — {swept[0].error}"
+        else:
+            idle = _seconds_since_last_event(instance, run.run_id)
+            if idle <= db.lock_ttl.total_seconds():
+                continue
+            reason = f"it holds no lease and has logged nothing for {idle:.0f} s (lock TTL {db.lock_ttl})"
+        instance.report_run_failed(run, message=f"run worker presumed dead: {reason}")
+        reconciled.append(run.run_id)
+    return reconciled
+
+
+def invoices_in_flight(instance: DagsterInstance) -> set[str]:
+    """Invoice ids named by runs of our jobs that are queued or running: their request is not lost."""
+    names: set[str] = set()
+    for run in instance.get_runs(filters=RunsFilter(statuses=IN_FLIGHT)):
+        names.update(invoice_ids_of(run.run_config))
+    return names
+
+
+class DagsterRuns:
+    """The sweep's view of the runs (engine.maintenance.RunsView), read from a Dagster instance."""
+
+    def __init__(self, instance: DagsterInstance) -> None:
+        self.instance = instance
+
+    def reconcile_dead_runs(self, db: SweepSettings) -> list[str]:
+        return reconcile_dead_runs(db, self.instance)
+
+    def invoices_in_flight(self) -> set[str]:
+        return invoices_in_flight(self.instance)
+
+    def scope(self) -> str:
+        return instance_scope(self.instance)
+
+    def runs_of(self, owner: RequestOwner) -> list[RunSeen]:
+        return [
+            RunSeen(run.run_id, run.status.value, run.status in ENDED)
+            for run in self.instance.get_runs(filters=runs_filter(owner))
+        ]
+
+
+def run_maintenance(db: SweepSettings, instance: DagsterInstance | None) -> MaintenanceReport:
+    """The sweep (engine/maintenance.py); with an instance, also reconciling its runs."""
+    return sweep(db, None if instance is None else DagsterRuns(instance))

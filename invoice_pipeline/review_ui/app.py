@@ -1,0 +1,513 @@
+"""The review page: a small server-rendered Starlette app over the engine's review functions.
+
+An adapter, like the Dagster one: every decision goes through the same engine function as the
+CLI and the Launchpad (`engine.review.act`, `engine.corrections.correct_invoice`), under the
+invoice's processing lock, fenced and audited with the reviewer's name. The page sends back the
+version of the invoice it showed; an action whose invoice changed meanwhile is refused under
+the lock and the page shows the invoice as it is now ("someone decided this meanwhile").
+
+No JavaScript: forms and links. Every POST carries the session's CSRF token.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlencode
+from uuid import UUID
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from invoice_pipeline.domain.corrections import CorrectionError, as_text
+from invoice_pipeline.domain.fields import FIELD_NAMES, InvoiceFields
+from invoice_pipeline.domain.review import reason_code
+from invoice_pipeline.engine.corrections import correct_invoice
+from invoice_pipeline.engine.review import DECIDED_MEANWHILE, REQUEUE_STATUSES, Actor, act, parse_age
+from invoice_pipeline.engine.review_page_records import QueueFilter, ReviewInvoice
+from invoice_pipeline.engine.review_records import Action, ActionOutcome
+from invoice_pipeline.engine.store import InvoiceStore
+from invoice_pipeline.review_ui.auth import (
+    AuthConfig,
+    Reviewer,
+    Session,
+    Sessions,
+    audit_name,
+    authenticate,
+    csrf_ok,
+    proxy_user,
+)
+from invoice_pipeline.review_ui.pages import DrawnBox, PageRenderer, drawn
+from invoice_pipeline.terminal import printable
+
+HERE = Path(__file__).resolve().parent
+COOKIE = "invoice_review_session"
+PAGE_SIZE = 50
+MAX_FORM_BYTES = 64 * 1024
+MAX_PAGE_SIZE = 500
+# How long an action waits for another reviewer's (or a run's) lock before it reports "busy".
+BUSY_WAIT_SECONDS = 5.0
+PAGE_ACTIONS: dict[str, Action] = {
+    "approve": "approve",
+    "reject": "reject",
+    "not_duplicate": "not_duplicate",
+    "confirm_duplicate": "confirm_duplicate",
+    "requeue": "requeue",
+}
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        # Evidence boxes are positioned by style attributes (percentages of the page): those
+        # are allowed, style elements and sheets from elsewhere are not, and scripts never.
+        "default-src 'none'; img-src 'self'; style-src 'self'; style-src-attr 'unsafe-inline'; "
+        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "Cache-Control": "no-store",
+}
+
+
+@dataclass
+class ReviewUi:
+    store: InvoiceStore
+    auth: AuthConfig
+    renderer: PageRenderer
+    sessions: Sessions = field(init=False)
+    env: Environment = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.sessions = Sessions(self.auth.idle_seconds, self.auth.lifetime_seconds)
+        self.env = Environment(
+            loader=FileSystemLoader(str(HERE / "templates")),
+            autoescape=select_autoescape(["html"]),
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+        self.env.filters["p"] = printable
+        self.env.filters["days"] = lambda age: f"{age.total_seconds() / 86400:.1f} d"
+        self.env.filters["code"] = reason_code
+
+    # -- plumbing ----------------------------------------------------------------------------------
+
+    def html(self, request: Request, template: str, ctx: Ctx, status: int = 200, **values: Any) -> Response:
+        flash, ctx.session.flash = ctx.session.flash, []
+        body = self.env.get_template(template).render(
+            reviewer=ctx.reviewer,
+            who=audit_name(self.auth, ctx.reviewer),
+            mode=self.auth.mode,
+            csrf=ctx.session.csrf,
+            flash=flash,
+            **values,
+        )
+        return self.finish(HTMLResponse(body, status), ctx)
+
+    def finish(self, response: Response, ctx: Ctx | None) -> Response:
+        for name, value in SECURITY_HEADERS.items():
+            response.headers.setdefault(name, value)
+        if ctx is not None and ctx.new_cookie:
+            response.set_cookie(
+                COOKIE,
+                ctx.session.sid,
+                httponly=True,
+                samesite="strict",
+                secure=self.auth.secure_cookie,
+                path="/",
+            )
+        return response
+
+    def error(self, ctx: Ctx | None, status: int, message: str) -> Response:
+        return self.finish(PlainTextResponse(message, status), ctx)
+
+    def context(self, request: Request) -> Ctx | Response:
+        """The session (made if missing) and the reviewer; a response when there is none."""
+        session = self.sessions.get(request.cookies.get(COOKIE))
+        new = session is None
+        if session is None:
+            session = self.sessions.new()
+        ctx = Ctx(session, None, new)
+        if self.auth.mode == "local":
+            ctx.reviewer = Reviewer(self.auth.local_user)
+        elif self.auth.mode == "proxy":
+            client = request.client.host if request.client else None
+            ctx.reviewer = proxy_user(self.auth, client, request.headers.get(self.auth.proxy_header or ""))
+            if ctx.reviewer is None:
+                return self.error(ctx, 403, "this page is only served through the authenticating proxy")
+        else:
+            ctx.reviewer = session.user
+        return ctx
+
+    async def checked_form(self, request: Request, ctx: Ctx) -> dict[str, str] | Response:
+        """The POSTed form, or 403 when its CSRF token is missing or not this session's."""
+        values = await _form(request)
+        if values is None:
+            return self.error(ctx, 413, "form too large")
+        if ctx.new_cookie or not csrf_ok(ctx.session, values.get("csrf")):
+            return self.error(
+                ctx,
+                403,
+                "refused: this form did not come from your review session (missing or stale CSRF "
+                "token); reload the page and try again",
+            )
+        return values
+
+    def actor(self, reviewer: Reviewer) -> Actor:
+        name = audit_name(self.auth, reviewer)
+        return Actor(name, f"{name}@{socket.gethostname()}:{os.getpid()}")
+
+    def visible(self, reviewer: Reviewer, invoice_id: str) -> ReviewInvoice | None:
+        try:
+            inv = self.store.review_invoice(UUID(invoice_id))
+        except ValueError:
+            return None
+        return inv if inv is not None and reviewer.may_see(inv.org_id) else None
+
+    # -- pages ---------------------------------------------------------------------------------------
+
+    async def login(self, request: Request) -> Response:
+        got = self.context(request)
+        if isinstance(got, Response):
+            return got
+        ctx = got
+        if self.auth.mode != "accounts":
+            return self.finish(RedirectResponse("/", 303), ctx)
+        if request.method == "POST":
+            form = await self.checked_form(request, ctx)
+            if isinstance(form, Response):
+                return form
+            reviewer = authenticate(self.auth, form.get("name", ""), form.get("password", ""))
+            if reviewer is None:
+                return self.html(request, "login.html", ctx, 401, failed=True)
+            # A new session on login: the id from before is not the logged-in one (fixation).
+            self.sessions.drop(ctx.session.sid)
+            ctx = Ctx(self.sessions.new(reviewer), reviewer, True)
+            return self.finish(RedirectResponse("/", 303), ctx)
+        return self.html(request, "login.html", ctx, failed=False)
+
+    async def logout(self, request: Request) -> Response:
+        got = self.context(request)
+        if isinstance(got, Response):
+            return got
+        form = await self.checked_form(request, got)
+        if isinstance(form, Response):
+            return form
+        self.sessions.drop(got.session.sid)
+        response = RedirectResponse("/login" if self.auth.mode == "accounts" else "/", 303)
+        response.delete_cookie(COOKIE, path="/")
+        return self.finish(response, None)
+
+    def _require(self, request: Request) -> Ctx | Response:
+        got = self.context(request)
+        if isinstance(got, Response):
+            return got
+        if got.reviewer is None:
+            return self.finish(RedirectResponse("/login", 303), got)
+        return got
+
+    def queue(self, request: Request) -> Response:
+        got = self._require(request)
+        if isinstance(got, Response):
+            return got
+        ctx = got
+        assert ctx.reviewer is not None
+        q = request.query_params
+        problems: list[str] = []
+        older_than: timedelta | None = None
+        if q.get("age"):
+            try:
+                older_than = parse_age(q["age"])
+            except ValueError as exc:
+                problems.append(str(exc))
+        reason = q.get("reason") or None
+        if reason is not None and not reason.replace("_", "").isalnum():
+            problems.append("reason must be a reason code")
+            reason = None
+        limit = _int(q.get("limit"), PAGE_SIZE, 1, MAX_PAGE_SIZE)
+        offset = _int(q.get("offset"), 0, 0, 10**9)
+        orgs = ctx.reviewer.orgs
+        flt = QueueFilter(orgs, q.get("org") or None, reason, older_than)
+        page = self.store.review_queue_page(flt, limit=limit, offset=offset)
+        reasons = self.store.review_reason_counts(QueueFilter(orgs, flt.org_id))
+        org_counts = self.store.review_org_counts(orgs)
+        base = {k: v for k, v in (("org", flt.org_id), ("reason", reason), ("age", q.get("age"))) if v}
+
+        def link(**changes: Any) -> str:
+            params = {**base, "limit": limit, **changes}
+            return "/?" + urlencode({k: v for k, v in params.items() if v not in (None, "")})
+
+        return self.html(
+            request,
+            "queue.html",
+            ctx,
+            page=page,
+            reasons=reasons,
+            orgs=org_counts,
+            flt=flt,
+            age=q.get("age", ""),
+            problems=problems,
+            link=link,
+            prev_link=link(offset=max(0, offset - limit)) if offset > 0 else None,
+            next_link=link(offset=offset + limit) if offset + limit < page.total else None,
+        )
+
+    def invoice(self, request: Request) -> Response:
+        got = self._require(request)
+        if isinstance(got, Response):
+            return got
+        ctx = got
+        assert ctx.reviewer is not None
+        inv = self.visible(ctx.reviewer, request.path_params["invoice_id"])
+        if inv is None:
+            return self.error(ctx, 404, "no such invoice (or not one of your organisations')")
+        original = self.visible(ctx.reviewer, str(inv.duplicate_of)) if inv.duplicate_of else None
+        fields = InvoiceFields.from_json(inv.fields) if inv.fields else None
+        theirs = InvoiceFields.from_json(original.fields) if original and original.fields else None
+        differs = {
+            name
+            for name in FIELD_NAMES
+            if fields is not None
+            and theirs is not None
+            and as_text(getattr(fields, name)) != as_text(getattr(theirs, name))
+        }
+        rows = [
+            {
+                "name": name,
+                "value": as_text(getattr(fields, name)) if fields else None,
+                "source": fields.sources.get(name) if fields else None,
+                "original": as_text(getattr(theirs, name)) if theirs else None,
+                "differs": name in differs,
+            }
+            for name in FIELD_NAMES
+        ]
+        actions = []
+        if inv.status == "needs_review":
+            actions = ["approve", "reject"]
+            if inv.duplicate_status == "suspected":
+                actions += ["not_duplicate", "confirm_duplicate"]
+        if inv.status in REQUEUE_STATUSES:
+            actions.append("requeue")
+        check = fields.amount_check if fields else None
+        return self.html(
+            request,
+            "invoice.html",
+            ctx,
+            inv=inv,
+            rows=rows,
+            check=check,
+            pages=self._pages(inv, fields, set(), "field"),
+            original=original,
+            original_pages=self._pages(original, theirs, differs, "differs") if original else [],
+            differs=sorted(differs),
+            history=self.store.review_page_history(inv.invoice_id),
+            jobs=self.store.job_history(inv.invoice_id),
+            version=self.store.review_version(inv.invoice_id) or "",
+            actions=actions,
+            can_correct=inv.status == "needs_review" and fields is not None,
+            field_names=FIELD_NAMES,
+        )
+
+    def _pages(
+        self, inv: ReviewInvoice, fields: InvoiceFields | None, marked: set[str], kind: str
+    ) -> list[dict[str, Any]]:
+        if not inv.sha256:
+            return []
+        sha = inv.sha256
+        sizes = self.renderer.sizes(sha, lambda: self.store.document_content(sha))
+        boxes: dict[int, list[DrawnBox]] = {n: [] for n in range(1, len(sizes) + 1)}
+
+        def add(label: str, title: str, box_kind: str, page: int | None, box: Any) -> None:
+            if page is not None and box is not None and page in boxes:
+                boxes[page].append(drawn(label, title, box_kind, box, sizes[page - 1]))
+
+        if fields is not None:
+            for name in FIELD_NAMES:
+                source = fields.sources.get(name)
+                if source is not None:
+                    value = as_text(getattr(fields, name))
+                    add(
+                        name,
+                        f"{name}: {value} ({source.source})",
+                        kind if name in marked or kind == "field" else "field",
+                        source.page,
+                        source.box,
+                    )
+            for c in fields.amount_check.candidates if fields.amount_check else ():
+                add(
+                    f"{c.role} {c.amount}",
+                    f"amount found: {c.role} {c.amount} ({c.source.source})",
+                    "candidate",
+                    c.source.page,
+                    c.source.box,
+                )
+        return [
+            {"number": n, "size": size, "boxes": boxes[n], "url": f"/invoice/{inv.invoice_id}/page/{n}.png"}
+            for n, size in enumerate(sizes, start=1)
+        ]
+
+    def page_image(self, request: Request) -> Response:
+        got = self._require(request)
+        if isinstance(got, Response):
+            return got
+        assert got.reviewer is not None
+        inv = self.visible(got.reviewer, request.path_params["invoice_id"])
+        if inv is None or not inv.sha256:
+            return self.error(got, 404, "no such page")
+        sha = inv.sha256
+        image = self.renderer.png(
+            sha, int(request.path_params["page"]), lambda: self.store.document_content(sha)
+        )
+        if image is None:
+            return self.error(got, 404, "no such page")
+        response = Response(image, media_type="image/png", headers={"Cache-Control": "private, max-age=3600"})
+        return self.finish(response, got)
+
+    async def action(self, request: Request) -> Response:
+        got = self._require(request)
+        if isinstance(got, Response):
+            return got
+        ctx = got
+        form = await self.checked_form(request, ctx)
+        if isinstance(form, Response):
+            return form
+        return await _in_thread(self._action, ctx, request.path_params["invoice_id"], form)
+
+    def _action(self, ctx: Ctx, invoice_id: str, form: dict[str, str]) -> Response:
+        assert ctx.reviewer is not None
+        inv = self.visible(ctx.reviewer, invoice_id)
+        if inv is None:
+            return self.error(ctx, 404, "no such invoice (or not one of your organisations')")
+        back = RedirectResponse(f"/invoice/{inv.invoice_id}", 303)
+        actor = self.actor(ctx.reviewer)
+        version = form.get("version") or None
+        kind = form.get("action", "")
+        try:
+            if kind == "correct":
+                changes = {
+                    name: form[f"f_{name}"].strip()
+                    for name in FIELD_NAMES
+                    if f"f_{name}" in form
+                    and form[f"f_{name}"].strip() != form.get(f"was_{name}", "").strip()
+                }
+                if form.get("confirm_payable_total") and "payable_total" not in changes:
+                    changes["payable_total"] = form.get("was_payable_total", "")
+                if not changes:
+                    ctx.session.flash.append(("info", "nothing to correct: no field was changed"))
+                    return self.finish(back, ctx)
+                outcome = _until_free(
+                    lambda: correct_invoice(
+                        self.store, inv.invoice_id, changes, actor, form.get("note"), expect_version=version
+                    )
+                )
+            elif kind in PAGE_ACTIONS:
+                note = form.get("note") or None
+                if kind == "reject" and not (note or "").strip():
+                    ctx.session.flash.append(("error", "a rejection needs a reason"))
+                    return self.finish(back, ctx)
+                outcome = _until_free(
+                    lambda: act(
+                        self.store, PAGE_ACTIONS[kind], inv.invoice_id, actor, note, expect_version=version
+                    )
+                )
+            else:
+                return self.error(ctx, 400, "unknown action")
+        except CorrectionError as exc:
+            ctx.session.flash.append(("error", f"not corrected: {exc}"))
+            return self.finish(back, ctx)
+        # Refused because the invoice moved on (another reviewer, or a run) since the page was
+        # shown: however the engine put it, the person is told that, and sees the new state.
+        moved = (
+            not outcome.done and version is not None and self.store.review_version(inv.invoice_id) != version
+        )
+        ctx.session.flash.append(_flash(outcome, moved))
+        return self.finish(back, ctx)
+
+    def static(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        if name != "review.css":
+            return PlainTextResponse("not found", 404)
+        return Response(
+            (HERE / "static" / name).read_bytes(),
+            media_type="text/css",
+            headers={"Cache-Control": "max-age=3600"},
+        )
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/", self.queue),
+            Route("/login", self.login, methods=["GET", "POST"]),
+            Route("/logout", self.logout, methods=["POST"]),
+            Route("/invoice/{invoice_id}", self.invoice),
+            Route("/invoice/{invoice_id}/page/{page:int}.png", self.page_image),
+            Route("/invoice/{invoice_id}/action", self.action, methods=["POST"]),
+            Route("/static/{name}", self.static),
+            Route("/healthz", lambda r: PlainTextResponse("ok")),
+        ]
+
+
+@dataclass
+class Ctx:
+    session: Session
+    reviewer: Reviewer | None
+    new_cookie: bool
+
+
+async def _form(request: Request) -> dict[str, str] | None:
+    """An urlencoded form (the page sends nothing else); None when it is too large."""
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM_BYTES:
+            return None
+    pairs = parse_qsl(body.decode("utf-8", errors="replace"), keep_blank_values=True)
+    return dict(pairs)
+
+
+def _int(text: str | None, default: int, low: int, high: int) -> int:
+    try:
+        return max(low, min(high, int(text))) if text else default
+    except ValueError:
+        return default
+
+
+async def _in_thread(fn: Any, *args: Any) -> Response:
+    from starlette.concurrency import run_in_threadpool
+
+    result: Response = await run_in_threadpool(fn, *args)
+    return result
+
+
+def _until_free(attempt: Any) -> ActionOutcome:
+    """The action; while another reviewer or a run holds the invoice's lock, again a little later
+    (their decision then shows up as "decided meanwhile"), up to BUSY_WAIT_SECONDS."""
+    deadline = time.monotonic() + BUSY_WAIT_SECONDS
+    while True:
+        outcome: ActionOutcome = attempt()
+        if outcome.done or not outcome.message.startswith("busy:") or time.monotonic() > deadline:
+            return outcome
+        time.sleep(0.1)
+
+
+def _flash(outcome: ActionOutcome, moved: bool) -> tuple[str, str]:
+    if outcome.done:
+        return "done", f"{outcome.action.replace('_', ' ')}: {outcome.message}"
+    if moved or outcome.message == DECIDED_MEANWHILE:
+        return "conflict", (
+            "Someone decided this meanwhile: your "
+            f"{outcome.action.replace('_', ' ')} was not applied. This is the invoice as it is now."
+        )
+    return "error", f"{outcome.action.replace('_', ' ')} refused: {outcome.message}"
+
+
+def create_app(store: InvoiceStore, auth: AuthConfig, cache_dir: Path | None) -> Starlette:
+    ui = ReviewUi(store, auth, PageRenderer(cache_dir))
+    app = Starlette(routes=ui.routes())
+    app.state.review_ui = ui
+    return app

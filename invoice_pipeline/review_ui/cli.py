@@ -1,0 +1,116 @@
+"""`invoice-pipeline review-ui` and `invoice-pipeline review-ui-user`: the review page's commands.
+
+Registered by cli.py (`add_commands`); kept here so the page's settings live beside the page.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from invoice_pipeline.review_ui.auth import (
+    DEFAULT_IDLE_MINUTES,
+    DEFAULT_LIFETIME_HOURS,
+    DEFAULT_TRUSTED_PROXIES,
+    AuthConfig,
+    AuthError,
+    add_user,
+    check_bind,
+    load_users,
+)
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 3100
+ENV_USERS = "INVOICE_PIPELINE_REVIEW_USERS"
+ENV_PROXY_HEADER = "INVOICE_PIPELINE_REVIEW_PROXY_HEADER"
+
+
+def auth_config(args: argparse.Namespace) -> AuthConfig:
+    users_file = args.users or os.environ.get(ENV_USERS) or None
+    proxy_header = args.proxy_header or os.environ.get(ENV_PROXY_HEADER) or None
+    return AuthConfig(
+        users=load_users(Path(users_file)) if users_file else None,
+        proxy_header=proxy_header,
+        trusted_proxies=tuple(args.trusted_proxy or DEFAULT_TRUSTED_PROXIES),
+        idle_seconds=args.session_idle_minutes * 60,
+        lifetime_seconds=args.session_hours * 3600,
+        secure_cookie=args.secure_cookie,
+    )
+
+
+def cmd_review_ui(args: argparse.Namespace, settings: Any) -> int:
+    """Check the bind rule before anything else, then the database, then serve."""
+    import uvicorn
+
+    from invoice_pipeline.db.connection import prepare_database
+    from invoice_pipeline.engine.store import InvoiceStore
+    from invoice_pipeline.review_ui.app import create_app
+
+    try:
+        auth = auth_config(args)
+        check_bind(args.host, auth)
+    except (AuthError, ValueError) as exc:
+        print(f"invoice-pipeline review-ui: {exc}", file=sys.stderr)
+        return 2
+    store = InvoiceStore(prepare_database(settings), max_size=8, lock_ttl=settings.lock_ttl)
+    try:
+        app = create_app(store, auth, Path(settings.home) / "review-ui-cache")
+        print(
+            f"Review page on http://{args.host}:{args.port}  (authentication: {auth.mode})",
+            flush=True,
+        )
+        uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
+    finally:
+        store.close()
+    return 0
+
+
+def cmd_review_ui_user(args: argparse.Namespace, settings: Any) -> int:
+    if args.password_stdin:
+        password = sys.stdin.readline().rstrip("\n")
+    else:
+        password = getpass.getpass(f"password for {args.name}: ")
+        if getpass.getpass("again: ") != password:
+            print("the passwords differ", file=sys.stderr)
+            return 2
+    try:
+        add_user(Path(args.file), args.name, password, args.org or None)
+    except AuthError as exc:
+        print(f"invoice-pipeline review-ui-user: {exc}", file=sys.stderr)
+        return 2
+    print(f"{args.name} can log in to the review page (users file {args.file})")
+    return 0
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default=DEFAULT_HOST, help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}")
+    parser.add_argument("--users", help=f"reviewer accounts (JSON, scrypt hashes); or ${ENV_USERS}")
+    parser.add_argument(
+        "--proxy-header",
+        help=f"trust this header (e.g. X-Remote-User) from --trusted-proxy addresses as the reviewer; or ${ENV_PROXY_HEADER}",
+    )
+    parser.add_argument(
+        "--trusted-proxy",
+        action="append",
+        help="address of the authenticating reverse proxy (repeatable; default 127.0.0.1 and ::1)",
+    )
+    parser.add_argument("--session-idle-minutes", type=float, default=DEFAULT_IDLE_MINUTES)
+    parser.add_argument("--session-hours", type=float, default=DEFAULT_LIFETIME_HOURS)
+    parser.add_argument("--secure-cookie", action="store_true", help="served over HTTPS: Secure cookie")
+
+
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    ui = sub.add_parser("review-ui", help="the review page: see held invoices, correct and decide them")
+    add_serve_arguments(ui)
+    ui.set_defaults(func=cmd_review_ui)
+    user = sub.add_parser("review-ui-user", help="add a reviewer account to a users file")
+    user.add_argument("file", help="the users file (created 0600)")
+    user.add_argument("name")
+    user.add_argument("--org", action="append", help="an org this reviewer may see (repeatable; default all)")
+    user.add_argument("--password-stdin", action="store_true", help="read the password from stdin")
+    user.set_defaults(func=cmd_review_ui_user)

@@ -1,0 +1,67 @@
+"""One batch run's chunks on several real hosts, through Dagster's celery executor.
+
+A BrokerCluster (pipeline_support.celery_cluster): a database host (PostgreSQL 15), a broker
+host (redis-server) and three worker hosts, each on its own links to both. A celery worker runs
+in each worker host's namespace; the run's coordinator runs in the root namespace. The test
+checks from the run's own events which host ran which chunk (the host label each chunk recorded,
+the address PostgreSQL saw it connect from, and dagster-celery's "celery worker" engine event),
+and from the database that every invoice was posted exactly once.
+
+Skips with one line without root (namespaces) or without dagster-celery / redis-server.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from pipeline_support.celery_cluster import BrokerCluster, CeleryRig, celery_unavailable_reason
+from pipeline_support.netns import unavailable_reason
+
+REASON = unavailable_reason() or celery_unavailable_reason()
+pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
+
+INVOICES = 12
+CHUNK = 2
+
+
+def test_one_batch_runs_its_chunks_on_different_hosts_and_posts_each_invoice_once(tmp_path: Path) -> None:
+    from chaos.partitions import ingest
+
+    with BrokerCluster(3) as cluster:
+        rig = CeleryRig(cluster, tmp_path / "rig", ttl_s=10)
+        try:
+            ids = ingest(rig.url, INVOICES, "scale", random.Random(21))
+            rig.start_workers([1, 2, 3])
+            rig.launch(ids, CHUNK)
+            run = rig.result(timeout=150)
+        finally:
+            rig.close()
+        assert run["success"], run
+        steps = run["steps"]
+        assert len(steps) == INVOICES // CHUNK, steps
+        hosts = {}
+        for key, step in steps.items():
+            out = step["output"]
+            host = int(out["host"].removeprefix("host"))
+            # PostgreSQL saw the chunk's connection come over that host's own link.
+            assert out["client_addr"] == cluster.worker_address(host), (key, out)
+            # dagster-celery's engine event names the celery worker that ran the step.
+            assert f"host{host}@cluster" in step.get("celery_workers", []), (key, step)
+            assert out["claimed"] == out["finished"] == CHUNK, (key, out)
+            hosts[key] = host
+        assert len(set(hosts.values())) >= 2, f"every chunk ran on one host: {hosts}"
+        with psycopg.connect(rig.url) as conn:
+            statuses: dict[str, int] = dict(
+                conn.execute("SELECT status, count(*) FROM invoices GROUP BY 1").fetchall()
+            )
+            postings = conn.execute(
+                "SELECT count(*), count(DISTINCT invoice_id) FROM ledger_postings"
+            ).fetchone()
+            running = conn.execute("SELECT count(*) FROM processing_jobs WHERE status = 'running'").fetchone()
+        assert statuses == {"processed": INVOICES}, statuses
+        assert postings == (INVOICES, INVOICES), postings
+        assert running == (0,)

@@ -1,0 +1,227 @@
+"""Advisory-locked duplicate detection under real concurrency: processes, not threads."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+from uuid import UUID
+
+import psycopg
+import pytest
+
+from benchmarks.datasets import insert_decided_originals
+from benchmarks.datasets import invoice_fields as fields_for
+from invoice_pipeline.domain.fields import InvoiceFields
+from invoice_pipeline.domain.keys import lock_ids
+from invoice_pipeline.domain.normalize import blocking_key
+from invoice_pipeline.engine.dedupe import decide_duplicate
+from invoice_pipeline.engine.store import InvoiceStore
+from pipeline_support.helpers import wait_for
+
+PROCESSES = 8
+ROUNDS = 5
+
+# One invoice written many ways: the same seller and total, the number reformatted, and the
+# seller named by VAT id in some copies and by name alone in others (two business keys).
+NUMBER_SPELLINGS = ["INV-00123", "inv 123", "INV123", "Inv.#0123", "INV-123", "inv-000123"]
+VAT_IDS = ["DE123456789", None, "DE123456789"]
+
+
+def _decide_all(  # type: ignore[no-untyped-def]
+    url: str, jobs: list[tuple[str, str, InvoiceFields]], barrier, queue, *, lockstep: bool = False
+) -> None:
+    """Each process decides its share of invoices, all starting at the same moment.
+
+    With `lockstep`, the processes meet at the barrier before every decision, so the i-th
+    invoices of all processes are decided at the same moment (a race per round).
+    """
+    store = InvoiceStore(url, max_size=2)
+    try:
+        leases = []
+        for invoice_id, org, fields in jobs:
+            lease = store.acquire(invoice_id, 1)
+            assert lease is not None
+            store.save_fields(lease, fields)
+            leases.append((lease, org, fields))
+        barrier.wait()
+        for lease, org, fields in leases:
+            if lockstep:
+                barrier.wait()
+            decision = decide_duplicate(store, lease, org, fields)
+            queue.put((str(lease.invoice_id), org, decision.status, str(decision.original_id)))
+    except Exception as exc:  # reported to the test instead of leaving it waiting on the queue
+        queue.put(("error", repr(exc), "", ""))
+        raise
+    finally:
+        store.close()
+
+
+def run_deciders(
+    url: str, per_process: list[list[tuple[str, str, InvoiceFields]]], *, lockstep: bool = False
+) -> list[tuple[str, str, str, str]]:
+    """Decide every job, one spawned process per list; returns (invoice, org, status, original)."""
+    ctx = multiprocessing.get_context("spawn")
+    barrier, queue = ctx.Barrier(len(per_process)), ctx.Queue()
+    procs = [
+        ctx.Process(target=_decide_all, args=(url, jobs, barrier, queue), kwargs={"lockstep": lockstep})
+        for jobs in per_process
+    ]
+    for p in procs:
+        p.start()
+    results = [queue.get(timeout=300) for _ in range(sum(len(jobs) for jobs in per_process))]
+    assert not [r for r in results if r[0] == "error"], results
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    return results
+
+
+def new_invoice(url: str, org: str) -> str:
+    with psycopg.connect(url) as conn:
+        row = conn.execute("INSERT INTO invoices (org_id) VALUES (%s) RETURNING id", (org,)).fetchone()
+        assert row is not None
+        return str(row[0])
+
+
+def test_concurrent_copies_yield_exactly_one_original_per_org(database_url: str) -> None:
+    for _ in range(ROUNDS):
+        with psycopg.connect(database_url) as conn:
+            conn.execute(
+                "UPDATE invoices SET duplicate_status = NULL, duplicate_of = NULL, duplicate_group_id = NULL"
+            )
+            conn.execute("DELETE FROM duplicate_groups")
+        per_process: list[list[tuple[str, str, InvoiceFields]]] = [[] for _ in range(PROCESSES)]
+        for i in range(PROCESSES * 3):
+            org = "acme" if i % 4 else "globex"  # a second org with the very same invoice
+            fields = fields_for(NUMBER_SPELLINGS[i % len(NUMBER_SPELLINGS)], vat=VAT_IDS[i % len(VAT_IDS)])
+            per_process[i % PROCESSES].append((new_invoice(database_url, org), org, fields))
+        results = run_deciders(database_url, per_process)
+        for org in ("acme", "globex"):
+            mine = [r for r in results if r[1] == org]
+            originals = [r for r in mine if r[2] == "original"]
+            assert len(originals) == 1, f"{org}: {len(originals)} originals among {len(mine)} copies"
+            copies = [r for r in mine if r[2] in ("duplicate", "suspected")]
+            assert len(copies) == len(mine) - 1
+            assert {r[3] for r in copies} == {originals[0][0]}, "every copy points at the one original"
+            # Named by VAT id on both sides: exact. By name on one side only: suspected.
+            assert {r[2] for r in copies} == {"duplicate", "suspected"}
+    with psycopg.connect(database_url) as conn:
+        cross = conn.execute(
+            "SELECT count(*) FROM invoices d JOIN invoices o ON o.id = d.duplicate_of WHERE d.org_id <> o.org_id"
+        ).fetchone()
+    assert cross == (0,), "no org's invoice was ever grouped with another org's"
+
+
+def test_different_keys_do_not_wait_on_each_other(database_url: str, store: InvoiceStore) -> None:
+    """Hold key A's advisory lock in another session; deciding key B completes, deciding A waits."""
+    a_inv, b_inv, a2_inv = (new_invoice(database_url, "acme") for _ in range(3))
+    a_fields, b_fields = fields_for("A-1", total="100.00"), fields_for("B-7", total="200.00")
+    a_locks = lock_ids(blocking_key("acme", a_fields))
+    assert not set(a_locks) & set(lock_ids(blocking_key("acme", b_fields)))
+    with psycopg.connect(database_url) as holder:
+        holder.execute("SELECT pg_advisory_xact_lock(%s)", (a_locks[-1],))  # held until rollback below
+        lease_b = store.acquire(b_inv, 1)
+        assert lease_b is not None
+        store.save_fields(lease_b, b_fields)
+        assert decide_duplicate(store, lease_b, "acme", b_fields).status == "original"
+
+        lease_a = store.acquire(a_inv, 1)
+        assert lease_a is not None
+        store.save_fields(lease_a, a_fields)
+        done = threading.Event()
+        outcome: list[str] = []
+
+        def decide_a() -> None:
+            outcome.append(decide_duplicate(store, lease_a, "acme", a_fields).status)
+            done.set()
+
+        worker = threading.Thread(target=decide_a)
+        worker.start()
+        with psycopg.connect(database_url) as observer:
+
+            def a_is_waiting_on_the_advisory_lock() -> bool:
+                row = observer.execute(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                ).fetchone()
+                return bool(row and row[0] == 1)
+
+            wait_for(a_is_waiting_on_the_advisory_lock, what="deciding key A to block on A's lock")
+        assert not done.is_set()
+        holder.rollback()
+    worker.join(30)
+    assert outcome == ["original"]
+    lease_a2 = store.acquire(a2_inv, 1)
+    assert lease_a2 is not None
+    store.save_fields(lease_a2, fields_for("a 1", total="100.00"))
+    second = decide_duplicate(store, lease_a2, "acme", fields_for("a 1", total="100.00"))
+    assert second.status == "duplicate" and second.original_id == UUID(a_inv)
+
+
+# -- regressions: the three ways duplicates were paid twice ---------------------------------------
+
+RACE_PAIRS = 40
+
+
+def test_fuzzy_copies_decided_at_the_same_moment_are_never_both_originals(database_url: str) -> None:
+    """'INV-5000' and '5000' of one seller and total, decided by two processes released together.
+
+    They used to lock disjoint keys (each its own normalised number) and both became originals.
+    """
+    first: list[tuple[str, str, InvoiceFields]] = []
+    second: list[tuple[str, str, InvoiceFields]] = []
+    for i in range(RACE_PAIRS):
+        total = f"{500 + i}.25"
+        first.append((new_invoice(database_url, "acme"), "acme", fields_for(f"INV-{5000 + i}", total=total)))
+        second.append((new_invoice(database_url, "acme"), "acme", fields_for(f"{5000 + i}", total=total)))
+    results = {r[0]: r for r in run_deciders(database_url, [first, second], lockstep=True)}
+    for (a, _, _), (b, _, _) in zip(first, second, strict=True):
+        statuses = sorted((results[a][2], results[b][2]))
+        assert statuses == ["original", "suspected"], (a, b, statuses)
+        copy, original = (
+            (results[a], results[b]) if results[a][2] == "suspected" else (results[b], results[a])
+        )
+        assert copy[3] == original[0]
+
+
+def test_copy_is_found_among_ten_thousand_originals_of_its_vendor_and_of_its_amount(
+    database_url: str, store: InvoiceStore
+) -> None:
+    """The candidate search used to read the oldest 200 originals by vendor or amount."""
+    same_vendor = [fields_for(f"INV-{n}", total=f"{100 + n % 5000}.{n % 100:02d}") for n in range(10_000)]
+    same_amount = [
+        fields_for(f"X-{n}", seller=f"Vendor {n}", vat=f"DE{n:09d}", total="777.70") for n in range(10_000)
+    ]
+    insert_decided_originals(database_url, "acme", same_vendor + same_amount)
+
+    original = store.store_document(b"{}", "acme", "original.json").invoice_id
+    lease = store.acquire(original, 1)
+    assert lease is not None
+    target = fields_for("INV-424242", total="777.70")
+    store.save_fields(lease, target)
+    assert decide_duplicate(store, lease, "acme", target).status == "original"
+
+    for number, vat, want in (("INV-424242", "DE123456789", "duplicate"), ("424242", None, "suspected")):
+        copy = new_invoice(database_url, "acme")
+        lease = store.acquire(copy, 1)
+        assert lease is not None
+        fields = fields_for(number, total="777.70", vat=vat)
+        store.save_fields(lease, fields)
+        decision = decide_duplicate(store, lease, "acme", fields)
+        assert (decision.status, decision.original_id) == (want, original)
+
+
+@pytest.mark.parametrize("resent_vat", ["123456789", "DE 123.456.789", "de123456789", "DE-123 456 789"])
+def test_vat_id_without_its_country_prefix_names_the_same_seller(
+    database_url: str, store: InvoiceStore, resent_vat: str
+) -> None:
+    """Processed one after the other, the re-send used to count as another seller's invoice."""
+    decisions = []
+    for vat in ("DE123456789", resent_vat):
+        invoice = new_invoice(database_url, "acme")
+        lease = store.acquire(invoice, 1)
+        assert lease is not None
+        fields = fields_for("INV-0042", total="250.00", vat=vat)
+        store.save_fields(lease, fields)
+        decisions.append(decide_duplicate(store, lease, "acme", fields))
+    assert decisions[0].status == "original"
+    assert decisions[1].status == "duplicate" and decisions[1].original_id == decisions[0].invoice_id

@@ -1,0 +1,492 @@
+"""Liveness under contention (issue 25): a live holder is never hurt by someone else's wait.
+
+Each test forces one interleaving with real PostgreSQL sessions and threads, synchronised on the
+database itself: a blocker session holds a lock, and `pg_locks` (by application_name) says when a
+session is waiting on it. No sleep decides an outcome.
+
+1. A claim that should bounce, made while the holder is in the middle of a fenced write, bounces
+   at once and the holder's stage goes through.
+2. A chunk blocked in the middle of its write stops neither the heartbeats of its process's other
+   leases nor the global sweep of a dead holder.
+3. Maintenance never reschedules an invoice whose claim committed after the statement's snapshot.
+4. A claim or a stage op that fails after taking its leases leaves none running with no worker.
+And contention (a deadlock, a lock timeout) is one statement's problem: retried, then only the
+invoice that still loses fails.
+
+Each docstring says what the test showed against the code before the fix (sql/0009_lock_order.sql
+and the store, ops and leases changes that came with it).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Generic, TypeVar
+from uuid import UUID
+
+import psycopg
+import pytest
+from dagster import DagsterInstance
+
+from invoice_pipeline.config import DEFAULT_MAX_DOCUMENT_BYTES
+from invoice_pipeline.domain.keys import decision_lock_ids
+from invoice_pipeline.domain.matching import MatchCandidate
+from invoice_pipeline.engine.leases import LeaseKeeper
+from invoice_pipeline.engine.stages import (
+    STAGES,
+    Claimed,
+    Done,
+    StageEnv,
+    claim_chunk,
+    process_chunk,
+    run_stage,
+)
+from invoice_pipeline.engine.store import InvoiceStore
+from invoice_pipeline.orchestration import ops
+from invoice_pipeline.orchestration.jobs import make_jobs
+from invoice_pipeline.orchestration.resources import DocumentReader
+from invoice_pipeline_tests.factories import pipeline_resources
+from pipeline_support.factories import json_invoice
+from pipeline_support.helpers import wait_for
+
+T = TypeVar("T")
+TTL = timedelta(minutes=5)
+DETECT_DUPLICATES = STAGES[3]
+assert DETECT_DUPLICATES.name == "detect_duplicates"
+
+
+# -- harness -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Background(Generic[T]):
+    """`work()` in a thread; its result or its exception, and whether it has ended."""
+
+    work: Callable[[], T]
+    result: T | None = None
+    error: BaseException | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.result = self.work()
+        except BaseException as exc:  # handed to the test, which asserts on it
+            self.error = exc
+        finally:
+            self.done.set()
+
+    def join(self) -> None:
+        self._thread.join(60)
+        assert self.done.is_set(), "the background work never ended"
+
+
+def named(url: str, application_name: str) -> str:
+    """The URL, for sessions that pg_stat_activity shows under `application_name`."""
+    return f"{url}{'&' if '?' in url else '?'}application_name={application_name}"
+
+
+def waiting(url: str, application_name: str) -> bool:
+    """Whether a session of `application_name` waits for a lock (of any kind) right now."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+            "WHERE a.application_name = %s AND NOT l.granted)",
+            (application_name,),
+        ).fetchone()
+    return bool(row and row[0])
+
+
+def heartbeat_of(url: str, job_id: UUID) -> Any:
+    """The job's committed heartbeat, and its age by the database clock, in seconds."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT heartbeat_at, extract(epoch FROM clock_timestamp() - heartbeat_at) "
+            "FROM processing_jobs WHERE id = %s",
+            (job_id,),
+        ).fetchone()
+    assert row is not None
+    return row
+
+
+def job_status(url: str, job_id: UUID) -> str:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT status FROM processing_jobs WHERE id = %s", (job_id,)).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+class InProcessReader:
+    """The real document reader, in this process."""
+
+    def __init__(self) -> None:
+        self.inner = DocumentReader(isolate=False)
+
+    def read_text(self, content: bytes, filename: str | None, max_bytes: int) -> Any:
+        return self.inner.read_text(content, filename, max_bytes)
+
+    def read_fields(self, extracted: Any) -> Any:
+        return self.inner.read_fields(extracted)
+
+
+def stage_env(store: InvoiceStore) -> StageEnv:
+    return StageEnv(
+        store=store,
+        parser=InProcessReader(),
+        max_document_bytes=DEFAULT_MAX_DOCUMENT_BYTES,
+        max_stage_seconds=120,
+        max_attempts=5,
+        retry_base=timedelta(minutes=1),
+    )
+
+
+def processed_original(store: InvoiceStore, number: str) -> UUID:
+    """An invoice that went through the whole pipeline: an original, processed and posted."""
+    invoice = store.store_document(json_invoice(number), "acme", f"{number}.json").invoice_id
+    chunk = claim_chunk(store, [(invoice, None)], "earlier-run", TTL)
+    result = process_chunk(stage_env(store), chunk)
+    assert invoice in result.finished.written
+    return invoice
+
+
+def up_to_dedupe(store: InvoiceStore, invoice: UUID, owner: str) -> list[Claimed]:
+    """The invoice claimed by `owner` and taken through text, fields and validation."""
+    chunk: list[Claimed] | tuple[Claimed, ...] = claim_chunk(store, [(invoice, None)], owner, TTL)
+    assert [c.invoice_id for c in chunk] == [invoice]
+    env = stage_env(store)
+    for stage in STAGES[:3]:
+        chunk = run_stage(stage, env, chunk).survivors
+    assert [c.invoice_id for c in chunk] == [invoice]
+    return list(chunk)
+
+
+@pytest.fixture
+def stores(database_url: str) -> Iterator[Callable[[str], InvoiceStore]]:
+    """Stores whose sessions carry an application name, so pg_locks can tell who waits."""
+    made: list[InvoiceStore] = []
+
+    def make(application_name: str) -> InvoiceStore:
+        made.append(InvoiceStore(named(database_url, application_name), max_size=3))
+        return made[-1]
+
+    yield make
+    for store in made:
+        store.close()
+
+
+# -- 1. a claim that should bounce never aborts the holder --------------------------------------
+
+
+@pytest.mark.parametrize("holder_waits_on", ["dedupe_lock", "original_row"])
+def test_a_claim_bounces_off_a_holder_mid_write_and_the_holder_goes_on(
+    database_url: str, stores: Callable[[str], InvoiceStore], holder_waits_on: str
+) -> None:
+    """The holder of invoice A is inside its duplicate decision's transaction, waiting: for a
+    dedupe advisory lock another decision holds (`dedupe_lock`), or, after its fence, for the row
+    of the original it is a copy of (`original_row`). Another run claims A meanwhile. The claim
+    must bounce without waiting for the holder, and the holder's decision must be written.
+
+    Against the old code (claim: invoice row, then job row; chunk write: job row, then invoice
+    row) the claim did not bounce while the holder waited: it locked A's row and waited on the
+    holder's fenced job row. dedupe_lock: once the holder went on it needed A's row, a deadlock,
+    and after deadlock_timeout PostgreSQL aborted one of the two (in the recorded run the claim:
+    `DeadlockDetected` from acquire_processing_locks; when it picks the holder, run_stage raises it
+    as systemic and the whole stage fails). original_row: the claim stayed blocked until the
+    holder's transaction ended ("the claim waited for the holder's write").
+    """
+    holder_store, intruder_store = stores("holder"), stores("intruder")
+    if holder_waits_on == "original_row":
+        original = processed_original(holder_store, "LV-100")
+        invoice = holder_store.store_document(json_invoice("LV-100", po_number="resent"), "acme").invoice_id
+    else:
+        invoice = holder_store.store_document(json_invoice("LV-200"), "acme", "a.json").invoice_id
+    chunk = up_to_dedupe(holder_store, invoice, "holder-run")
+    fields = holder_store.load_fields(invoice)
+    assert fields is not None
+    candidate = MatchCandidate.from_fields(str(invoice), "acme", fields)
+
+    with psycopg.connect(database_url) as blocker:
+        if holder_waits_on == "dedupe_lock":
+            for lock_id in decision_lock_ids(candidate.block, candidate.number):
+                blocker.execute("SELECT pg_advisory_xact_lock(%s)", (lock_id,))
+        else:
+            blocker.execute("SELECT 1 FROM invoices WHERE id = %s FOR UPDATE", (original,))
+        holder = Background(lambda: run_stage(DETECT_DUPLICATES, stage_env(holder_store), chunk))
+        wait_for(lambda: waiting(database_url, "holder"), what="the holder to wait inside its write")
+        intruder = Background(lambda: claim_chunk(intruder_store, [(invoice, None)], "intruder-run", TTL))
+        wait_for(
+            lambda: intruder.done.is_set() or waiting(database_url, "intruder"),
+            what="the claim to bounce or to wait",
+        )
+        bounced_while_the_holder_waited = intruder.done.is_set()
+        blocker.rollback()
+    holder.join()
+    intruder.join()
+
+    assert holder.error is None, f"the holder's stage failed: {holder.error!r}"
+    assert intruder.error is None, f"the claim failed instead of bouncing: {intruder.error!r}"
+    assert intruder.result == [], "the claim bounced"
+    assert holder.result is not None
+    assert isinstance(holder.result.outcomes[invoice], Done), holder.result.outcomes
+    decision = holder_store.load_duplicate_decision(invoice)
+    expected = "duplicate" if holder_waits_on == "original_row" else "original"
+    assert decision is not None and decision.status == expected
+    assert job_status(database_url, chunk[0].job_id) == "running"
+    assert bounced_while_the_holder_waited, "the claim waited for the holder's write"
+
+
+# -- 2. heartbeats and the sweep never queue behind a blocked chunk --------------------------------
+
+
+def test_a_blocked_chunk_stops_neither_its_siblings_heartbeats_nor_the_sweep(
+    database_url: str, stores: Callable[[str], InvoiceStore]
+) -> None:
+    """One process holds two chunks: A, a copy whose fenced duplicate decision waits for its
+    original's row (a stuck session holds it), and a sibling S. The process's LeaseKeeper must go
+    on heartbeating S (and count A alive: it is being written), and the global sweep must free a
+    dead holder D at once, without waiting on A's locked job row.
+
+    Against the old code the keeper's one heartbeat statement (FOR UPDATE over all the process's
+    job rows) waited behind A's fenced write: S's heartbeat did not move for as long as A was
+    blocked (the wait for it timed out), so with a TTL shorter than the block S would be swept
+    while alive, and the sweep of D waited on A's row (lock_timeout hit).
+    """
+    worker = stores("worker")
+    original = processed_original(worker, "LV-300")
+    copy = worker.store_document(json_invoice("LV-300", po_number="again"), "acme").invoice_id
+    sibling = worker.store_document(json_invoice("LV-301"), "acme", "s.json").invoice_id
+    dead = worker.store_document(json_invoice("LV-302"), "acme", "d.json").invoice_id
+    chunk = up_to_dedupe(worker, copy, "run")
+    (sibling_claim,) = claim_chunk(worker, [(sibling, None)], "run", TTL)
+    (dead_claim,) = claim_chunk(worker, [(dead, None)], "dead-run", TTL)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE processing_jobs SET heartbeat_at = heartbeat_at - interval '1 hour' WHERE id = %s",
+            (dead_claim.job_id,),
+        )
+    keeper = LeaseKeeper(worker.heartbeat_many, timedelta(milliseconds=50))
+    keeper.hold(chunk[0].job_id)
+    keeper.hold(sibling_claim.job_id)
+    holder: Background[Any] | None = None
+    try:
+        with psycopg.connect(database_url) as blocker:
+            blocker.execute("SELECT 1 FROM invoices WHERE id = %s FOR UPDATE", (original,))
+            holder = Background(lambda: run_stage(DETECT_DUPLICATES, stage_env(worker), chunk))
+            wait_for(lambda: waiting(database_url, "worker"), what="the chunk to wait inside its write")
+            before, _ = heartbeat_of(database_url, sibling_claim.job_id)
+            wait_for(
+                lambda: heartbeat_of(database_url, sibling_claim.job_id)[0] > before,
+                timeout=10,
+                what="the sibling's heartbeat while the other chunk is blocked",
+            )
+            # The blocked chunk's job row is locked by its own write: its committed heartbeat ages.
+            wait_for(
+                lambda: heartbeat_of(database_url, chunk[0].job_id)[1] > 0.5,
+                what="the blocked chunk's last committed heartbeat to be older than the sweep's TTL",
+            )
+            with psycopg.connect(database_url, autocommit=True) as sweeper:
+                sweeper.execute("SET lock_timeout = '3s'")
+                row = sweeper.execute("SELECT release_stale_locks(NULL, interval '0.5 seconds')").fetchone()
+            assert row is not None and row[0] == 1, f"swept {row}: only the dead holder"
+            assert not keeper.is_lost(chunk[0].job_id), "a lease being written counts as alive"
+            assert not keeper.is_lost(sibling_claim.job_id)
+            blocker.rollback()
+        holder.join()
+    finally:
+        keeper.stop()
+        if holder is not None:
+            holder.join()
+    assert holder.error is None and holder.result is not None, repr(holder.error)
+    assert isinstance(holder.result.outcomes[copy], Done), holder.result.outcomes
+    assert job_status(database_url, chunk[0].job_id) == "running"
+    assert job_status(database_url, sibling_claim.job_id) == "running"
+    assert job_status(database_url, dead_claim.job_id) == "failed"
+
+
+# -- 3. maintenance re-checks under the row lock ------------------------------------------------
+
+# Test-only: an UPDATE of invoices by a session named `paused-maintenance` first waits for an
+# advisory lock the test holds. A statement-level BEFORE trigger fires after the statement took
+# its snapshot and before it reads a row, which is exactly the window of the race.
+PAUSE_KEY = 2025_0025
+PAUSE_SQL = f"""
+CREATE FUNCTION test_pause_maintenance() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF current_setting('application_name') = 'paused-maintenance' THEN
+        PERFORM pg_advisory_xact_lock({PAUSE_KEY});
+    END IF;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER test_pause_maintenance BEFORE UPDATE ON invoices
+    FOR EACH STATEMENT EXECUTE FUNCTION test_pause_maintenance();
+"""
+
+
+def test_maintenance_never_reschedules_an_invoice_claimed_after_its_snapshot(
+    database_url: str, stores: Callable[[str], InvoiceStore]
+) -> None:
+    """Invoice X was left 'processing' by a holder that was swept (an orphan). The maintenance
+    statement that reschedules orphans takes its snapshot and pauses; a run claims X and commits;
+    maintenance goes on. X must end held by the run and 'processing', not 'failed'.
+
+    Against the old code the one reschedule statement decided "no running job" from its snapshot
+    and FOR UPDATE SKIP LOCKED re-checked only the invoice row's own columns (still
+    'processing'): X was marked failed (due at once, so the sensor would request a second run)
+    while the claimer's job was running.
+    """
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(PAUSE_SQL)
+    store, claimer_store, maintenance = stores("setup"), stores("claimer"), stores("paused-maintenance")
+    orphan = store.store_document(json_invoice("LV-400"), "acme", "x.json").invoice_id
+    claim_chunk(store, [(orphan, None)], "dead-run", TTL)
+    assert store.release_stale_locks(orphan, stale_after=timedelta(0)) == 1
+
+    with psycopg.connect(database_url, autocommit=True) as gate:
+        gate.execute("SELECT pg_advisory_lock(%s)", (PAUSE_KEY,))
+        rescheduling = Background(
+            lambda: maintenance.reschedule_orphans(max_attempts=5, retry_base=timedelta(0))
+        )
+        wait_for(lambda: waiting(database_url, "paused-maintenance"), what="maintenance to pause")
+        claimer = Background(lambda: claim_chunk(claimer_store, [(orphan, None)], "live-run", TTL))
+        wait_for(
+            lambda: claimer.done.is_set() or waiting(database_url, "claimer"),
+            what="the claim to commit or to wait for maintenance",
+        )
+        gate.execute("SELECT pg_advisory_unlock(%s)", (PAUSE_KEY,))
+    rescheduling.join()
+    claimer.join()
+
+    assert rescheduling.error is None and claimer.error is None, (rescheduling.error, claimer.error)
+    assert claimer.result is not None and [c.invoice_id for c in claimer.result] == [orphan]
+    holder = store.current_holder(orphan)
+    assert holder is not None and holder.owner == "live-run"
+    state = store.invoice_state(orphan)
+    assert state is not None
+    assert state.status == "processing", f"a live invoice was marked {state.status}: {state.last_error}"
+
+
+# -- 4. no lease without a worker ----------------------------------------------------------------
+
+
+def _run_batch(database_url: str, invoice_ids: list[UUID]) -> Any:
+    _, batch = make_jobs(pipeline_resources(database_url, reader=DocumentReader(isolate=False)))
+    with DagsterInstance.ephemeral() as instance:
+        return batch.execute_in_process(
+            run_config={"ops": {"fan_out": {"config": {"invoice_ids": [str(i) for i in invoice_ids]}}}},
+            raise_on_error=False,
+            instance=instance,
+        )
+
+
+def _assert_nothing_left_running(store: InvoiceStore, invoice: UUID) -> None:
+    holder = store.current_holder(invoice)
+    assert holder is None, f"after the run ended, its lease is still running: {holder}"
+    state = store.invoice_state(invoice)
+    assert state is not None and state.status in ("failed", "pending"), state
+
+
+def test_a_claim_that_fails_after_taking_its_leases_releases_them(
+    database_url: str, store: InvoiceStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claim op takes invoice A's lease, then fails while explaining why another invoice of
+    the chunk (held elsewhere) was not claimed, on every try. When the run has ended, A must not
+    be left running: released and rescheduled.
+
+    Against the old code A's job stayed 'running' after the run ended, heartbeated by the
+    process's LeaseKeeper (the retries' claims bounced off it: no same-owner adoption), so no
+    sweep could free it while the process lived.
+    """
+    free = store.store_document(json_invoice("LV-500"), "acme", "a.json").invoice_id
+    held = store.store_document(json_invoice("LV-501"), "acme", "b.json").invoice_id
+    assert store.acquire(held, 1, owner="elsewhere") is not None
+
+    def explaining_fails(*args: object) -> None:
+        raise RuntimeError("the run's log storage is unreachable")
+
+    monkeypatch.setattr(ops, "_explain_unclaimed", explaining_fails)
+    result = _run_batch(database_url, [free, held])
+    assert not result.success
+    _assert_nothing_left_running(store, free)
+
+
+def test_a_stage_op_that_fails_outside_its_stage_releases_its_chunk(
+    database_url: str, store: InvoiceStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The extract_text op does its work, then fails reporting it (materializing its assets), on
+    every try. When the run has ended, the chunk's lease must not be left running.
+
+    Against the old code the failure escaped the op's try block, which only covered the stage
+    itself: the lease stayed 'running', heartbeated by the LeaseKeeper, with no stage to work it.
+    """
+    invoice = store.store_document(json_invoice("LV-600"), "acme", "a.json").invoice_id
+
+    def reporting_fails(*args: object) -> None:
+        raise RuntimeError("the event log is unreachable")
+
+    monkeypatch.setattr(ops, "_report", reporting_fails)
+    result = _run_batch(database_url, [invoice])
+    assert not result.success
+    _assert_nothing_left_running(store, invoice)
+
+
+# -- contention is one statement's problem ------------------------------------------------------
+
+
+def test_a_write_that_loses_to_contention_is_retried_then_fails_only_its_invoice(
+    database_url: str, store: InvoiceStore
+) -> None:
+    """A chunk of two whose write cannot get one invoice's row (a stuck session holds it, past
+    the store's lock_timeout): the chunk write is retried, then written an invoice at a time, and
+    only that invoice fails; the stage does not raise. A second write, whose blocker lets go after
+    the first lock timeout, is retried and goes through.
+
+    Not run against the old code as is (the store had no lock_timeout setting, and
+    `is_contention` is new): there a lock timeout (LockNotAvailable, an OperationalError) was
+    systemic by `is_systemic`, so the write raised out of the stage instead of failing one invoice.
+    """
+    from invoice_pipeline.engine.store import is_contention, is_systemic
+
+    for error in (
+        psycopg.errors.DeadlockDetected,
+        psycopg.errors.LockNotAvailable,
+        psycopg.errors.SerializationFailure,
+        psycopg.errors.QueryCanceled,
+    ):
+        assert is_contention(error()) and not is_systemic(error())
+    assert is_systemic(psycopg.errors.AdminShutdown()) and not is_contention(psycopg.errors.AdminShutdown())
+
+    impatient = InvoiceStore(
+        named(database_url, "impatient"), max_size=2, lock_timeout=timedelta(milliseconds=50)
+    )
+    try:
+        stuck, free, later = (
+            store.store_document(json_invoice(f"LV-70{n}"), "acme", f"{n}.json").invoice_id for n in range(3)
+        )
+        chunk = claim_chunk(store, [(stuck, None), (free, None), (later, None)], "run", TTL)
+        leases = {c.invoice_id: c.lease for c in chunk}
+        with psycopg.connect(database_url) as blocker:
+            blocker.execute("SELECT 1 FROM invoices WHERE id = %s FOR UPDATE", (stuck,))
+            written = impatient.record_steps("extract_text", [leases[stuck], leases[free]], {stuck, free})
+        assert set(written.written) == {free}
+        assert set(written.failed) == {stuck} and isinstance(
+            written.failed[stuck], psycopg.errors.LockNotAvailable
+        )
+        assert impatient.contention["gave_up"] >= 2, impatient.contention
+
+        before = sum(impatient.contention.values())
+        with psycopg.connect(database_url) as blocker:
+            blocker.execute("SELECT 1 FROM invoices WHERE id = %s FOR UPDATE", (later,))
+            writing = Background(lambda: impatient.record_steps("extract_text", [leases[later]], {later}))
+            wait_for(lambda: sum(impatient.contention.values()) > before, what="the first lock timeout")
+            blocker.rollback()
+        writing.join()
+        assert writing.error is None and writing.result is not None
+        assert set(writing.result.written) == {later}, writing.result
+    finally:
+        impatient.close()

@@ -1,0 +1,144 @@
+"""Vendor layouts through the real pipeline and the real review functions, on PostgreSQL.
+
+A person corrects the first invoice of a vendor (`engine.corrections.correct_invoice`); its
+layout is learnt for that organisation; the vendor's later invoices (lines moved) are read with
+it by the extract_fields stage and posted; another organisation's copies of the same pages are
+not; a correction contradicting the layout makes a new version; export and import (issue 23).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+from decimal import Decimal
+from uuid import UUID
+
+from invoice_pipeline.config import DEFAULT_MAX_DOCUMENT_BYTES
+from invoice_pipeline.domain.review import DEFAULT_POLICY
+from invoice_pipeline.engine.corrections import correct_invoice
+from invoice_pipeline.engine.layouts import export_layouts, import_layouts
+from invoice_pipeline.engine.review import Actor, act
+from invoice_pipeline.engine.stages import StageEnv, claim_chunk, process_chunk
+from invoice_pipeline.engine.store import InvoiceStore
+from invoice_pipeline.orchestration.resources import DocumentReader
+from invoice_pipeline.samples.vendor_series import SeriesInvoice, due_date_of, vendor_series
+
+ALICE = Actor("os-user:alice", "review:alice@test:1")
+KEYS = ("invoice_number", "issue_date", "payable_total", "currency", "seller_name", "seller_vat_id")
+
+
+def house_vendor() -> tuple[SeriesInvoice, ...]:
+    return next(v.invoices for v in vendor_series(11, 8, 4) if v.house_labels)
+
+
+def run(store: InvoiceStore, org: str, invoices: list[SeriesInvoice]) -> list[UUID]:
+    ids = [store.store_document(inv.pdf(), org, f"{inv.case.name}.pdf").invoice_id for inv in invoices]
+    env = StageEnv(
+        store, DocumentReader(isolate=False), DEFAULT_MAX_DOCUMENT_BYTES, 120, 3, timedelta(minutes=1)
+    )
+    chunk = claim_chunk(store, [(i, None) for i in ids], "layout-test", timedelta(minutes=5))
+    process_chunk(env, chunk)
+    return ids
+
+
+def corrections(inv: SeriesInvoice) -> dict[str, str]:
+    c = inv.case
+    return {
+        "invoice_number": c.invoice_number,
+        "issue_date": c.issue_date.isoformat(),
+        "due_date": due_date_of(c).isoformat(),
+        "net_total": str(c.net),
+        "tax_total": str(c.tax),
+        "payable_total": str(c.amount_due),
+        "seller_name": c.seller_name,
+        "seller_vat_id": c.seller_vat_id,
+        "currency": c.currency,
+    }
+
+
+def right(store: InvoiceStore, invoice_id: UUID, inv: SeriesInvoice) -> bool:
+    fields = store.load_fields(invoice_id)
+    assert fields is not None
+    c = inv.case
+    want = (c.invoice_number, c.issue_date, c.amount_due, c.currency, c.seller_name, c.seller_vat_id)
+    return tuple(getattr(fields, k) for k in KEYS) == want
+
+
+def teach(store: InvoiceStore, org: str, first: SeriesInvoice) -> UUID:
+    [first_id] = run(store, org, [first])
+    assert store.invoice_state(first_id).status == "needs_review"  # type: ignore[union-attr]
+    outcome = correct_invoice(store, first_id, corrections(first), ALICE)
+    assert outcome.done, outcome.message
+    return first_id
+
+
+def test_a_correction_teaches_and_later_invoices_are_read_and_posted(store: InvoiceStore) -> None:
+    first, *later = house_vendor()
+    first_id = teach(store, "acme", first)
+    [row] = store.list_layouts("acme")
+    assert (row.learnt_from, row.taught_by, row.version) == (first_id, ALICE.name, 1)
+    ids = run(store, "acme", later)
+    for invoice_id, inv in zip(ids, later, strict=True):
+        fields = store.load_fields(invoice_id)
+        assert fields is not None
+        assert right(store, invoice_id, inv), fields
+        assert fields.sources["invoice_number"].source.startswith(f"layout:{row.id}:")
+        assert fields.amount_check is not None and fields.amount_check.confirmed
+        assert store.invoice_state(invoice_id).status == "processed"  # type: ignore[union-attr]
+    # Approving a corrected invoice the layout reads the same way confirms it, no new version.
+    assert act(store, "approve", first_id, ALICE).done
+    [again] = store.list_layouts("acme", include_disabled=True)
+    assert (again.id, again.confirmations) == (row.id, 1)
+
+
+def test_no_leak_to_another_organisation(store: InvoiceStore) -> None:
+    first, *later = house_vendor()
+    teach(store, "acme", first)
+    assert store.enabled_layouts(["globex"]) == {"globex": []}
+    ids = run(store, "globex", later)
+    for invoice_id in ids:
+        fields = store.load_fields(invoice_id)
+        assert fields is not None
+        assert not any(s.source.startswith("layout:") for s in fields.sources.values())
+        assert store.invoice_state(invoice_id).status == "needs_review"  # type: ignore[union-attr]
+
+
+def test_another_vendors_similar_page_is_read_template_free(store: InvoiceStore) -> None:
+    first, second, *_ = house_vendor()
+    teach(store, "acme", first)
+    case = dataclasses.replace(second.case, seller_name="Twin Trading Ltd", seller_vat_id="GB700000001")
+    [other] = run(store, "acme", [dataclasses.replace(second, case=case)])
+    fields = store.load_fields(other)
+    assert fields is not None
+    assert not any(s.source.startswith("layout:") for s in fields.sources.values())
+
+
+def test_a_contradicting_correction_makes_a_new_version(store: InvoiceStore) -> None:
+    first, second, *_ = house_vendor()
+    teach(store, "acme", first)
+    [v1] = store.list_layouts("acme")
+    # Hold everything, so the layout-read invoice waits for a person.
+    store.set_review_policy(
+        "acme", dataclasses.replace(DEFAULT_POLICY, auto_approve_limit=Decimal("0.01")), "t"
+    )
+    [second_id] = run(store, "acme", [second])
+    assert store.invoice_state(second_id).status == "needs_review"  # type: ignore[union-attr]
+    assert correct_invoice(store, second_id, {"invoice_number": "NOT-PRINTED-1"}, ALICE).done
+    rows = store.list_layouts("acme", include_disabled=True)
+    assert [(r.version, r.enabled) for r in rows] == [(1, False), (2, True)]
+    assert rows[0].superseded_by == rows[1].id and "invoice_number" in (rows[0].disabled_reason or "")
+    assert rows[1].learnt_from == second_id and rows[0].id == v1.id
+
+
+def test_export_import_and_disable(store: InvoiceStore) -> None:
+    first, second, *_ = house_vendor()
+    teach(store, "acme", first)
+    data = export_layouts(store, "acme")
+    assert data["format"] == "invoice-pipeline/vendor-layouts" and len(data["layouts"]) == 1
+    [imported] = import_layouts(store, data, "globex", "os-user:bob")
+    assert imported.org_id == "globex" and imported.learnt_from is None
+    [read] = run(store, "globex", [second])
+    assert right(store, read, second)
+    assert store.disable_layout(imported.id, "test", org_id="acme") is False  # not acme's
+    assert store.disable_layout(imported.id, "test", org_id="globex") is True
+    assert store.enabled_layouts(["globex"]) == {"globex": []}

@@ -1,0 +1,101 @@
+"""A real review page on a free loopback port (uvicorn in a thread), over the test database."""
+
+from __future__ import annotations
+
+import http.cookiejar
+import re
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import uvicorn
+
+from invoice_pipeline.engine.store import InvoiceStore
+from invoice_pipeline.review_ui.app import create_app
+from invoice_pipeline.review_ui.auth import AuthConfig, Reviewer, hash_password
+from pipeline_support.helpers import free_port
+
+
+@dataclass
+class ReviewServer:
+    base_url: str
+    store: InvoiceStore
+    database_url: str
+
+
+def serve(store: InvoiceStore, auth: AuthConfig, cache: Path) -> Iterator[str]:
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(store, auth, cache), host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert time.monotonic() < deadline, "the review page did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+@pytest.fixture
+def review_server(database_url: str, store: InvoiceStore, tmp_path: Path) -> Iterator[ReviewServer]:
+    for url in serve(store, AuthConfig(local_user="tester"), tmp_path / "cache"):
+        yield ReviewServer(url, store, database_url)
+
+
+PASSWORDS = {"alice": "alice-secret-1", "bob": "bob-secret-2"}
+
+
+@pytest.fixture
+def accounts_server(database_url: str, store: InvoiceStore, tmp_path: Path) -> Iterator[ReviewServer]:
+    users = {name: Reviewer(name, None, hash_password(pw)) for name, pw in PASSWORDS.items()}
+    for url in serve(store, AuthConfig(users=users), tmp_path / "cache"):
+        yield ReviewServer(url, store, database_url)
+
+
+class Client:
+    """One browser-like HTTP client with its own cookie jar (its own session)."""
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url
+        self.opener = urllib.request.build_opener(
+            urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar())
+        )
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            with self.opener.open(self.base_url + path, timeout=30) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def post(self, path: str, form: dict[str, str]) -> tuple[int, str]:
+        data = urllib.parse.urlencode(form).encode()
+        try:
+            with self.opener.open(self.base_url + path, data=data, timeout=60) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def login(self, name: str) -> None:
+        _, page = self.get("/login")
+        status, _ = self.post(
+            "/login", {"csrf": hidden(page, "csrf"), "name": name, "password": PASSWORDS[name]}
+        )
+        assert status == 200
+
+
+def hidden(page: str, name: str) -> str:
+    found = re.search(rf'name="{name}" value="([^"]*)"', page)
+    assert found, f"no hidden {name} in the page"
+    return found.group(1)

@@ -1,0 +1,153 @@
+"""The review page in a real browser (Debian Chromium via Playwright): see, correct, decide."""
+
+from __future__ import annotations
+
+import os
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from invoice_pipeline_tests.engine.review.helpers import (
+    decided_invoice,
+    failure_messages,
+    key_fields,
+    run_batch,
+    sql,
+)
+from invoice_pipeline_tests.review_ui.conftest import ReviewServer
+from invoice_pipeline_tests.review_ui.test_corrections import held_pdf
+
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(
+        not os.path.exists(CHROMIUM), reason=f"!! {CHROMIUM} is missing: browser test SKIPPED"
+    ),
+]
+
+
+@pytest.fixture
+def browser() -> Any:
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+def new_page(browser: Any) -> Any:
+    page = browser.new_context(viewport={"width": 1500, "height": 1000}).new_page()
+    page.set_default_timeout(30_000)
+    return page
+
+
+def test_open_a_held_pdf_see_its_boxes_correct_the_total_approve_and_it_is_posted_once(
+    review_server: ReviewServer, browser: Any
+) -> None:
+    inv = held_pdf(review_server.database_url, review_server.store, "NW-2026-901")
+    page = new_page(browser)
+    page.goto(review_server.base_url + "/")
+    page.get_by_role("link", name="currency_unknown").wait_for()
+    page.screenshot(path=str(ARTIFACTS / "review-queue.png"), full_page=True)
+    page.get_by_role("link", name="NW-2026-901").click()
+    # The page image, with the evidence boxes drawn where the fields were read.
+    page.locator("img[alt='this page 1']").wait_for()
+    assert page.evaluate("document.querySelector(\"img[alt='this page 1']\").naturalWidth") > 500
+    image = page.locator("img[alt='this page 1']").bounding_box()
+    tops = {}
+    for name in ("invoice_number", "payable_total", "issue_date"):
+        assert page.locator(f".box[data-field='{name}']").count() >= 1, name
+        # Drawn on the page where the value was read (a policy that blocked the boxes' inline
+        # positions once stacked them all under the image).
+        box = page.locator(f".box[data-field='{name}']").first.bounding_box()
+        assert image is not None and box is not None
+        assert image["x"] <= box["x"] and box["x"] + box["width"] <= image["x"] + image["width"] + 1, name
+        assert image["y"] <= box["y"] and box["y"] + box["height"] <= image["y"] + image["height"] + 1, name
+        tops[name] = box["y"]
+    # The number and the date are printed above the totals.
+    assert tops["invoice_number"] < tops["issue_date"] < tops["payable_total"], tops
+    page.get_by_text("currency_unknown", exact=True).first.wait_for()
+    page.screenshot(path=str(ARTIFACTS / "review-invoice.png"), full_page=True)
+
+    page.fill("input[name=f_payable_total]", "119.00")
+    page.fill("input[name=f_currency]", "EUR")
+    page.get_by_role("button", name="Save corrections").click()
+    page.locator(".flash.done").wait_for()
+    assert "payable_total" in page.locator(".flash.done").inner_text()
+    assert page.locator("#field-payable_total .value").inner_text() == "119.00"
+
+    page.get_by_role("button", name="Approve").click()
+    page.locator(".flash.done").wait_for()
+    assert page.locator("#status").inner_text() == "pending"
+    result = run_batch(review_server.database_url, [inv])
+    assert result.success, failure_messages(result)
+    assert sql(
+        review_server.database_url,
+        "SELECT amount, currency FROM ledger_postings WHERE invoice_id = %s",
+        (inv,),
+    ) == [(Decimal("119.00"), "EUR")]
+    page.reload()
+    assert "posted 119.00 EUR" in page.locator("#posted").inner_text()
+    actions = sql(
+        review_server.database_url,
+        "SELECT action, actor FROM review_actions WHERE invoice_id = %s ORDER BY id",
+        (inv,),
+    )
+    assert actions == [("correct", "review-ui:local:tester"), ("approve", "review-ui:local:tester")]
+
+
+def test_confirm_a_suspected_duplicate_beside_its_original(review_server: ReviewServer, browser: Any) -> None:
+    store = review_server.store
+    original = decided_invoice(store, "acme", key_fields("INV-7100", "238.00"), "orig", None)
+    copy = decided_invoice(store, "acme", key_fields("7100", "238.00"), "copy", None)
+    page = new_page(browser)
+    page.goto(f"{review_server.base_url}/invoice/{copy}")
+    page.get_by_text("The suspected original").wait_for()
+    assert page.locator("#field-invoice_number.differs").count() == 1
+    page.screenshot(path=str(ARTIFACTS / "review-duplicate.png"), full_page=True)
+    page.get_by_role("button", name="Confirm duplicate").click()
+    page.locator(".flash.done").wait_for()
+    assert sql(
+        review_server.database_url,
+        "SELECT status, duplicate_status, duplicate_of FROM invoices WHERE id = %s",
+        (copy,),
+    ) == [("processed", "duplicate", original)]
+
+
+def test_reject_with_a_reason_and_a_second_tab_is_told_someone_decided(
+    review_server: ReviewServer, browser: Any
+) -> None:
+    inv = decided_invoice(
+        review_server.store, "acme", key_fields("INV-7200", "-50.00"), "neg", ["negative_total: x"]
+    )
+    first, second = new_page(browser), new_page(browser)
+    for page in (first, second):
+        page.goto(f"{review_server.base_url}/invoice/{inv}")
+    first.fill("form.reject input[name=note]", "refund sent as an invoice")
+    first.get_by_role("button", name="Reject").click()
+    first.locator(".flash.done").wait_for()
+    second.get_by_role("button", name="Approve").click()
+    second.locator(".flash.conflict").wait_for()
+    assert "Someone decided this meanwhile" in second.locator(".flash.conflict").inner_text()
+    assert second.locator("#status").inner_text() == "processed"
+    assert sql(
+        review_server.database_url, "SELECT action, note FROM review_actions WHERE invoice_id = %s", (inv,)
+    ) == [("reject", "refund sent as an invoice")]

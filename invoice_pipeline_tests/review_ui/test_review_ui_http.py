@@ -1,0 +1,129 @@
+"""The review page over HTTP: the bind rule, CSRF, sessions, org limits, and two reviewers at once."""
+
+from __future__ import annotations
+
+import threading
+from uuid import UUID
+
+import pytest
+
+from invoice_pipeline.cli import main
+from invoice_pipeline.review_ui.auth import (
+    AuthConfig,
+    BindRefused,
+    Reviewer,
+    check_bind,
+    hash_password,
+    verify_password,
+)
+from invoice_pipeline_tests.engine.review.helpers import held_invoice, sql
+from invoice_pipeline_tests.review_ui.conftest import Client, ReviewServer, hidden
+
+
+def test_binding_beyond_loopback_without_authentication_is_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    check_bind("127.0.0.1", AuthConfig())
+    check_bind("::1", AuthConfig())
+    for host in ("0.0.0.0", "192.168.1.10", "::"):
+        with pytest.raises(BindRefused):
+            check_bind(host, AuthConfig())
+    check_bind("0.0.0.0", AuthConfig(users={"a": Reviewer("a", None, hash_password("pw"))}))
+    check_bind("0.0.0.0", AuthConfig(proxy_header="X-Remote-User"))
+    # The command refuses before it touches the database.
+    assert main(["review-ui", "--host", "0.0.0.0", "--port", "1"]) == 2
+    assert "refusing to listen on 0.0.0.0" in capsys.readouterr().err
+
+
+def test_passwords_are_scrypt_hashes() -> None:
+    stored = hash_password("correct horse")
+    assert stored.startswith("scrypt$") and "correct" not in stored
+    assert verify_password("correct horse", stored) and not verify_password("wrong", stored)
+
+
+def test_a_forged_post_without_the_token_is_refused(review_server: ReviewServer) -> None:
+    inv = held_invoice(review_server.store, "acme", "INV-F1", ["negative_total: payable -50.00 EUR"])
+    attacker = Client(review_server.base_url)
+    status, body = attacker.post(f"/invoice/{inv}/action", {"action": "reject", "note": "forged"})
+    assert status == 403 and "CSRF" in body
+    # A token from another session does not do either.
+    victim = Client(review_server.base_url)
+    _, page = victim.get(f"/invoice/{inv}")
+    status, _ = attacker.post(
+        f"/invoice/{inv}/action", {"action": "reject", "note": "x", "csrf": hidden(page, "csrf")}
+    )
+    assert status == 403
+    assert sql(review_server.database_url, "SELECT status FROM invoices WHERE id = %s", (inv,)) == [
+        ("needs_review",)
+    ]
+    assert sql(
+        review_server.database_url, "SELECT count(*) FROM review_actions WHERE invoice_id = %s", (inv,)
+    ) == [(0,)]
+
+
+def test_pages_escape_html_and_control_characters(review_server: ReviewServer) -> None:
+    inv = held_invoice(review_server.store, "acme", "<script>alert(1)</script>\x1b[2J", ["negative_total: x"])
+    status, page = Client(review_server.base_url).get(f"/invoice/{inv}")
+    assert status == 200
+    assert "<script>alert(1)" not in page and "&lt;script&gt;" in page and "\x1b" not in page
+
+
+def test_accounts_log_in_the_audit_names_them_and_orgs_are_limited(accounts_server: ReviewServer) -> None:
+    inv = held_invoice(accounts_server.store, "acme", "INV-A1", ["negative_total: payable -50.00 EUR"])
+    anonymous = Client(accounts_server.base_url)
+    status, page = anonymous.get(f"/invoice/{inv}")
+    assert "Log in" in page  # redirected to the login form
+    status, _ = anonymous.get(f"/invoice/{inv}/page/1.png")
+    assert "Log in" in _
+    alice = Client(accounts_server.base_url)
+    alice.login("alice")
+    _, page = alice.get(f"/invoice/{inv}")
+    status, _ = alice.post(
+        f"/invoice/{inv}/action",
+        {
+            "csrf": hidden(page, "csrf"),
+            "version": hidden(page, "version"),
+            "action": "reject",
+            "note": "not ours",
+        },
+    )
+    assert status == 200
+    assert sql(
+        accounts_server.database_url, "SELECT actor, action FROM review_actions WHERE invoice_id = %s", (inv,)
+    ) == [("review-ui:alice", "reject")]
+
+
+def test_two_reviewers_at_once_one_decides_the_other_is_told(review_server: ReviewServer) -> None:
+    for round_ in range(5):
+        inv: UUID = held_invoice(review_server.store, "acme", f"INV-R{round_}", ["negative_total: x"])
+        a, b = Client(review_server.base_url), Client(review_server.base_url)
+        pages = [c.get(f"/invoice/{inv}")[1] for c in (a, b)]
+        forms = [
+            {"csrf": hidden(p, "csrf"), "version": hidden(p, "version"), "action": act, "note": "r"}
+            for p, act in zip(pages, ("approve", "reject"), strict=True)
+        ]
+        results: list[str] = ["", ""]
+        start = threading.Barrier(2)
+
+        def go(
+            i: int, client: Client, path: str, form: dict[str, str], start: threading.Barrier, out: list[str]
+        ) -> None:
+            start.wait()
+            out[i] = client.post(path, form)[1]
+
+        threads = [
+            threading.Thread(target=go, args=(i, c, f"/invoice/{inv}/action", forms[i], start, results))
+            for i, c in enumerate((a, b))
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        done = sql(
+            review_server.database_url, "SELECT action FROM review_actions WHERE invoice_id = %s", (inv,)
+        )
+        assert len(done) == 1, done
+        told = [r for r in results if "Someone decided this meanwhile" in r]
+        assert len(told) == 1, [r[:300] for r in results]
+        status = sql(review_server.database_url, "SELECT status FROM invoices WHERE id = %s", (inv,))[0][0]
+        assert f'<b id="status">{status}</b>' in told[0]  # the loser sees the invoice as it is now

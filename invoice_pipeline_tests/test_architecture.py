@@ -1,0 +1,148 @@
+"""The import rules that keep the layers apart, checked on the source of every module.
+
+    domain/, documents/   pure: no database, no engine, no Dagster
+    db/                   the database: no engine, no Dagster
+    engine/               Dagster-free: it never imports Dagster nor the adapter that drives it
+    orchestration/        the Dagster adapter (anything goes)
+
+Each module's syntax tree is walked, so an import inside a function counts, a relative import
+is resolved to the module it names, and `importlib.import_module("...")` / `__import__("...")`
+with a literal name count too.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import invoice_pipeline
+
+PACKAGE_DIR = Path(invoice_pipeline.__file__).resolve().parent
+
+DAGSTER = ("dagster", "dagster_*")
+DATABASE = ("psycopg", "psycopg_*", "invoice_pipeline.db", "invoice_pipeline.engine")
+ADAPTER = ("invoice_pipeline.orchestration",)
+
+
+@dataclass(frozen=True)
+class Rule:
+    layer: str  # a folder of invoice_pipeline/
+    forbidden: tuple[str, ...]  # module names; "x_*" is any top-level package starting with "x_"
+    why: str
+
+
+RULES = (
+    Rule("engine", DAGSTER + ADAPTER, "the engine is Dagster-free; the adapter drives it, not the reverse"),
+    Rule("db", DAGSTER + ADAPTER + ("invoice_pipeline.engine",), "the database layer sits below the engine"),
+    Rule("domain", DAGSTER + DATABASE + ADAPTER + ("invoice_pipeline.documents",), "the domain is pure"),
+    Rule("documents", DAGSTER + DATABASE + ADAPTER, "documents are pure: bytes in, words and fields out"),
+)
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE_DIR.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_names(source: str, module: str, *, is_package: bool = False) -> set[str]:
+    """Every module `source` (the text of `module`) imports, as absolute dotted names."""
+    names: set[str] = set()
+    package = module if is_package else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                prefix = ".".join(base + ([node.module] if node.module else []))
+            else:
+                prefix = node.module or ""
+            names.add(prefix)
+            # `from pkg import sub` may import the submodule pkg.sub
+            names.update(f"{prefix}.{alias.name}" for alias in node.names if alias.name != "*")
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            if called in ("import_module", "__import__") and isinstance(node.args[0].value, str):
+                names.add(node.args[0].value)
+    return names
+
+
+def matches(name: str, pattern: str) -> bool:
+    if pattern.endswith("_*"):
+        return name.split(".")[0].startswith(pattern[:-1])
+    return name == pattern or name.startswith(pattern + ".")
+
+
+def violations(source: str, module: str, rule: Rule, *, is_package: bool = False) -> list[str]:
+    return sorted(
+        f"{module} imports {name} ({rule.why})"
+        for name in imported_names(source, module, is_package=is_package)
+        if any(matches(name, pattern) for pattern in rule.forbidden)
+    )
+
+
+def modules_of(layer: str) -> list[Path]:
+    return sorted((PACKAGE_DIR / layer).rglob("*.py"))
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.layer)
+def test_layer_imports_follow_the_rules(rule: Rule) -> None:
+    paths = modules_of(rule.layer)
+    assert paths, f"no modules under invoice_pipeline/{rule.layer}"
+    found = [
+        problem
+        for path in paths
+        for problem in violations(
+            path.read_text(), module_name(path), rule, is_package=path.name == "__init__.py"
+        )
+    ]
+    assert found == []
+
+
+ENGINE = next(r for r in RULES if r.layer == "engine")
+DOMAIN = next(r for r in RULES if r.layer == "domain")
+
+
+@pytest.mark.parametrize(
+    ("source", "module", "rule"),
+    [
+        ("from dagster import op", "invoice_pipeline.engine.stages", ENGINE),
+        ("import dagster", "invoice_pipeline.engine.stages", ENGINE),
+        ("import dagster_postgres.utils as u", "invoice_pipeline.engine.stages", ENGINE),
+        ("def f():\n    from dagster import RunsFilter\n", "invoice_pipeline.engine.maintenance", ENGINE),
+        ("import importlib\nimportlib.import_module('dagster')", "invoice_pipeline.engine.runs", ENGINE),
+        ("from invoice_pipeline.orchestration import ops", "invoice_pipeline.engine.stages", ENGINE),
+        ("from ..orchestration.resources import InvoiceDatabase", "invoice_pipeline.engine.stages", ENGINE),
+        ("import psycopg", "invoice_pipeline.domain.keys", DOMAIN),
+        ("from psycopg_pool import ConnectionPool", "invoice_pipeline.domain.keys", DOMAIN),
+        ("from invoice_pipeline.db.sqlfiles import query", "invoice_pipeline.domain.keys", DOMAIN),
+        ("from ..db import connection", "invoice_pipeline.domain.keys", DOMAIN),
+        ("from invoice_pipeline.engine.store import InvoiceStore", "invoice_pipeline.domain.review", DOMAIN),
+        ("from invoice_pipeline.engine import store", "invoice_pipeline.domain.review", DOMAIN),
+    ],
+)
+def test_the_rules_catch_an_offending_import(source: str, module: str, rule: Rule) -> None:
+    assert violations(source, module, rule), f"{source!r} in {module} was not caught"
+
+
+@pytest.mark.parametrize(
+    ("source", "module", "rule"),
+    [
+        (
+            "from invoice_pipeline.domain.fields import InvoiceFields",
+            "invoice_pipeline.engine.stages",
+            ENGINE,
+        ),
+        ("from .records import Lease", "invoice_pipeline.engine.stages", ENGINE),
+        ("from ..domain.fields import Box", "invoice_pipeline.domain.keys", DOMAIN),
+        ("x = 'dagster'", "invoice_pipeline.engine.runs", ENGINE),
+        ("import dagsterish", "invoice_pipeline.engine.runs", ENGINE),
+    ],
+)
+def test_the_rules_let_an_allowed_import_pass(source: str, module: str, rule: Rule) -> None:
+    assert violations(source, module, rule) == []

@@ -1,0 +1,57 @@
+-- Vendor layouts learnt from people's decisions (invoice_pipeline/engine/store/layouts.py,
+-- sql/0011_vendor_layouts.sql). Every statement names its organisation, except the ones by a
+-- layout's id that a person gives at the terminal (show, disable).
+
+-- What the field-extraction stage tries first, once per chunk: the orgs' enabled layouts.
+-- name: enabled_layouts
+SELECT id, org_id, vendor_key, version, layout, learnt_from, taught_by, taught_at, enabled,
+       disabled_reason, superseded_by, confirmations, last_confirmed_at
+FROM vendor_layouts
+WHERE org_id = ANY(%(org_ids)s::text[]) AND enabled
+ORDER BY org_id, vendor_key, version
+
+-- name: layouts_of_vendor
+SELECT id, org_id, vendor_key, version, layout, learnt_from, taught_by, taught_at, enabled,
+       disabled_reason, superseded_by, confirmations, last_confirmed_at
+FROM vendor_layouts
+WHERE org_id = %(org_id)s AND vendor_key = %(vendor_key)s
+ORDER BY version
+
+-- name: list_layouts
+SELECT id, org_id, vendor_key, version, layout, learnt_from, taught_by, taught_at, enabled,
+       disabled_reason, superseded_by, confirmations, last_confirmed_at
+FROM vendor_layouts
+WHERE (%(org_id)s::text IS NULL OR org_id = %(org_id)s::text)
+  AND (%(all)s OR enabled)
+ORDER BY org_id, vendor_key, version
+
+-- name: layout_by_id
+SELECT id, org_id, vendor_key, version, layout, learnt_from, taught_by, taught_at, enabled,
+       disabled_reason, superseded_by, confirmations, last_confirmed_at
+FROM vendor_layouts WHERE id = %(id)s
+
+-- Versions of one vendor's layout are numbered in turn; the caller holds lock_vendor.
+-- name: lock_vendor
+SELECT pg_advisory_xact_lock(hashtextextended('vendor_layouts:' || %(org_id)s || ':' || %(vendor_key)s, 0))
+
+-- name: insert_layout
+INSERT INTO vendor_layouts (org_id, vendor_key, version, layout, learnt_from, taught_by)
+SELECT %(org_id)s, %(vendor_key)s, coalesce(max(version), 0) + 1, %(layout)s::jsonb, %(learnt_from)s,
+       %(taught_by)s
+FROM vendor_layouts WHERE org_id = %(org_id)s AND vendor_key = %(vendor_key)s
+RETURNING id, version, taught_at
+
+-- name: supersede_layout
+UPDATE vendor_layouts
+SET enabled = false, superseded_by = %(by)s,
+    disabled_reason = 'superseded by version ' || %(version)s || ': ' || %(why)s
+WHERE id = %(id)s AND org_id = %(org_id)s
+
+-- name: confirm_layout
+UPDATE vendor_layouts SET confirmations = confirmations + 1, last_confirmed_at = now()
+WHERE id = %(id)s AND org_id = %(org_id)s AND enabled
+
+-- name: disable_layout
+UPDATE vendor_layouts SET enabled = false, disabled_reason = %(reason)s
+WHERE id = %(id)s AND (%(org_id)s::text IS NULL OR org_id = %(org_id)s::text) AND enabled
+RETURNING id
