@@ -13,6 +13,18 @@ import subprocess
 import sys
 
 CHROMIUM = "/usr/bin/chromium"
+# How the browser tests launch it: without the background-networking flags Chromium floods the
+# closed network with refused connections.
+CHROMIUM_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def main() -> int:

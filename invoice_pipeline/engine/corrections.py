@@ -20,9 +20,8 @@ from invoice_pipeline.domain.corrections import CORRECTED, describe, parse_chang
 from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.review import ReviewPolicy
 from invoice_pipeline.engine.layouts import learn_quietly
-from invoice_pipeline.engine.leases import LeaseLost
 from invoice_pipeline.engine.records import MatchOutcome
-from invoice_pipeline.engine.review import DECIDED_MEANWHILE, Actor, _match
+from invoice_pipeline.engine.review import Actor, _match, decide_under_lock
 from invoice_pipeline.engine.review_records import ActionOutcome
 from invoice_pipeline.engine.stages import verdict_for
 from invoice_pipeline.engine.store import InvoiceStore, as_uuid
@@ -79,23 +78,18 @@ def correct_invoice(
     if state.status != "needs_review":
         return refused(refusal_for_status(store, invoice_id, state.status), state.status)
     policy = store.review_policies([state.org_id])[state.org_id]
-    lease = store.take_review_lock(invoice_id, actor.owner)
-    if lease is None:
-        holder = store.current_holder(invoice_id)
-        who = holder.describe() if holder else "a holder that finished just now"
-        return refused(f"busy: held by {who}; try again when it is released", state.status)
-    try:
-        if expect_version is not None and store.review_version(invoice_id) != expect_version:
-            store.finish(lease.job_id, "succeeded", f"review correct refused: {DECIDED_MEANWHILE}")
-            return refused(DECIDED_MEANWHILE, state.status)
-        outcome = store.review_correct(
+    outcome = decide_under_lock(
+        store,
+        invoice_id,
+        "review correct",
+        actor,
+        state.status,
+        expect_version,
+        lambda lease: store.review_correct(
             lease, Correction(parsed, actor.name, note), held_for(policy, actor.name), _match
-        )
-    except LeaseLost as exc:
-        return refused(f"the lock was lost before writing, nothing changed: {exc}", state.status)
-    except BaseException as exc:
-        store.finish(lease.job_id, "failed", f"review correct failed: {type(exc).__name__}: {exc}")
-        raise
+        ),
+        refused,
+    )
     if outcome.done:
         # The correction committed: the vendor's layout learns where the values are (issue 23).
         learn_quietly(store, invoice_id, actor.name)

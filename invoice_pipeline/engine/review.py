@@ -159,27 +159,54 @@ def act(
         return refused(
             f"it is {state.status}; {action} applies to {' or '.join(allowed)} invoices", state.status
         )
-    lease = store.take_review_lock(invoice_id, actor.owner)
-    if lease is None:
-        holder = store.current_holder(invoice_id)
-        who = holder.describe() if holder else "a holder that finished just now"
-        return refused(f"busy: held by {who}; try again when it is released", state.status)
-    try:
-        if expect_version is not None and store.review_version(invoice_id) != expect_version:
-            store.finish(lease.job_id, "succeeded", f"review {action} refused: {DECIDED_MEANWHILE}")
-            return refused(DECIDED_MEANWHILE, state.status)
-        outcome = _apply(store, action, lease, actor, note)
-    except LeaseLost as exc:
-        # Swept before the write (the action stalled past the lock TTL): nothing was written.
-        return refused(f"the lock was lost before writing, nothing changed: {exc}", state.status)
-    except BaseException as exc:
-        # Rolled back: release the lock now rather than leave it to the sweep.
-        store.finish(lease.job_id, "failed", f"review {action} failed: {type(exc).__name__}: {exc}")
-        raise
+    outcome = decide_under_lock(
+        store,
+        invoice_id,
+        f"review {action}",
+        actor,
+        state.status,
+        expect_version,
+        lambda lease: _apply(store, action, lease, actor, note),
+        refused,
+    )
     if action == "approve" and outcome.done:
         # Approved unchanged: the page was read right; its vendor's layout learns (issue 23).
         learn_quietly(store, invoice_id, actor.name)
     return outcome
+
+
+def decide_under_lock(
+    store: InvoiceStore,
+    invoice_id: UUID,
+    what: str,
+    actor: Actor,
+    status: str,
+    expect_version: str | None,
+    write: Callable[[Lease], ActionOutcome],
+    refused: Callable[[str, str | None], ActionOutcome],
+) -> ActionOutcome:
+    """`write` under the invoice's processing lock, the one path of every person's decision.
+
+    Busy (a run or another reviewer holds the lock), decided meanwhile (the invoice is not the
+    version the person saw) and a lock lost before writing are refusals with nothing changed; an
+    error rolls back and releases the lock now rather than leaving it to the sweep.
+    """
+    lease = store.take_review_lock(invoice_id, actor.owner)
+    if lease is None:
+        holder = store.current_holder(invoice_id)
+        who = holder.describe() if holder else "a holder that finished just now"
+        return refused(f"busy: held by {who}; try again when it is released", status)
+    try:
+        if expect_version is not None and store.review_version(invoice_id) != expect_version:
+            store.finish(lease.job_id, "succeeded", f"{what} refused: {DECIDED_MEANWHILE}")
+            return refused(DECIDED_MEANWHILE, status)
+        return write(lease)
+    except LeaseLost as exc:
+        # Swept before the write (the action stalled past the lock TTL): nothing was written.
+        return refused(f"the lock was lost before writing, nothing changed: {exc}", status)
+    except BaseException as exc:
+        store.finish(lease.job_id, "failed", f"{what} failed: {type(exc).__name__}: {exc}")
+        raise
 
 
 def _apply(

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from invoice_pipeline_tests.browser_setup import CHROMIUM, CHROMIUM_FLAGS
 from invoice_pipeline_tests.engine.review.helpers import (
     decided_invoice,
     failure_messages,
@@ -19,18 +20,7 @@ from invoice_pipeline_tests.engine.review.helpers import (
 from invoice_pipeline_tests.review_ui.conftest import ReviewServer
 from invoice_pipeline_tests.review_ui.test_corrections import held_pdf
 
-CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
-FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 pytestmark = [
     pytest.mark.browser,
@@ -46,7 +36,7 @@ def browser() -> Any:
 
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS)
         try:
             yield b
         finally:

@@ -10,22 +10,12 @@ from dagster import DagsterRunStatus
 from dagster_graphql import DagsterGraphQLClient
 
 from invoice_pipeline.engine.store import InvoiceStore
+from invoice_pipeline_tests.browser_setup import CHROMIUM, CHROMIUM_FLAGS
 from invoice_pipeline_tests.orchestration.ui.conftest import DevServer, hide_from_sensor
 from pipeline_support.factories import json_invoice
 from pipeline_support.helpers import wait_for
 
-CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[3] / "test-artifacts"
-FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 pytestmark = [
     pytest.mark.browser,
@@ -42,7 +32,7 @@ def page():  # type: ignore[no-untyped-def]
 
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS)
         try:
             page = browser.new_page(viewport={"width": 1600, "height": 1000})
             page.set_default_timeout(60_000)
