@@ -38,7 +38,10 @@ def test_ingest_process_status_show_on_generated_samples(
     identical = [f for f in samples.files if f.note == "byte-identical re-send"]
     assert f"{len(files) - len(identical)} new invoice(s), {len(identical)} already known" in ingest.stdout
 
-    processed = cli("process", "--batch-size", "10", env=env)
+    # One worker: the copies are decided in the order they were ingested, so the first of each
+    # set is its original. (Workers running at once decide in the order they get there, as the
+    # sensor's concurrent runs do: then a later copy may be the original.)
+    processed = cli("process", "--batch-size", "10", "--workers", "1", env=env)
     # The samples include broken files: quarantined invoices make `process` exit 1.
     assert processed.returncode == (1 if any(f.quarantine_code for f in samples.files) else 0), (
         processed.stderr

@@ -429,7 +429,7 @@ def test_a_stage_op_that_fails_outside_its_stage_releases_its_chunk(
     def reporting_fails(*args: object) -> None:
         raise RuntimeError("the event log is unreachable")
 
-    monkeypatch.setattr(ops, "_report", reporting_fails)
+    monkeypatch.setattr(ops, "report_stage", reporting_fails)
     result = _run_batch(database_url, [invoice])
     assert not result.success
     _assert_nothing_left_running(store, invoice)
