@@ -203,7 +203,7 @@ class PageCase:
         return self.gross - self.prepaid
 
 
-_SELLERS = (
+SELLERS = (
     "Halvorsen Metaalwerk B.V.",
     "Officine Ruggeri S.r.l.",
     "Talleres Ebro S.L.",
@@ -247,7 +247,7 @@ def page_cases(seed: int, count: int) -> list[PageCase]:
                 invoice_number=f"{rng.choice(('INV', 'RE', 'F', 'FV', 'FA'))}-{rng.randint(2020, 2026)}-{rng.randint(1, 99999):05d}",
                 issue_date=dt.date(2025, 1, 1) + dt.timedelta(days=rng.randint(0, 300)),
                 currency=CURRENCY_BY_LANG[lang],
-                seller_name=rng.choice(_SELLERS),
+                seller_name=rng.choice(SELLERS),
                 seller_vat_id=f"{VAT_PREFIX[lang]}{rng.randint(100_000_000, 999_999_999)}",
                 buyer_name=rng.choice(_BUYERS),
                 net=net,

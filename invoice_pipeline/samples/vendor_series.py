@@ -22,6 +22,7 @@ from .page_layouts import (
     CURRENCY_BY_LANG,
     FORMATS,
     PAGE_LABELS,
+    SELLERS,
     VARIANTS,
     VAT_PREFIX,
     PageCase,
@@ -59,15 +60,8 @@ HOUSE_LABELS: dict[str, PageLabels] = {
     ),
 }
 
-_NAMES = (
-    "Halvorsen Metaalwerk B.V.",
-    "Officine Ruggeri S.r.l.",
-    "Talleres Ebro S.L.",
-    "Brightwater Tools Ltd",
-    "Kessler Haustechnik GmbH",
-    "Atelier Morvan SARL",
-    "Lindqvist Design AB",
-    "Pereira Consulting SA",
+# The page layouts' sellers first, then vendors of this series' own.
+_NAMES = SELLERS + (
     "Oakridge Supplies Ltd",
     "Vogel Elektro GmbH",
     "Bertrand & Fils SAS",
