@@ -6,6 +6,9 @@ invoice's processing lock, fenced and audited with the reviewer's name. The page
 version of the invoice it showed; an action whose invoice changed meanwhile is refused under
 the lock and the page shows the invoice as it is now ("someone decided this meanwhile").
 
+The vendor layouts of the reviewer's orgs are listed (`/layouts`, the same store read as
+`review layouts list`) and can be disabled (`store.disable_layout`, as `review layouts disable`).
+
 No JavaScript: forms and links. Every POST carries the session's CSRF token.
 """
 
@@ -34,7 +37,7 @@ from invoice_pipeline.engine.corrections import correct_invoice
 from invoice_pipeline.engine.review import DECIDED_MEANWHILE, REQUEUE_STATUSES, Actor, act, parse_age
 from invoice_pipeline.engine.review_page_records import QueueFilter, ReviewInvoice
 from invoice_pipeline.engine.review_records import Action, ActionOutcome
-from invoice_pipeline.engine.store import InvoiceStore
+from invoice_pipeline.engine.store import InvoiceStore, LayoutRow
 from invoice_pipeline.review_ui.auth import (
     AuthConfig,
     Reviewer,
@@ -53,6 +56,8 @@ COOKIE = "invoice_review_session"
 PAGE_SIZE = 50
 MAX_FORM_BYTES = 64 * 1024
 MAX_PAGE_SIZE = 500
+# A layout disabled from the page records at most this much of the reason given.
+MAX_REASON_CHARS = 500
 # How long an action waits for another reviewer's (or a run's) lock before it reports "busy".
 BUSY_WAIT_SECONDS = 5.0
 PAGE_ACTIONS: dict[str, Action] = {
@@ -429,6 +434,87 @@ class ReviewUi:
         ctx.session.flash.append(_flash(outcome, moved))
         return self.finish(back, ctx)
 
+    # -- vendor layouts (docs/layouts.md) ------------------------------------------------------------
+
+    def _layout_rows(self, reviewer: Reviewer, include_disabled: bool) -> list[LayoutRow]:
+        """The layouts of the reviewer's own orgs (every org's only when the reviewer may see
+        every org), through the same store read as `review layouts list`."""
+        if reviewer.orgs is None:
+            return self.store.list_layouts(None, include_disabled=include_disabled)
+        rows = [
+            row
+            for org in sorted(set(reviewer.orgs))
+            for row in self.store.list_layouts(org, include_disabled=include_disabled)
+        ]
+        return [row for row in rows if reviewer.may_see(row.org_id)]
+
+    def _visible_layout(self, reviewer: Reviewer, layout_id: str) -> LayoutRow | None:
+        try:
+            number = int(layout_id)
+        except ValueError:
+            return None
+        if not 1 <= number < 2**63:
+            return None
+        row = self.store.layout_row(number)
+        return row if row is not None and reviewer.may_see(row.org_id) else None
+
+    def layouts(self, request: Request) -> Response:
+        got = self._require(request)
+        if isinstance(got, Response):
+            return got
+        ctx = got
+        assert ctx.reviewer is not None
+        show_all = request.query_params.get("all") == "1"
+        items = []
+        for row in self._layout_rows(ctx.reviewer, show_all):
+            layout = row.vendor_layout()
+            items.append(
+                {"row": row, "seller": layout.seller_name, "fields": [r.field for r in layout.rules]}
+            )
+        return self.html(request, "layouts.html", ctx, items=items, show_all=show_all)
+
+    def layout(self, request: Request) -> Response:
+        got = self._require(request)
+        if isinstance(got, Response):
+            return got
+        ctx = got
+        assert ctx.reviewer is not None
+        row = self._visible_layout(ctx.reviewer, request.path_params["layout_id"])
+        if row is None:
+            return self.error(ctx, 404, "no such vendor layout (or not one of your organisations')")
+        return self.html(request, "layout.html", ctx, row=row, layout=row.vendor_layout())
+
+    async def layout_disable(self, request: Request) -> Response:
+        got = self._require(request)
+        if isinstance(got, Response):
+            return got
+        ctx = got
+        form = await self.checked_form(request, ctx)
+        if isinstance(form, Response):
+            return form
+        return await _in_thread(self._layout_disable, ctx, request.path_params["layout_id"], form)
+
+    def _layout_disable(self, ctx: Ctx, layout_id: str, form: dict[str, str]) -> Response:
+        assert ctx.reviewer is not None
+        row = self._visible_layout(ctx.reviewer, layout_id)
+        if row is None:
+            return self.error(ctx, 404, "no such vendor layout (or not one of your organisations')")
+        # Worded as `review layouts disable` words it, with the reviewer as the audit names them.
+        given = form.get("reason", "").strip()[:MAX_REASON_CHARS]
+        reason = f"disabled by {audit_name(self.auth, ctx.reviewer)}" + (f": {given}" if given else "")
+        # The store refuses another org's layout too: the org is the layout's, checked above
+        # against the reviewer's.
+        if self.store.disable_layout(row.id, reason, row.org_id):
+            ctx.session.flash.append(
+                (
+                    "done",
+                    f"layout {row.id} disabled ({reason}); pages of its vendor are read template-free or by another layout",
+                )
+            )
+        else:
+            ctx.session.flash.append(("error", f"layout {row.id} is not enabled: nothing to disable"))
+        return self.finish(RedirectResponse(f"/layouts/{row.id}", 303), ctx)
+
     def static(self, request: Request) -> Response:
         name = request.path_params["name"]
         if name != "review.css":
@@ -447,6 +533,9 @@ class ReviewUi:
             Route("/invoice/{invoice_id}", self.invoice),
             Route("/invoice/{invoice_id}/page/{page:int}.png", self.page_image),
             Route("/invoice/{invoice_id}/action", self.action, methods=["POST"]),
+            Route("/layouts", self.layouts),
+            Route("/layouts/{layout_id}", self.layout),
+            Route("/layouts/{layout_id}/disable", self.layout_disable, methods=["POST"]),
             Route("/static/{name}", self.static),
             Route("/healthz", lambda r: PlainTextResponse("ok")),
         ]

@@ -17,6 +17,7 @@ from invoice_pipeline_tests.engine.review.helpers import (
     run_batch,
     sql,
 )
+from invoice_pipeline_tests.engine.test_vendor_layouts_store import house_vendor, teach
 from invoice_pipeline_tests.review_ui.conftest import ReviewServer
 from invoice_pipeline_tests.review_ui.test_corrections import held_pdf
 
@@ -141,3 +142,21 @@ def test_reject_with_a_reason_and_a_second_tab_is_told_someone_decided(
     assert sql(
         review_server.database_url, "SELECT action, note FROM review_actions WHERE invoice_id = %s", (inv,)
     ) == [("reject", "refund sent as an invoice")]
+
+
+def test_the_header_leads_to_the_vendor_layouts_and_a_layout_to_its_invoice(
+    review_server: ReviewServer, browser: Any
+) -> None:
+    first, *_ = house_vendor()
+    invoice = teach(review_server.store, "acme", first)
+    [row] = review_server.store.list_layouts("acme")
+    page = new_page(browser)
+    page.goto(review_server.base_url + "/")
+    page.get_by_role("link", name="Vendor layouts").click()
+    page.locator(f"#layout-{row.id}").wait_for()
+    assert page.locator("table.layouts tbody tr").count() == 1
+    assert row.vendor_key in page.locator(f"#layout-{row.id}").inner_text()
+    page.screenshot(path=str(ARTIFACTS / "review-layouts.png"), full_page=True)
+    page.locator(f"#layout-{row.id} td.learnt a").click()
+    page.locator("#status").wait_for()
+    assert page.url == f"{review_server.base_url}/invoice/{invoice}"

@@ -1,0 +1,219 @@
+"""The review page's vendor layouts (issue 23): `/layouts`, `/layouts/{id}` and disabling one.
+
+Layouts are made by the real engine: a person's correction of a page-read invoice teaches org
+acme's layout (`engine.corrections.correct_invoice` after the real extract stage), and org
+globex gets a copy through `engine.layouts.import_layouts`. Reviewers are limited to one org
+each, by their account; nothing on the page takes the org from the request.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import pytest
+
+from invoice_pipeline.engine.layouts import export_layouts, import_layouts
+from invoice_pipeline.engine.store import InvoiceStore, LayoutRow
+from invoice_pipeline.review_ui.auth import AuthConfig, Reviewer, hash_password
+from invoice_pipeline_tests.engine.test_vendor_layouts_store import house_vendor, teach
+from invoice_pipeline_tests.review_ui.conftest import PASSWORDS, Client, ReviewServer, hidden, serve
+
+
+@pytest.fixture
+def org_server(database_url: str, store: InvoiceStore, tmp_path: Path) -> Iterator[ReviewServer]:
+    """Accounts limited to one org each: alice sees acme, bob sees globex."""
+    orgs = {"alice": ("acme",), "bob": ("globex",)}
+    users = {name: Reviewer(name, orgs[name], hash_password(pw)) for name, pw in PASSWORDS.items()}
+    for url in serve(store, AuthConfig(users=users), tmp_path / "cache"):
+        yield ReviewServer(url, store, database_url)
+
+
+@dataclass
+class TwoOrgs:
+    acme: LayoutRow  # learnt from a correction of `invoice`
+    globex: LayoutRow  # imported from acme's export
+    invoice: UUID
+
+
+def two_orgs(store: InvoiceStore) -> TwoOrgs:
+    first, *_ = house_vendor()
+    invoice = teach(store, "acme", first)
+    [acme] = store.list_layouts("acme")
+    [globex] = import_layouts(store, export_layouts(store, "acme"), "globex", "os-user:bob")
+    assert acme.learnt_from == invoice and globex.learnt_from is None
+    return TwoOrgs(acme, globex, invoice)
+
+
+def rows_of(page: str) -> list[int]:
+    """The layout ids the list page shows, in order."""
+    return [int(n) for n in re.findall(r'<tr id="layout-(\d+)"', page)]
+
+
+def logged_in(server: ReviewServer, name: str) -> Client:
+    client = Client(server.base_url)
+    client.login(name)
+    return client
+
+
+def test_each_reviewer_sees_only_their_orgs_layouts_with_the_invoice_it_was_learnt_from(
+    org_server: ReviewServer,
+) -> None:
+    made = two_orgs(org_server.store)
+    anonymous = Client(org_server.base_url)
+    for path in ("/layouts", f"/layouts/{made.acme.id}"):
+        _, page = anonymous.get(path)
+        assert "Log in" in page and "vat:" not in page, path
+
+    alice = logged_in(org_server, "alice")
+    status, page = alice.get("/")
+    assert status == 200 and '<a class="nav" href="/layouts">Vendor layouts</a>' in page
+    status, page = alice.get("/layouts")
+    assert status == 200
+    assert rows_of(page) == [made.acme.id]
+    row = page[page.index(f'<tr id="layout-{made.acme.id}"') :]
+    row = row[: row.index("</tr>")]
+    assert f'<a href="/invoice/{made.invoice}">{made.invoice}</a>' in row
+    layout = made.acme.vendor_layout()
+    assert made.acme.vendor_key in row and layout.seller_name and layout.seller_name in row
+    assert f"{len(layout.rules)}: " in row
+    assert all(f"<code>{rule.field}</code>" in row for rule in layout.rules)
+    assert "enabled" in row and "os-user:alice" in row and "v1" in row
+    # Neither globex's layout nor any trace of its org, even when asked by a query parameter.
+    for path in ("/layouts", "/layouts?all=1", "/layouts?org=globex", "/layouts?all=1&org_id=globex"):
+        _, page = alice.get(path)
+        assert made.globex.id not in rows_of(page) and "globex" not in page and "imported" not in page, path
+
+    # The detail page: rules, fingerprint size, provenance.
+    status, page = alice.get(f"/layouts/{made.acme.id}")
+    assert status == 200
+    for rule in layout.rules:
+        cells = re.search(rf'<tr id="rule-{re.escape(rule.field)}">(.*?)</tr>', page, re.S)
+        assert cells, rule.field
+        assert f"“{rule.anchor}”" in cells.group(1) and rule.relation in cells.group(1)
+        assert f'<td class="num">{rule.dx}</td>' in cells.group(1)
+    assert f"{len(layout.fingerprint)} stable word(s)" in page and len(layout.fingerprint) > 0
+    assert f'<a href="/invoice/{made.invoice}">' in page
+    assert '<form method="post" action="/layouts/' in page
+
+    # Another org's layout, an unknown one and nonsense are all 404 with nothing of them shown.
+    for path in (
+        f"/layouts/{made.globex.id}",
+        "/layouts/999999",
+        "/layouts/abc",
+        "/layouts/99999999999999999999",
+    ):
+        status, page = alice.get(path)
+        assert status == 404 and "vat:" not in page, path
+
+    # Bob sees globex's imported copy, marked imported, and not acme's.
+    bob = logged_in(org_server, "bob")
+    _, page = bob.get("/layouts")
+    assert rows_of(page) == [made.globex.id]
+    assert "imported" in page and str(made.invoice) not in page
+    assert bob.get(f"/layouts/{made.acme.id}")[0] == 404
+    assert bob.get(f"/layouts/{made.globex.id}")[0] == 200
+
+
+def test_disable_needs_the_csrf_token_and_the_layouts_org_then_all_shows_it(
+    org_server: ReviewServer,
+) -> None:
+    store = org_server.store
+    made = two_orgs(store)
+    alice = logged_in(org_server, "alice")
+    _, page = alice.get(f"/layouts/{made.acme.id}")
+    token = hidden(page, "csrf")
+
+    # No token, or another session's token: refused, nothing written.
+    status, body = alice.post(f"/layouts/{made.acme.id}/disable", {"reason": "forged"})
+    assert status == 403 and "CSRF" in body
+    # Another reviewer's session with alice's token: refused.
+    status, body = logged_in(org_server, "bob").post(
+        f"/layouts/{made.acme.id}/disable", {"reason": "forged", "csrf": token}
+    )
+    assert status == 403 and "CSRF" in body
+    # Without a session of its own (the token alone): sent to log in.
+    status, body = Client(org_server.base_url).post(
+        f"/layouts/{made.acme.id}/disable", {"reason": "forged", "csrf": token}
+    )
+    assert "Log in" in body and "vat:" not in body
+    # Alice's own valid token on globex's layout: not hers, refused as unknown.
+    status, _ = alice.post(f"/layouts/{made.globex.id}/disable", {"reason": "not mine", "csrf": token})
+    assert status == 404
+    for row in (made.acme, made.globex):
+        now = store.layout_row(row.id)
+        assert now is not None and now.enabled and now.disabled_reason is None, row.id
+
+    # With her token, on her org's layout: disabled, recorded with her name and the reason.
+    status, page = alice.post(
+        f"/layouts/{made.acme.id}/disable", {"reason": "vendor changed its template", "csrf": token}
+    )
+    assert status == 200 and f"layout {made.acme.id} disabled" in page
+    assert '<b id="layout-state">disabled</b>' in page and "Disable this layout" not in page
+    now = store.layout_row(made.acme.id)
+    assert now is not None and not now.enabled
+    assert now.disabled_reason == "disabled by review-ui:alice: vendor changed its template"
+    assert store.enabled_layouts(["acme"]) == {"acme": []}
+    # The same function as `review layouts disable`: globex's copy is untouched.
+    globex = store.layout_row(made.globex.id)
+    assert globex is not None and globex.enabled
+
+    # The list shows enabled layouts by default; ?all=1 shows the disabled one and why.
+    _, page = alice.get("/layouts")
+    assert rows_of(page) == [] and "No vendor layouts enabled" in page
+    _, page = alice.get("/layouts?all=1")
+    assert rows_of(page) == [made.acme.id]
+    assert "disabled" in page and "disabled by review-ui:alice: vendor changed its template" in page
+
+    # Disabling again says so and changes nothing.
+    status, page = alice.post(f"/layouts/{made.acme.id}/disable", {"reason": "again", "csrf": token})
+    assert status == 200 and "is not enabled" in page
+    again = store.layout_row(made.acme.id)
+    assert again is not None and again.disabled_reason == now.disabled_reason
+
+
+def hostile_export() -> dict[str, Any]:
+    return {
+        "format": "invoice-pipeline/vendor-layouts",
+        "format_version": 1,
+        "org_id": "elsewhere",
+        "layouts": [
+            {
+                "vendor_key": "name:<script>alert(1)</script>",
+                "seller_name": "<script>alert(2)</script>\x1b[2J",
+                "seller_vat_id": None,
+                "currency": "EUR",
+                "fingerprint": [["<img src=x onerror=alert(3)>", 4]],
+                "rules": [
+                    {
+                        "field": "invoice_number",
+                        "anchor": "<b>no</b>",
+                        "anchor_col": 4,
+                        "relation": "right",
+                        "dx": 10,
+                        "dy": 0,
+                        "shape": None,
+                        "dx_end": None,
+                    }
+                ],
+                "enabled": True,
+            }
+        ],
+    }
+
+
+def test_the_layout_pages_escape_what_a_layout_holds(review_server: ReviewServer) -> None:
+    [row] = import_layouts(review_server.store, hostile_export(), "acme", "os-user:<i>eve</i>")
+    client = Client(review_server.base_url)  # local mode: every org
+    _, listing = client.get("/layouts")
+    assert rows_of(listing) == [row.id]
+    for path in ("/layouts", f"/layouts/{row.id}"):
+        status, page = client.get(path)
+        assert status == 200, path
+        assert "<script>alert" not in page and "<img src=x" not in page and "<b>no</b>" not in page
+        assert "<i>eve</i>" not in page and "\x1b" not in page
+        assert "&lt;script&gt;alert(2)" in page, path
