@@ -4,15 +4,20 @@ Groups of invoices that share a page layout and a vendor: (a) the shared corpus'
 with several files per layout (the XML stripped: `page_reading.strip_to_page`) and (b) generated
 vendor series (`samples.vendor_series`; lines move between invoices; some vendors print their own
 wording). Per group, through the real pipeline (`stages.process_chunk`) and the real review
-function (`engine.corrections.correct_invoice`, then `engine.review.act` approve):
+functions (`engine.corrections.correct_invoice`, `engine.review.act` approve, and
+`engine.layouts.teach_layout`, which is `review layouts learn`):
 
-1. the first invoice is processed in the group's organisation; if it is held, a person corrects
-   the fields that are wrong (the number of fields typed is "corrections needed") and approves it,
-   which teaches the vendor's layout; an invoice the pipeline approved by itself teaches nothing
-   (no person saw it), and is reported as such;
+1. the first invoice is processed in the group's organisation. If it is held, a person corrects
+   the fields that are wrong (the number of fields typed is "corrections needed") and approves
+   it; if the pipeline posted it, the person checks it and vouches for it (`review layouts
+   learn`). Either teaches the vendor's layout;
 2. the later invoices are processed twice: in a control organisation with no layouts ("before")
    and in the group's organisation ("after"): key fields right, held, posted with a wrong amount;
-3. a different vendor's similar-looking page (the same layout and wording, another seller) is
+3. "as a person works": in a third organisation taught the same way, the later invoices arrive
+   one by one and the person corrects each one that is held as it comes (so a row the vendor
+   prints for the first time, a prepayment say, is taught once): fields right as first read,
+   held, and fields typed;
+4. a different vendor's similar-looking page (the same layout and wording, another seller) is
    processed in the group's organisation: every field read with a layout there is a leak.
 
 Read time: template-free reading alone against template-free + the org's layouts, per page.
@@ -39,6 +44,7 @@ from invoice_pipeline.documents import ExtractedText, extract_fields, extract_te
 from invoice_pipeline.documents.reading.layouts import VendorLayout, apply_layouts, norm_text
 from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.engine.corrections import correct_invoice
+from invoice_pipeline.engine.layouts import teach_layout
 from invoice_pipeline.engine.review import Actor, act
 from invoice_pipeline.engine.stages import StageEnv, claim_chunk, process_chunk
 from invoice_pipeline.engine.store import InvoiceStore
@@ -158,23 +164,54 @@ class Pipeline:
 
 
 def teach(p: Pipeline, org: str, first: Doc) -> tuple[str, int]:
-    """Process the first invoice; a person corrects (and approves) it when it is held."""
+    """Process the first invoice; a person corrects (and approves) it when it is held, or vouches
+    for it when it was posted."""
     [invoice_id] = p.run(org, [first])
     state = p.store.invoice_state(invoice_id)
     status = state.status if state else "missing"
+    if status == "processed":
+        learnt = teach_layout(p.store, invoice_id, REVIEWER.name)
+        return f"posted; vouched for: {learnt.outcome} ({learnt.detail})", 0
     if status != "needs_review":
-        return f"first invoice {status}: nobody reviewed it, nothing learnt", 0
+        return f"first invoice {status}: nothing to learn from", 0
+    typed = review_held(p, invoice_id, first.truth)
+    return f"held; {typed}", len(typed.changes)
+
+
+@dataclass(frozen=True)
+class Review:
+    changes: dict[str, str]
+    refused: str | None = None
+
+    def __str__(self) -> str:
+        if self.refused:
+            return f"correction refused: {self.refused}"
+        return ("corrected " + ", ".join(sorted(self.changes))) if self.changes else "approved unchanged"
+
+
+def review_held(p: Pipeline, invoice_id: UUID, truth: dict[str, Any]) -> Review:
+    """A person types the fields that are wrong (if any) and approves: the real review functions."""
     fields = p.store.load_fields(invoice_id)
     assert fields is not None
-    changes = {
-        name: _value(first.truth, name) for name in first.truth if getattr(fields, name) != first.truth[name]
-    }
+    changes = {name: _value(truth, name) for name in truth if getattr(fields, name) != truth[name]}
     if changes:
         outcome = correct_invoice(p.store, invoice_id, changes, REVIEWER)
         if not outcome.done:
-            return f"correction refused: {outcome.message}", len(changes)
+            return Review(changes, outcome.message)
     act(p.store, "approve", invoice_id, REVIEWER)
-    return ("corrected " + ", ".join(sorted(changes))) if changes else "approved unchanged", len(changes)
+    return Review(changes)
+
+
+def as_a_person_works(p: Pipeline, org: str, later: Sequence[Doc], c: Counter[str]) -> None:
+    """The later invoices one by one; each held one is corrected before the next arrives."""
+    for d in later:
+        [invoice_id] = p.run(org, [d])
+        ok, held, wrong, _ = p.outcome(invoice_id, d.truth)
+        c["right_working"] += sum(ok.values())
+        c["held_working"] += held
+        c["wrong_working"] += wrong
+        if held and p.store.invoice_state(invoice_id).status == "needs_review":  # type: ignore[union-attr]
+            c["typed_working"] += len(review_held(p, invoice_id, d.truth).changes)
 
 
 def _time(fn: Callable[[], object], rounds: int = 5) -> float:
@@ -215,7 +252,7 @@ def run(ctx: BenchContext) -> BenchResult:
         ratios: list[float] = []
         lines = []
         for n, g in enumerate(groups):
-            org, control = f"org-{n:02d}", f"control-{n:02d}"
+            org, control, working = f"org-{n:02d}", f"control-{n:02d}", f"working-{n:02d}"
             c = per_kind.setdefault(g.kind, Counter())
             f = field_counts.setdefault(g.kind, Counter())
             taught, typed = teach(p, org, g.docs[0])
@@ -238,6 +275,8 @@ def run(ctx: BenchContext) -> BenchResult:
                 for k in KEY_FIELDS:
                     f[f"{k}:before"] += ok_b[k]
                     f[f"{k}:after"] += ok_a[k]
+            teach(p, working, g.docs[0])
+            as_a_person_works(p, working, later, c)
             if g.other_vendor is not None:
                 [other] = p.run(org, [g.other_vendor])
                 c["leaks"] += p.outcome(other, g.other_vendor.truth)[3]
@@ -258,6 +297,11 @@ def run(ctx: BenchContext) -> BenchResult:
             result.figure(f"{prefix}: held before", "invoices").add(c["held_before"])
             result.figure(f"{prefix}: held after", "invoices").add(c["held_after"])
             result.figure(f"{prefix}: corrections needed (fields typed)", "fields").add(c["corrections"])
+            result.figure(f"{prefix}: key fields right as a person works", "%", better="higher").add(
+                100 * c["right_working"] / max(total, 1)
+            )
+            result.figure(f"{prefix}: held as a person works", "invoices").add(c["held_working"])
+            result.figure(f"{prefix}: fields typed as a person works", "fields").add(c["typed_working"])
             result.figure(f"{prefix}: layout applications to another vendor", "fields").add(c["leaks"])
             f = field_counts[kind]
             per_field = {k: f"{f[k + ':before']}->{f[k + ':after']}/{c['later']}" for k in KEY_FIELDS}
@@ -266,15 +310,17 @@ def run(ctx: BenchContext) -> BenchResult:
                 f"(read with a layout {c['read_with_layout']}); key fields {c['right_before']}->{c['right_after']}/{total}; "
                 f"per field before->after {per_field}; held {c['held_before']}->{c['held_after']}; posted with a wrong "
                 f"amount {c['wrong_before']}->{c['wrong_after']}; corrections typed {c['corrections']}; other vendor's "
-                f"pages {c['other_vendor_pages']}, fields read there with a layout {c['leaks']}"
+                f"pages {c['other_vendor_pages']}, fields read there with a layout {c['leaks']}; as a person works: "
+                f"key fields {c['right_working']}/{total}, held {c['held_working']}, fields typed {c['typed_working']}, "
+                f"posted with a wrong amount {c['wrong_working']}"
             )
             result.check(
                 f"{kind}: no layout applied to another vendor's page", c["leaks"] == 0, str(c["leaks"])
             )
             result.check(
                 f"{kind}: nothing posted with a wrong amount after",
-                c["wrong_after"] == 0,
-                str(c["wrong_after"]),
+                c["wrong_after"] + c["wrong_working"] == 0,
+                f"{c['wrong_after']} after one correction, {c['wrong_working']} as a person works",
             )
         if ratios:
             fig = result.figure("read time with a layout / template-free", "x")

@@ -1,4 +1,4 @@
-"""`invoice-pipeline review layouts list|show|disable|export|import`: the vendor layouts an org's
+"""`invoice-pipeline review layouts list|show|learn|disable|export|import`: the vendor layouts an org's
 decisions taught (issue 23; engine/layouts.py). Export and import use the JSON format of
 docs/layouts.md."""
 
@@ -64,6 +64,20 @@ def cmd_layouts_show(args: argparse.Namespace, settings: Settings) -> int:
     for line in json.dumps(out, indent=2, ensure_ascii=False).splitlines():
         print(printable(line))
     return EXIT_OK
+
+
+def cmd_layouts_learn(args: argparse.Namespace, settings: Settings) -> int:
+    from invoice_pipeline.cli import _store
+    from invoice_pipeline.engine.layouts import teach_layout
+    from invoice_pipeline.engine.review import Actor
+
+    store = _store(settings)
+    try:
+        learnt = teach_layout(store, args.invoice_id, Actor.os_user().name)
+    finally:
+        store.close()
+    print(printable(f"{learnt.outcome}: {learnt.detail}"))
+    return EXIT_NOT_FOUND if learnt.outcome == "skipped" else EXIT_OK
 
 
 def cmd_layouts_disable(args: argparse.Namespace, settings: Settings) -> int:
@@ -144,6 +158,12 @@ def add_layout_commands(actions: Any) -> None:
     show = sub.add_parser("show", help="one layout: its anchors, positions and fingerprint, as JSON")
     show.add_argument("layout_id", type=int)
     show.set_defaults(func=cmd_layouts_show)
+    learn = sub.add_parser(
+        "learn", help="vouch that a posted page-read invoice was read right: learn its vendor's layout"
+    )
+    learn.add_argument("invoice_id")
+    learn.set_defaults(func=cmd_layouts_learn)
+
     disable = sub.add_parser("disable", help="stop reading with a layout (it is kept)")
     disable.add_argument("layout_id", type=int)
     disable.add_argument("--org", help="refuse unless the layout is this org's")

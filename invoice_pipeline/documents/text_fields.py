@@ -25,7 +25,7 @@ from ..domain.validation import KNOWN_CURRENCIES
 from .collect import FieldCollector
 from .ocr import MIN_FIELD_CONFIDENCE, OcrLayout
 from .reading.amounts import EXEMPT, Found, find_amounts, parse_number, resolve
-from .reading.parties import LEGAL_MARKERS, footer_lines, footer_seller
+from .reading.parties import LEGAL_FORM, LEGAL_MARKERS, footer_lines, footer_seller
 from .reading.words import PageGeometry, Segment, TextBoxes, segments, union
 
 T = TypeVar("T")
@@ -336,6 +336,25 @@ DUE_DATE_LABELS = (
     r"|[ée]ch[ée]ance|vencimiento|scadenza|vervaldatum",
     r"zahlbar[^\n]{0,40}?\bbis|payable[^\n]{0,30}?\b(?:by|until)",
 )
+
+
+def fields_labelled(label: str) -> frozenset[str]:
+    """What the dictionaries say a label names: "invoice_number", "issue_date", "due_date", or
+    "other_date" (a delivery, service or order date: a date, and not the invoice's)."""
+    out = {
+        name
+        for name, patterns in (
+            ("invoice_number", NUMBER_LABELS),
+            ("issue_date", ISSUE_DATE_LABELS),
+            ("due_date", DUE_DATE_LABELS),
+        )
+        if any(re.search(p, label, _I) for p in patterns)
+    }
+    if _ISSUE_EXCLUDE.search(label + " "):
+        out = (out - {"issue_date"}) | {"other_date"}
+    return frozenset(out)
+
+
 PAYABLE_LABELS = (
     r"amount\s*due|total\s*due|balance\s*due|amount\s*payable|total\s*payable|due\s*payable|payable\s*amount"
     r"|zahlbetrag|zu\s*zahlen(?:der\s*betrag)?|offener\s*betrag|net\s*[àa]\s*payer|montant\s*[àa]\s*payer|reste\s*[àa]\s*payer"
@@ -371,24 +390,20 @@ CREDIT_NOTE_HEADING = re.compile(
 )
 SELLER_ROLE = re.compile(
     r"^(?:seller|vendor|supplier|from|bill\s*from|verk[äa]ufer|lieferant|leistungserbringer|rechnungssteller|absender"
-    r"|vendeur|fournisseur|[ée]metteur|proveedor|emisor|fornitore|cedente)\s*(?::\s*(.*)|$)",
+    r"|vendeur|fournisseur|[ée]metteur|proveedor|emisor|fornitore|cedente|leverancier|afzender)\s*(?::\s*(.*)|$)",
     _I,
 )
 BUYER_ROLE = re.compile(
     r"^(?:bill(?:ed)?\s*to|invoice\s*to|sold\s*to|customer|client|buyer|recipient"
     r"|k[äa]ufer(?:\s*/\s*leistungsempf[äa]nger)?|rechnungsempf[äa]nger|leistungsempf[äa]nger|kunde|empf[äa]nger"
-    r"|adresse\s*du\s*client|destinataire|factur[ée]\s*[àa]|acheteur|cliente|comprador|destinatario|committente)\s*(?::\s*(.*)|$)",
+    r"|adresse\s*du\s*client|destinataire|factur[ée]\s*[àa]|acheteur|cliente|comprador|destinatario|committente"
+    r"|klant|afnemer|factuuradres|gefactureerd\s*aan)\s*(?::\s*(.*)|$)",
     _I,
 )
 NAME_SUBLABEL = re.compile(
     r"^(?:name|nom|firma|company|raison\s*sociale|nombre|ragione\s*sociale)\s*:\s*(.*)$", _I
 )
 _ANY_SUBLABEL = re.compile(r"^[\w .\-/]{2,30}:(?:\s|$)", _I)
-LEGAL_FORM = re.compile(
-    r"(?<!\w)(GmbH|AG|KG|OHG|UG|e\.\s?K\.|Ltd\.?|Limited|LLC|L\.L\.C\.|Inc\.?|Corp\.?|Corporation|PLC|plc|LLP"
-    r"|SAS|SARL|S\.à\s?r\.l\.|S\.A\.S?\.?|SA|S\.p\.A\.|SpA|S\.r\.l\.|Srl|B\.V\.|BV|N\.V\.|NV|Oy|Oyj|AB|A/S|ApS|AS|ASA"
-    r"|S\.L\.|Sp\.\s?z\s?o\.o\.|Pty)(?!\w)"
-)
 _SENDER_SEPARATORS = re.compile(r"\s+[●•·|∙▪]\s+|\s+[-–]\s+")
 
 

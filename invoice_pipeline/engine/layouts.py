@@ -112,6 +112,25 @@ def learn_from_decision(store: InvoiceStore, invoice_id: UUID | str, taught_by: 
     )
 
 
+def teach_layout(store: InvoiceStore, invoice_id: UUID | str, taught_by: str) -> Learnt:
+    """A person vouches that a posted page-read invoice was read right: learn its vendor's layout
+    from it, as from an approval. An invoice waiting for review is corrected or approved instead
+    (which teaches too); one that was not posted was not read right, or not read at all."""
+    invoice_id = as_uuid(invoice_id)
+    state = store.invoice_state(invoice_id)
+    if state is None:
+        return Learnt(invoice_id, "skipped", "no such invoice")
+    if state.status == "needs_review":
+        return Learnt(
+            invoice_id, "skipped", "it waits for review: correct or approve it, which teaches its layout"
+        )
+    if state.status != "processed":
+        return Learnt(
+            invoice_id, "skipped", f"it is {state.status}, not posted: nothing confirmed its reading"
+        )
+    return learn_from_decision(store, invoice_id, taught_by)
+
+
 def learn_quietly(store: InvoiceStore, invoice_id: UUID | str, taught_by: str) -> Learnt | None:
     """`learn_from_decision` after a decision that has committed: a failure is logged, never raised."""
     try:

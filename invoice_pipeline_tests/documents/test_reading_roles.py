@@ -9,6 +9,7 @@ import datetime as dt
 from decimal import Decimal
 
 from invoice_pipeline.documents.reading.amounts import EXEMPT, find_amounts, resolve
+from invoice_pipeline.documents.reading.parties import name_like
 from invoice_pipeline.documents.text_fields import currency_of_vat_id, fields_from_text
 from invoice_pipeline.domain.fields import FieldSource
 
@@ -68,6 +69,25 @@ def test_the_seller_is_the_legal_footer_not_the_company_in_the_address_window() 
     assert fields.seller_name == "Brightwater Tools Ltd"
     assert "legal footer" in fields.sources["seller_name"].source
     assert fields.seller_vat_id == "DE514539285"
+
+
+def test_a_footer_name_ending_in_a_number_after_its_legal_form_is_the_seller() -> None:
+    """A Dutch customer label ("Klant") names the buyer, and a company whose name goes on after
+    its legal form ("Ltd 15") is still a name; a postcode with letters ("1234 AB") is not."""
+    text = (
+        "Klant:                                               Factuurnummer:       RE-2024-15343\n"
+        "Stadtwerke Talheim GmbH                              Factuurdatum:        11-06-2025\n"
+        "Marktplein 7\n" + TOTALS + "\n" * 4 + "Afgedrukt op 02.01.2019\n"
+        "Brightwater Tools Ltd 15\n"
+        "1234 AB Stad - Industrieweg 4\n"
+        "KvK 30127731 - BTW-nummer: NL413130981\n"
+    )
+    fields = fields_from_text(text)
+    assert fields.buyer_name == "Stadtwerke Talheim GmbH"
+    assert fields.seller_name == "Brightwater Tools Ltd 15"
+    assert "legal footer" in fields.sources["seller_name"].source
+    assert name_like("1234 AB Stad") is None
+    assert name_like("Industrieweg 4") is None
 
 
 def test_the_buyers_vat_id_loses_to_the_sellers() -> None:

@@ -9,6 +9,7 @@ one layout, some in wording the template-free reader does not know.
 from __future__ import annotations
 
 import dataclasses
+from datetime import date
 from decimal import Decimal
 from functools import cache
 
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 
 from invoice_pipeline.documents import ExtractedText, extract_fields, extract_text
 from invoice_pipeline.documents.reading import layouts as L
+from invoice_pipeline.documents.text_fields import fields_from_text
 from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.review import DEFAULT_POLICY, review_reasons
 from invoice_pipeline.samples.page_layouts import PageCase
@@ -246,3 +248,53 @@ def test_a_row_the_layout_never_saw_below_the_total_holds_the_invoice() -> None:
     assert fields.amount_check is not None and not fields.amount_check.confirmed, fields.amount_check
     assert "does not know" in fields.amount_check.rule
     assert review_reasons(fields, DEFAULT_POLICY)
+
+
+def test_a_legal_footer_below_the_totals_is_not_a_row_the_layout_never_saw() -> None:
+    """The footer's registration numbers ("Registered in England and Wales No. 04417856") stand
+    below the totals but are no amount: a vendor whose footer names it still posts."""
+    for vendor in vendor_series(2031, 18, 6):
+        invoices = [i for i in vendor.invoices if not i.case.prepaid]
+        if not vendor.house_labels or invoices[0].case.variant != "footer_seller":
+            continue
+        layout = learn(invoices[0])
+        for later in invoices[1:]:
+            fields = with_layouts(later, [layout])
+            assert fields.amount_check is not None and fields.amount_check.confirmed, fields.amount_check
+            assert fields.payable_total == later.case.amount_due
+            assert not review_reasons(fields, DEFAULT_POLICY)
+        return
+    pytest.fail("the series has no house vendor with its name in the legal footer")
+
+
+DATES_PAGE = """\
+Halden Tools Ltd                                            VAT No: GB585738843
+Delivery date    {delivery}
+Invoice date     {issued}
+Invoice no       INV-{number}
+
+                                                  Goods              {net}
+                                                  VAT 20%            {tax}
+                                                  Total              {gross}
+"""
+
+
+def test_a_date_printed_twice_is_learnt_under_its_own_label() -> None:
+    """The first invoice was delivered the day it was issued: the confirmed date stands under
+    "Delivery date" and "Invoice date". The rule is the invoice date's, so a later invoice
+    delivered earlier is read by its issue date."""
+    first = DATES_PAGE.format(
+        delivery="01.03.2025", issued="01.03.2025", number=1001, net="100.00", tax="20.00", gross="120.00"
+    )
+    confirmed = dataclasses.replace(
+        fields_from_text(first), issue_date=date(2025, 3, 1), seller_name="Halden Tools Ltd"
+    )
+    layout = L.learn_layout(first, None, confirmed, org_id="acme")
+    assert layout is not None
+    assert layout.rule("issue_date").anchor == "invoice date"  # type: ignore[union-attr]
+    later = DATES_PAGE.format(
+        delivery="20.02.2025", issued="05.03.2025", number=1002, net="50.00", tax="10.00", gross="60.00"
+    )
+    read = L.read_with_layout(L.Page.of(later, None), dataclasses.replace(layout, id=1))
+    assert read.matched, read.why
+    assert read.values["issue_date"].value == date(2025, 3, 5)

@@ -16,7 +16,7 @@ from uuid import UUID
 from invoice_pipeline.config import DEFAULT_MAX_DOCUMENT_BYTES
 from invoice_pipeline.domain.review import DEFAULT_POLICY
 from invoice_pipeline.engine.corrections import correct_invoice
-from invoice_pipeline.engine.layouts import export_layouts, import_layouts
+from invoice_pipeline.engine.layouts import export_layouts, import_layouts, teach_layout
 from invoice_pipeline.engine.review import Actor, act
 from invoice_pipeline.engine.stages import StageEnv, claim_chunk, process_chunk
 from invoice_pipeline.engine.store import InvoiceStore
@@ -142,3 +142,47 @@ def test_export_import_and_disable(store: InvoiceStore) -> None:
     assert store.disable_layout(imported.id, "test", org_id="acme") is False  # not acme's
     assert store.disable_layout(imported.id, "test", org_id="globex") is True
     assert store.enabled_layouts(["globex"]) == {"globex": []}
+
+
+def test_a_posted_invoice_a_person_vouches_for_teaches_its_layout(store: InvoiceStore) -> None:
+    """`review layouts learn`: the pipeline posted it, a person says it was read right."""
+    plain = next(v.invoices for v in vendor_series(11, 8, 4) if not v.house_labels)
+    first, second, *_ = plain
+    [first_id] = run(store, "acme", [first])
+    assert store.invoice_state(first_id).status == "processed"  # type: ignore[union-attr]
+    learnt = teach_layout(store, first_id, ALICE.name)
+    assert learnt.outcome == "learnt", learnt.detail
+    [row] = store.list_layouts("acme")
+    assert (row.learnt_from, row.taught_by) == (first_id, ALICE.name)
+    [second_id] = run(store, "acme", [second])
+    fields = store.load_fields(second_id)
+    assert fields is not None and right(store, second_id, second)
+    assert fields.sources["invoice_number"].source.startswith(f"layout:{row.id}:")
+    # Held invoices are corrected or approved instead; an unknown one is refused.
+    [held] = run(store, "acme", [house_vendor()[0]])
+    assert teach_layout(store, held, ALICE.name).outcome == "skipped"
+    assert teach_layout(store, UUID(int=7), ALICE.name).outcome == "skipped"
+    assert len(store.list_layouts("acme")) == 1
+
+
+def test_a_row_seen_once_is_read_the_next_time(store: InvoiceStore) -> None:
+    """Learnt from an invoice with nothing prepaid, the layout holds the vendor's first invoice
+    with a prepayment (it prints rows the layout never saw). Its correction makes a new version
+    that reads the next prepayment, and still reads the invoices without one."""
+    vendor = next(
+        v.invoices
+        for v in vendor_series(2031, 18, 6)
+        if v.house_labels and sum(1 for i in v.invoices if i.case.prepaid) >= 2
+    )
+    plain = [i for i in vendor if not i.case.prepaid]
+    prepaid = [i for i in vendor if i.case.prepaid]
+    teach(store, "acme", plain[0])
+    [held] = run(store, "acme", [prepaid[0]])
+    assert store.invoice_state(held).status == "needs_review"  # type: ignore[union-attr]
+    assert correct_invoice(store, held, corrections(prepaid[0]), ALICE).done
+    rows = store.list_layouts("acme", include_disabled=True)
+    assert [(r.version, r.enabled) for r in rows] == [(1, False), (2, True)]
+    for inv in (prepaid[1], plain[1]):
+        [invoice_id] = run(store, "acme", [inv])
+        assert right(store, invoice_id, inv), store.load_fields(invoice_id)
+        assert store.invoice_state(invoice_id).status == "processed"  # type: ignore[union-attr]

@@ -223,15 +223,24 @@ class Found:
     rate_row: bool = False
 
 
+# What may print beside an amount in its cell: a currency, as a symbol or a code.
+_CURRENCY_ONLY = re.compile(r"[\s€$£₹]*(?:[A-Z]{3}|CHF|kr|zł|Kč|euros?)?[\s€$£₹]*", _I)
+
+
 def _amount_only(seg: Segment) -> Decimal | None:
     """The amount when a segment is nothing but an amount (and a currency)."""
     found = numbers_in(seg.text)
     if len(found) != 1:
         return None
     rest = seg.text[: found[0].start] + seg.text[found[0].end :]
-    if re.fullmatch(r"[\s€$£₹]*(?:[A-Z]{3}|CHF|kr|zł|Kč|euros?)?[\s€$£₹]*", rest, _I):
-        return found[0].value
-    return None
+    return found[0].value if _CURRENCY_ONLY.fullmatch(rest) else None
+
+
+def ends_in_amount(text: str) -> bool:
+    """A segment whose last number ends it (but for a currency): an amount cell or
+    "label 12.50", not a sentence with a number inside ("Registered No. 0441 - VAT ...")."""
+    found = numbers_in(text)
+    return bool(found) and _CURRENCY_ONLY.fullmatch(text[found[-1].end :]) is not None
 
 
 def _value_after(text: str) -> Decimal | None:

@@ -36,8 +36,9 @@ from ...domain.fields import FieldSource, InvoiceFields
 from ...domain.validation import KNOWN_CURRENCIES
 from ..extracted import ExtractedText
 from ..ocr import MIN_FIELD_CONFIDENCE, OcrLayout
-from ..text_fields import find_dates, first_identifier, labelled_date
-from .amounts import EXEMPT, Found, Kind, amount_label, find_amounts, numbers_in, resolve
+from ..text_fields import fields_labelled, find_dates, first_identifier, labelled_date
+from .amounts import EXEMPT, Found, Kind, amount_label, ends_in_amount, find_amounts, numbers_in, resolve
+from .parties import footer_lines
 from .words import PageGeometry, Segment, TextBoxes, segments, union
 
 FORMAT_VERSION = 1
@@ -406,9 +407,15 @@ def _learn_rule(
         if (seg.line, seg.index) in taken:
             continue
         for rule in _anchors_for(page, seg, start):
-            said = amount_label(rule.anchor) if kind == "amount" else None
-            # An amount whose label names the role it is learnt for is the one, then the lowest.
-            fits = 0 if prefer is None or (said is not None and said.kind == prefer) else 1
+            if kind == "amount":
+                said = amount_label(rule.anchor)
+                # An amount whose label names the role it is learnt for is the one, then the lowest.
+                fits = 0 if prefer is None or (said is not None and said.kind == prefer) else 1
+            else:
+                # The same date under "Invoice date" and "Delivery date": the invoice date's own
+                # label, then a label the dictionaries do not know, never another field's.
+                named = fields_labelled(rule.anchor)
+                fits = 0 if name in named else 2 if named else 1
             rank = (fits, _RELATION_RANK[rule.relation], -seg.line if kind == "amount" else seg.line)
             if best is None or rank < best[0]:
                 shape = _shape(str(want)) if kind == "identifier" else None
@@ -785,10 +792,13 @@ def unexplained_amounts(
     first = payable.value_seg.line + 1
     last = max(payable.value_seg.line, *(f.value_seg.line for f in placed))
     out: list[str] = []
+    footer = footer_lines(page.lines)
     for line in range(first, min(last + 1 + TOTALS_REACH, len(page.lines))):
+        if line in footer:
+            continue  # the legal footer's registration numbers are not totals
         row = page.lines[line]
         for seg in row:
-            if (seg.line, seg.index) in known or not numbers_in(seg.text):
+            if (seg.line, seg.index) in known or not ends_in_amount(seg.text):
                 continue
             if any(abs(seg.end - end) <= COLUMN_SLACK for end in ends):
                 label = " ".join(s.text for s in row if s.col < seg.col) or seg.text

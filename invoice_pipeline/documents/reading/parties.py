@@ -23,6 +23,12 @@ LEGAL_MARKERS = re.compile(
     r"|KvK|Kamer\s*van\s*Koophandel|REA|capitale\s*sociale|Registro\s*Mercantil|CIF|N\.?I\.?F)(?!\w)",
     _I,
 )
+# A company's legal form: what marks a name as a company's.
+LEGAL_FORM = re.compile(
+    r"(?<!\w)(GmbH|AG|KG|OHG|UG|e\.\s?K\.|Ltd\.?|Limited|LLC|L\.L\.C\.|Inc\.?|Corp\.?|Corporation|PLC|plc|LLP"
+    r"|SAS|SARL|S\.à\s?r\.l\.|S\.A\.S?\.?|SA|S\.p\.A\.|SpA|S\.r\.l\.|Srl|B\.V\.|BV|N\.V\.|NV|Oy|Oyj|AB|A/S|ApS|AS|ASA"
+    r"|S\.L\.|Sp\.\s?z\s?o\.o\.|Pty)(?!\w)"
+)
 # Parts of a footer line: "Acme GmbH · Street 1 · 12345 City" or "Name – Street – Tel".
 _PARTS = re.compile(r"\s+[●•·|∙▪]\s+|\s+[-–—]\s+|\s*\|\s*")
 # How many lines above or below a legal line its footer block reaches.
@@ -40,19 +46,31 @@ class FooterName:
 
 
 def name_like(text: str) -> str | None:
-    """A company or person name: letters and no digit (a street, a postcode, a registration)."""
+    """A company or person name: letters, and no digit but after a legal form (else a street, a
+    postcode, a registration)."""
     if ":" in text:  # a label ("COMPTE :") or a labelled value, never a bare name
         return None
     text = re.sub(r"\s+", " ", text).strip(" ,;")
+    digit = re.search(r"\d", text)
+    # A digit ends a name only after its legal form ("Halden Tools Ltd 15"); before one, the
+    # digits are a street or a postcode ("1234 AB Stad" names no company).
+    if digit and not _named_company(text[: digit.start()]):
+        return None
     if (
         sum(ch.isalpha() for ch in text) < 3
-        or re.search(r"\d|@|www\.|https?:", text)
+        or re.search(r"@|www\.|https?:", text)
         or LEGAL_MARKERS.search(text)
         or len(text) > 60
         or len(text.split()) > 7
     ):
         return None
     return text
+
+
+def _named_company(text: str) -> bool:
+    """Words, then a legal form: "Halden Tools Ltd"."""
+    form = LEGAL_FORM.search(text)
+    return form is not None and sum(ch.isalpha() for ch in text[: form.start()]) >= 3
 
 
 def footer_lines(lines: Sequence[Sequence[Segment]]) -> set[int]:

@@ -1,0 +1,59 @@
+"""`invoice-pipeline review layouts ...` as a person runs it: learn from a posted invoice, list,
+show, export, import into another organisation, disable (issue 23)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from invoice_pipeline.engine.store import InvoiceStore
+from invoice_pipeline.samples.vendor_series import vendor_series
+from invoice_pipeline_tests.engine.test_vendor_layouts_store import run
+from pipeline_support.helpers import run_cli
+
+
+@pytest.fixture
+def env(database_url: str, tmp_path: Path) -> dict[str, str]:
+    return dict(
+        os.environ,
+        INVOICE_PIPELINE_HOME=str(tmp_path),
+        INVOICE_PIPELINE_DATABASE_URL=database_url,
+        USER="alice",
+    )
+
+
+def test_learn_list_show_export_import_disable(env: dict[str, str], store: InvoiceStore, tmp_path: Path) -> None:
+    plain = next(v.invoices for v in vendor_series(11, 8, 4) if not v.house_labels)
+    [posted] = run(store, "acme", [plain[0]])
+    [held] = run(store, "acme", [next(v.invoices for v in vendor_series(11, 8, 4) if v.house_labels)[0]])
+
+    refused = run_cli("review", "layouts", "learn", str(held), env=env)
+    assert refused.returncode == 1 and "correct or approve it" in refused.stdout, refused.stdout
+
+    learnt = run_cli("review", "layouts", "learn", str(posted), env=env)
+    assert learnt.returncode == 0, learnt.stderr
+    assert learnt.stdout.startswith("learnt: ")
+    [row] = store.list_layouts("acme")
+    assert row.learnt_from == posted and row.taught_by.endswith("alice")
+
+    listed = run_cli("review", "layouts", "list", "--org", "acme", env=env)
+    assert listed.returncode == 0 and f"learnt from {posted}" in listed.stdout and row.vendor_key in listed.stdout
+
+    shown = json.loads(run_cli("review", "layouts", "show", str(row.id), env=env).stdout)
+    assert shown["id"] == row.id and {r["field"] for r in shown["rules"]} >= {"invoice_number", "issue_date"}
+
+    exported = tmp_path / "acme.json"
+    assert run_cli("review", "layouts", "export", "--org", "acme", "-o", str(exported), env=env).returncode == 0
+    imported = run_cli("review", "layouts", "import", str(exported), "--org", "globex", env=env)
+    assert imported.returncode == 0 and "1 layout(s) imported" in imported.stdout, imported.stderr
+    [copy] = store.list_layouts("globex")
+    assert copy.learnt_from is None and "from org acme" in copy.taught_by
+
+    wrong_org = run_cli("review", "layouts", "disable", str(copy.id), "--org", "acme", env=env)
+    assert wrong_org.returncode == 1
+    disabled = run_cli("review", "layouts", "disable", str(copy.id), "--org", "globex", "--reason", "old", env=env)
+    assert disabled.returncode == 0, disabled.stderr
+    assert store.list_layouts("globex") == [] and len(store.list_layouts("acme")) == 1
