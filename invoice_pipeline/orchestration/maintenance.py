@@ -19,6 +19,10 @@ IN_FLIGHT = [
     DagsterRunStatus.STARTED,
 ]
 ENDED = {DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
+# A run past the queue: its worker was started (or was to be) and may have died. A worker
+# killed between creating its run and starting it leaves NOT_STARTED or STARTING for ever, and
+# a run that is not ended keeps its requests (release_abandoned_requests).
+LAUNCHED = [DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
 
 
 def _seconds_since_last_event(instance: DagsterInstance, run_id: str) -> float:
@@ -32,16 +36,18 @@ def _seconds_since_last_event(instance: DagsterInstance, run_id: str) -> float:
 
 
 def reconcile_dead_runs(db: SweepSettings, instance: DagsterInstance) -> list[str]:
-    """Mark failed the runs that still say STARTED but whose worker is gone.
+    """Mark failed the runs that still say STARTED (or NOT_STARTED, STARTING) but whose
+    worker is gone.
 
     The default run launcher cannot notice a SIGKILLed run worker, so without this the UI
-    would show such a run as in progress forever. A run is presumed dead when it holds no
+    would show such a run as in progress forever, and the invoices it was asked to process
+    would stay requested by it. A run is presumed dead when it holds no
     running lease and either a lease of it was swept, or it has logged nothing for longer than
     the lease TTL (it died before claiming, or after releasing): a live run holds its leases
     while it works and logs every step.
     """
     reconciled = []
-    for run in instance.get_runs(filters=RunsFilter(statuses=[DagsterRunStatus.STARTED])):
+    for run in instance.get_runs(filters=RunsFilter(statuses=LAUNCHED)):
         if run.job_name not in (PROCESS_INVOICE, PROCESS_INVOICE_BATCH):
             continue
         jobs = db.store.jobs_of_owner(run_owner(run.run_id))

@@ -6,6 +6,7 @@ from pathlib import Path
 from uuid import UUID
 
 import psycopg
+import pytest
 from dagster import DagsterInstance, DagsterRunStatus, build_sensor_context
 from dagster._core.storage.tags import RUN_KEY_TAG as DAGSTER_RUN_KEY_TAG
 
@@ -155,14 +156,19 @@ def test_another_instances_requests_are_left_to_that_instance(
     assert "released 1 request(s)" in sweep(database_url, theirs, lock_ttl_seconds=60)
 
 
+@pytest.mark.parametrize(
+    "status", [DagsterRunStatus.STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.NOT_STARTED]
+)
 def test_a_run_found_dead_has_its_requests_released_in_the_same_sweep(
-    database_url: str, store: InvoiceStore, tmp_path: Path
+    database_url: str, store: InvoiceStore, tmp_path: Path, status: DagsterRunStatus
 ) -> None:
-    """Killed before claiming: no lease to sweep; presumed dead once silent past the TTL."""
+    """Killed before claiming: no lease to sweep; presumed dead once silent past the TTL. Killed
+    between creating its run and starting it, the run says NOT_STARTED or STARTING for ever
+    (`kill -9` of `invoice-pipeline process`, or of a launched run worker): the same."""
     instance = DagsterInstance.local_temp(str(tmp_path))
     ids = [store.store_document(json_invoice(f"D-{i}"), "acme", f"{i}.json").invoice_id for i in range(2)]
     store.claim_due_invoices(10, requested_by=RequestOwner.tagged(instance_scope(instance), "dies").text)
-    run_id = batch_run(instance, ids, {REQUEST_TAG: "dies"}, DagsterRunStatus.STARTED)
+    run_id = batch_run(instance, ids, {REQUEST_TAG: "dies"}, status)
 
     def reconciled_and_released() -> str | None:
         message = sweep(database_url, instance, lock_ttl_seconds=1)
