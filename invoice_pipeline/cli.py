@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import subprocess
@@ -220,9 +221,10 @@ def process_due(
     in turn (`workers` overrides the core count).
     """
     # Imported before any worker forks: each child starts warm.
-    from invoice_pipeline.orchestration.dagster_home import prepare_dagster_home
+    from invoice_pipeline.orchestration.dagster_home import import_instance_classes, prepare_dagster_home
     from invoice_pipeline.orchestration.definitions import batch_job_for_cli  # noqa: F401
 
+    import_instance_classes()
     url = prepare_database(settings)
     prepare_dagster_home(settings, url)
     shape = RunShape(batch_size or settings.batch_size)
@@ -1049,5 +1051,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_DATABASE
 
 
+def console() -> None:
+    """The `invoice-pipeline` command: `main`, then an exit that skips the interpreter's
+    teardown. Unloading Dagster, SQLAlchemy and pandas' module graph took 0.5-0.8 s after
+    every command had finished its work (a tenth of `process` on 500 invoices). What teardown
+    would still do that matters is done here: the document sandboxes are closed, logs and the
+    standard streams flushed."""
+    code = main()
+    from invoice_pipeline.documents.sandbox import close_shared_sandboxes
+
+    close_shared_sandboxes()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    console()

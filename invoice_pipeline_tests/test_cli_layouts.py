@@ -25,7 +25,9 @@ def env(database_url: str, tmp_path: Path) -> dict[str, str]:
     )
 
 
-def test_learn_list_show_export_import_disable(env: dict[str, str], store: InvoiceStore, tmp_path: Path) -> None:
+def test_learn_list_show_export_import_disable(
+    env: dict[str, str], store: InvoiceStore, tmp_path: Path
+) -> None:
     plain = next(v.invoices for v in vendor_series(11, 8, 4) if not v.house_labels)
     [posted] = run(store, "acme", [plain[0]])
     [held] = run(store, "acme", [next(v.invoices for v in vendor_series(11, 8, 4) if v.house_labels)[0]])
@@ -40,13 +42,19 @@ def test_learn_list_show_export_import_disable(env: dict[str, str], store: Invoi
     assert row.learnt_from == posted and row.taught_by.endswith("alice")
 
     listed = run_cli("review", "layouts", "list", "--org", "acme", env=env)
-    assert listed.returncode == 0 and f"learnt from {posted}" in listed.stdout and row.vendor_key in listed.stdout
+    assert (
+        listed.returncode == 0
+        and f"learnt from {posted}" in listed.stdout
+        and row.vendor_key in listed.stdout
+    )
 
     shown = json.loads(run_cli("review", "layouts", "show", str(row.id), env=env).stdout)
     assert shown["id"] == row.id and {r["field"] for r in shown["rules"]} >= {"invoice_number", "issue_date"}
 
     exported = tmp_path / "acme.json"
-    assert run_cli("review", "layouts", "export", "--org", "acme", "-o", str(exported), env=env).returncode == 0
+    assert (
+        run_cli("review", "layouts", "export", "--org", "acme", "-o", str(exported), env=env).returncode == 0
+    )
     imported = run_cli("review", "layouts", "import", str(exported), "--org", "globex", env=env)
     assert imported.returncode == 0 and "1 layout(s) imported" in imported.stdout, imported.stderr
     [copy] = store.list_layouts("globex")
@@ -54,6 +62,8 @@ def test_learn_list_show_export_import_disable(env: dict[str, str], store: Invoi
 
     wrong_org = run_cli("review", "layouts", "disable", str(copy.id), "--org", "acme", env=env)
     assert wrong_org.returncode == 1
-    disabled = run_cli("review", "layouts", "disable", str(copy.id), "--org", "globex", "--reason", "old", env=env)
+    disabled = run_cli(
+        "review", "layouts", "disable", str(copy.id), "--org", "globex", "--reason", "old", env=env
+    )
     assert disabled.returncode == 0, disabled.stderr
     assert store.list_layouts("globex") == [] and len(store.list_layouts("acme")) == 1

@@ -378,12 +378,14 @@ class EmbeddedPostgres:
             raise RuntimeError(f"pg_ctl {args[-1]} failed: {result.stderr.strip()}\n{tail}")
 
 
-def create_database_if_missing(admin_url: str, name: str) -> None:
+def create_database_if_missing(admin_url: str, name: str) -> bool:
+    """Create database `name` unless it exists; True when this call created it."""
     with psycopg.connect(admin_url, autocommit=True) as conn:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
         if exists:
-            return
+            return False
         try:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
         except psycopg.errors.DuplicateDatabase:
-            pass  # another process created it between our check and our CREATE
+            return False  # another process created it between our check and our CREATE
+        return True

@@ -229,6 +229,44 @@ def test_fenced_write_in_flight_holds_off_the_sweep(database_url: str, store: In
     assert store.release_stale_locks(invoice, stale_after=timedelta(0)) == 1
 
 
+def test_a_write_refreshes_a_heartbeat_over_a_second_old_and_leaves_a_fresh_one(
+    database_url: str, store: InvoiceStore
+) -> None:
+    """A fenced write counts as a heartbeat (sql/0009), but rewrites the job row only when its
+    heartbeat is over a second old (sql/0013): a chunk's many writes do not rewrite its rows."""
+    (invoice,) = _new_invoices(database_url, 1)
+    lease = store.acquire(invoice, 1)
+    assert lease is not None
+
+    def heartbeat() -> tuple[object, int]:
+        with psycopg.connect(database_url) as conn:
+            row = conn.execute(
+                "SELECT heartbeat_at, xmin::text::bigint FROM processing_jobs WHERE id = %s", (lease.job_id,)
+            ).fetchone()
+        assert row is not None
+        return row[0], row[1]
+
+    def backdate(interval: str) -> None:
+        with psycopg.connect(database_url) as conn:
+            conn.execute(
+                "UPDATE processing_jobs SET heartbeat_at = clock_timestamp() - %s::interval WHERE id = %s",
+                (interval, lease.job_id),
+            )
+
+    backdate("1 hour")
+    store.record_executed("validate", [lease])
+    assert (
+        db_seconds_since(
+            database_url, "SELECT heartbeat_at FROM processing_jobs WHERE id = %s", (lease.job_id,)
+        )
+        < 60
+    )
+    backdate("200 milliseconds")
+    before = heartbeat()
+    store.record_executed("approve", [lease])
+    assert heartbeat() == before, "a fresh heartbeat: the job row was locked, not rewritten"
+
+
 def test_finished_jobs_are_immutable_and_never_deleted(database_url: str, store: InvoiceStore) -> None:
     (invoice,) = _new_invoices(database_url, 1)
     lease = store.acquire(invoice, 1)

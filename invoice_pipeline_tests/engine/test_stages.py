@@ -250,7 +250,7 @@ def test_a_systemic_error_fails_the_stage_instead_of_each_invoice(
     chunk = claim(store, ids)
     env = stage_env(store, Reader())
 
-    with pytest.raises(psycopg.OperationalError, match="terminating connection"):
+    with pytest.raises(psycopg.OperationalError, match="terminating connection|server closed the connection"):
         run_stage(EXTRACT_TEXT, env, chunk)
 
     for invoice_id in ids:
@@ -287,7 +287,8 @@ def test_a_systemic_error_fails_the_whole_op(
     failures = [e for e in result.all_events if e.event_type == DagsterEventType.STEP_FAILURE]
     assert [e.step_key for e in failures] == ["process_chunk.extract_text[chunk_0000]"], failures
     message = str(failures[0].event_specific_data)
-    assert "extract_text failed for the whole chunk" in message and "terminating connection" in message
+    assert "extract_text failed for the whole chunk" in message
+    assert "terminating connection" in message or "server closed the connection" in message
     retried = [e for e in result.all_events if e.event_type == DagsterEventType.STEP_UP_FOR_RETRY]
     assert len(retried) == TRANSIENT_RETRY.max_retries, "the retry policy retried it as transient"
     started = {e.step_key for e in result.all_events if e.event_type == DagsterEventType.STEP_START}

@@ -9,6 +9,7 @@ holder gets `LeaseLost` and has written nothing.
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import random
@@ -51,6 +52,33 @@ LOCK_TIMEOUT_MS = 5_000
 # serialization failure, cancel), with jittered exponential backoff from CONTENTION_BACKOFF_S.
 CONTENTION_RETRIES = 3
 CONTENTION_BACKOFF_S = 0.02
+
+
+class StatementBatch:
+    """The statements a chunk write's invoices queue (`StoreBase._run`), sent at its end with one
+    `executemany` per statement, in the order each statement was first queued.
+
+    Executed one by one they were most of a chunk write's cost: about 0.45 ms of client work
+    each, six for every invoice of a chunk. A write that reads what it wrote (a duplicate
+    decision) executes at once instead, and sees the queued ones only after the flush.
+    """
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn = conn
+        self._queued: dict[str, list[dict[str, Any]]] = {}
+
+    def add(self, sql: str, params: dict[str, Any]) -> None:
+        self._queued.setdefault(sql, []).append(params)
+
+    def flush(self) -> None:
+        with self.conn.cursor() as cur:
+            for sql, rows in self._queued.items():
+                cur.executemany(sql, rows)
+        self._queued.clear()
+
+
+# The batch of the chunk write running in this thread, if any.
+_BATCH: contextvars.ContextVar[StatementBatch | None] = contextvars.ContextVar("chunk_batch", default=None)
 
 
 def as_uuid(value: UUID | str, what: str = "invoice_id") -> UUID:
@@ -331,7 +359,15 @@ class StoreBase:
                         "job_ids": [lease.job_id for lease, _ in live],
                     },
                 )
-            written = {lease.invoice_id: write(conn, lease, payload) for lease, payload in live}
+            batch = StatementBatch(conn)
+            token = _BATCH.set(batch)
+            try:
+                written = {lease.invoice_id: write(conn, lease, payload) for lease, payload in live}
+            finally:
+                _BATCH.reset(token)
+            # A row the database refuses fails the whole transaction here, as it would have
+            # failed it at its own statement: the chunk is then written an invoice at a time.
+            batch.flush()
             return ChunkWrite(written, lost, {})
 
     @staticmethod
@@ -344,10 +380,16 @@ class StoreBase:
         return result.written[lease.invoice_id]
 
     def _run(self, sql: str) -> Callable[[psycopg.Connection[Any], Lease, dict[str, Any]], None]:
-        """A write that is one named statement with the lease's ids and the given parameters."""
+        """A write that is one named statement with the lease's ids and the given parameters:
+        queued in the chunk write's batch (`StatementBatch`), or executed at once outside one."""
 
         def write(conn: psycopg.Connection[Any], lease: Lease, params: dict[str, Any]) -> None:
-            conn.execute(sql, {"invoice_id": lease.invoice_id, "job_id": lease.job_id, **params})
+            values = {"invoice_id": lease.invoice_id, "job_id": lease.job_id, **params}
+            batch = _BATCH.get()
+            if batch is not None and batch.conn is conn:
+                batch.add(sql, values)
+            else:
+                conn.execute(sql, values)
 
         return write
 

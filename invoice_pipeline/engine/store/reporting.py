@@ -7,10 +7,8 @@ Queries: sql/queries/reporting.sql.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
-
-import pandas as pd
 
 from invoice_pipeline.db.sqlfiles import QueryFile
 from invoice_pipeline.engine.records import (
@@ -21,6 +19,9 @@ from invoice_pipeline.engine.records import (
     StatusSummary,
 )
 from invoice_pipeline.engine.store.base import StoreBase, as_uuid
+
+if TYPE_CHECKING:  # pandas is imported by the reports that use it, not by every command
+    import pandas as pd
 
 REPORTING = QueryFile("reporting")
 
@@ -66,6 +67,8 @@ class ReportingStore(StoreBase):
 
     def frame(self, name: str, params: dict[str, Any] | None = None) -> pd.DataFrame:
         """A report query as a DataFrame, for the pandas report assets."""
+        import pandas as pd
+
         with self.pool.connection() as conn, conn.cursor() as cur:
             cur.execute(REPORTING[name], params or {})
             columns = [c.name for c in cur.description or []]

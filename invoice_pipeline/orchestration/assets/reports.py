@@ -1,15 +1,22 @@
-"""Reports computed with pandas from the database, with numeric metadata the UI plots over time."""
+"""Reports computed with pandas from the database, with numeric metadata the UI plots over time.
 
-import pandas as pd
+pandas is imported when a report runs: `process` and the run workers never need it.
+"""
+
+from typing import TYPE_CHECKING
+
 from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
 
 from invoice_pipeline.engine.stages import ASSET_DUPLICATES, ASSET_LEDGER
 from invoice_pipeline.orchestration.resources import InvoiceDatabase
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 GROUP = "reports"
 
 
-def _table(frame: pd.DataFrame, rows: int = 20) -> MetadataValue:
+def _table(frame: "pd.DataFrame", rows: int = 20) -> MetadataValue:
     if frame.empty:
         return MetadataValue.md("_no rows_")
     return MetadataValue.md("```\n" + frame.head(rows).to_string(index=False) + "\n```")
@@ -51,6 +58,8 @@ def duplicate_report(context: AssetExecutionContext, invoice_db: InvoiceDatabase
 @asset(group_name=GROUP, deps=[ASSET_LEDGER], kinds={"pandas", "postgres"})
 def processing_latency(context: AssetExecutionContext, invoice_db: InvoiceDatabase) -> MaterializeResult:
     """Time from ingest to a terminal state, and attempts per invoice."""
+    import pandas as pd
+
     frame = invoice_db.store.frame("processing_latency")
     seconds = frame["seconds_to_done"].astype(float) if not frame.empty else pd.Series(dtype=float)
     attempts = frame["attempts"].astype(int) if not frame.empty else pd.Series(dtype=int)

@@ -1,8 +1,8 @@
 """The review queue as a report: what waits for a person, why, for which org, and for how long."""
 
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
-import pandas as pd
 from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
@@ -17,6 +17,9 @@ from pydantic import Field
 
 from invoice_pipeline.orchestration.resources import InvoiceDatabase
 
+if TYPE_CHECKING:  # imported when the report runs, not by every run worker
+    import pandas as pd
+
 GROUP = "reports"
 REVIEW_QUEUE = "review_queue"
 # Days an invoice may wait for a person before the check warns: payment terms are often 14 or
@@ -24,20 +27,22 @@ REVIEW_QUEUE = "review_queue"
 DEFAULT_MAX_AGE_DAYS = 3.0
 
 
-def _table(frame: pd.DataFrame) -> MetadataValue:
+def _table(frame: "pd.DataFrame") -> MetadataValue:
     if frame.empty:
         return MetadataValue.md("_no rows_")
     return MetadataValue.md("```\n" + frame.to_string(index=False) + "\n```")
 
 
-def queue_breakdown(frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
+def queue_breakdown(frame: "pd.DataFrame") -> "dict[str, pd.DataFrame]":
     """From one row per (held invoice, reason): counts by reason and by org, and ages."""
+    import pandas as pd
+
     if frame.empty:
         empty = pd.DataFrame(columns=["invoices", "oldest_days"])
         return {"by_reason": empty, "by_org": empty}
     age = frame.assign(age_days=frame["age_days"].astype(float))
 
-    def summarise(key: str) -> pd.DataFrame:
+    def summarise(key: str) -> "pd.DataFrame":
         grouped = age.groupby(key).agg(
             invoices=("invoice_id", "nunique"),
             oldest_days=("age_days", "max"),
@@ -51,6 +56,8 @@ def queue_breakdown(frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
 @asset(group_name=GROUP, deps=["approvals"], kinds={"pandas", "postgres"})
 def review_queue(context: AssetExecutionContext, invoice_db: InvoiceDatabase) -> MaterializeResult:
     """Invoices held for a person (needs_review): counts by reason and by org, and how long they wait."""
+    import pandas as pd
+
     frame = invoice_db.store.frame("review_queue_report")
     parts = queue_breakdown(frame)
     ages = (
