@@ -94,6 +94,18 @@ def unfinished(database_url: str) -> int:
     return scalar(database_url, "SELECT count(*) FROM invoices WHERE status <> 'processed'")
 
 
+def stranded_detail(database_url: str, dagster_home: Path) -> list[str]:
+    """What a failure needs to be understood: the unfinished invoices, their requests, the runs."""
+    with psycopg.connect(database_url) as conn:
+        rows = conn.execute(
+            "SELECT id, status, requested_by, requested_at, attempts, next_attempt_at, last_error "
+            "FROM invoices WHERE status <> 'processed'"
+        ).fetchall()
+    with DagsterInstance.from_config(str(dagster_home)) as instance:
+        runs = [f"run {r.run_id} {r.status.value} {r.tags}" for r in instance.get_runs()]
+    return [f"unfinished {row}" for row in rows] + runs
+
+
 def kill_process_at(env: dict[str, str], database_url: str, point: KillPoint) -> str:
     """Start `invoice-pipeline process` and SIGKILL it the moment the database shows `point`."""
     return kill_process_when(env, condition(database_url, point), BATCH, str(point))
@@ -174,7 +186,9 @@ def test_kill_9_of_process_at_random_moments_strands_nothing_past_one_sweep(
         report.append(f"round {rounds} process: rc {processed.returncode}, {processed.stdout.strip()}")
         report.append(f"round {rounds}: unfinished {unfinished(database_url)}")
     print("\n".join(report))
-    assert unfinished(database_url) == 0, report
+    assert unfinished(database_url) == 0, report + stranded_detail(
+        database_url, tmp_path / "home" / "dagster_home"
+    )
     assert rounds == 1, f"one sweep frees everything the kills stranded: {report}"
     with psycopg.connect(database_url) as conn:
         postings = conn.execute("SELECT count(*), count(DISTINCT invoice_id) FROM ledger_postings").fetchone()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -374,15 +375,21 @@ class ReviewUi:
         response = Response(image, media_type="image/png", headers={"Cache-Control": "private, max-age=3600"})
         return self.finish(response, got)
 
-    async def action(self, request: Request) -> Response:
+    async def _form_post(
+        self, request: Request, handle: Callable[[Ctx, str, dict[str, str]], Response], key: str
+    ) -> Response:
+        """A POST of a signed-in reviewer's form: session and CSRF checked, then `handle` (a
+        blocking database call) in a thread, with the path parameter `key`."""
         got = self._require(request)
         if isinstance(got, Response):
             return got
-        ctx = got
-        form = await self.checked_form(request, ctx)
+        form = await self.checked_form(request, got)
         if isinstance(form, Response):
             return form
-        return await _in_thread(self._action, ctx, request.path_params["invoice_id"], form)
+        return await _in_thread(handle, got, request.path_params[key], form)
+
+    async def action(self, request: Request) -> Response:
+        return await self._form_post(request, self._action, "invoice_id")
 
     def _action(self, ctx: Ctx, invoice_id: str, form: dict[str, str]) -> Response:
         assert ctx.reviewer is not None
@@ -485,14 +492,7 @@ class ReviewUi:
         return self.html(request, "layout.html", ctx, row=row, layout=row.vendor_layout())
 
     async def layout_disable(self, request: Request) -> Response:
-        got = self._require(request)
-        if isinstance(got, Response):
-            return got
-        ctx = got
-        form = await self.checked_form(request, ctx)
-        if isinstance(form, Response):
-            return form
-        return await _in_thread(self._layout_disable, ctx, request.path_params["layout_id"], form)
+        return await self._form_post(request, self._layout_disable, "layout_id")
 
     def _layout_disable(self, ctx: Ctx, layout_id: str, form: dict[str, str]) -> Response:
         assert ctx.reviewer is not None
