@@ -101,11 +101,16 @@ def prepare_dagster_home(settings: Settings, database_url: str) -> Path:
     os.environ["DAGSTER_HOME"] = str(home)
     os.environ[ENV_DAGSTER_PG_URL] = dagster_url
     if created:
-        # Dagster creates its tables when an instance first opens its storage (about a second).
-        # Done here, once, rather than by every process that opens one first: `process`'s
-        # forked workers did it side by side, twice as slow as one of them alone.
+        # Dagster creates its tables when an instance first opens its storage, and the run
+        # storage's id (the scope every request owner is stamped with, request_owner.py) when
+        # it is first asked. Done here, once, before anything forks: `process`'s workers did
+        # both side by side. The tables took twice as long; the id is a read-then-insert, so
+        # two workers could each insert their own, stamp requests with the one nobody else
+        # reads, and leave them to the hour-long request timeout.
         from dagster import DagsterInstance
 
-        with DagsterInstance.get():
-            pass
+        from invoice_pipeline.orchestration.request_owner import instance_scope
+
+        with DagsterInstance.get() as instance:
+            instance_scope(instance)
     return home

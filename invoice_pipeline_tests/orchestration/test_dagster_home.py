@@ -34,6 +34,11 @@ def test_dagster_yaml_carries_no_url_and_the_database_exists(
             assert conn.execute(
                 "SELECT 1 FROM pg_database WHERE datname = 'ip_test_dagster_custom'"
             ).fetchone()
+        # Created with the database, before any worker forks: its tables and the one run
+        # storage id every request owner is scoped by (two workers racing made two).
+        dagster_db = server_url.rsplit("/", 1)[0] + "/ip_test_dagster_custom"
+        with psycopg.connect(dagster_db) as conn:
+            assert conn.execute("SELECT count(*) FROM instance_info").fetchone() == (1,)
     finally:
         drop_database(server_url, server_url.rsplit("/", 1)[0] + "/ip_test_dagster_custom")
         os.environ.pop("DAGSTER_PG_URL", None)
