@@ -298,3 +298,50 @@ def test_a_date_printed_twice_is_learnt_under_its_own_label() -> None:
     read = L.read_with_layout(L.Page.of(later, None), dataclasses.replace(layout, id=1))
     assert read.matched, read.why
     assert read.values["issue_date"].value == date(2025, 3, 5)
+
+
+def _dates_layout() -> L.VendorLayout:
+    first = DATES_PAGE.format(
+        delivery="01.03.2025", issued="01.03.2025", number=1001, net="100.00", tax="20.00", gross="120.00"
+    )
+    confirmed = dataclasses.replace(
+        fields_from_text(first),
+        issue_date=date(2025, 3, 1),
+        seller_name="Halden Tools Ltd",
+        net_total=Decimal("100.00"),
+        tax_total=Decimal("20.00"),
+        payable_total=Decimal("120.00"),
+        currency="GBP",
+    )
+    layout = L.learn_layout(first, None, confirmed, org_id="acme")
+    assert layout is not None
+    return dataclasses.replace(layout, id=1)
+
+
+def _read_later(below_totals: str) -> InvoiceFields:
+    later = (
+        DATES_PAGE.format(
+            delivery="20.02.2025", issued="05.03.2025", number=1002, net="50.00", tax="10.00", gross="60.00"
+        )
+        + below_totals
+    )
+    text = ExtractedText("pdf", later, None, "pdf-text", 1)
+    return L.apply_layouts(text, fields_from_text(later), [_dates_layout()], "acme")
+
+
+def test_a_registration_line_right_under_the_totals_is_no_row_the_layout_never_saw() -> None:
+    fields = _read_later("Halden Tools Ltd - Registered in England and Wales No. 04417856\n")
+    assert fields.amount_check is not None and fields.amount_check.confirmed, fields.amount_check
+    assert fields.payable_total == Decimal("60.00")
+
+
+def test_a_row_the_layout_never_saw_right_above_the_legal_footer_still_holds_the_invoice() -> None:
+    """The legal footer's registration numbers are no totals row, but a prepayment printed right
+    above the footer, with no empty line between, is one: the footer must not hide it."""
+    fields = _read_later(
+        "                                                  Received           20.00\n"
+        "                                                  Remit              40.00\n"
+        "Halden Tools Ltd - Registered in England and Wales No. 04417856 - VAT No: GB585738843\n"
+    )
+    assert fields.amount_check is not None and not fields.amount_check.confirmed, fields.amount_check
+    assert "does not know" in fields.amount_check.rule

@@ -38,7 +38,7 @@ from ..extracted import ExtractedText
 from ..ocr import MIN_FIELD_CONFIDENCE, OcrLayout
 from ..text_fields import fields_labelled, find_dates, first_identifier, labelled_date
 from .amounts import EXEMPT, Found, Kind, amount_label, ends_in_amount, find_amounts, numbers_in, resolve
-from .parties import footer_lines
+from .parties import LEGAL_MARKERS
 from .words import PageGeometry, Segment, TextBoxes, segments, union
 
 FORMAT_VERSION = 1
@@ -792,11 +792,12 @@ def unexplained_amounts(
     first = payable.value_seg.line + 1
     last = max(payable.value_seg.line, *(f.value_seg.line for f in placed))
     out: list[str] = []
-    footer = footer_lines(page.lines)
     for line in range(first, min(last + 1 + TOTALS_REACH, len(page.lines))):
-        if line in footer:
-            continue  # the legal footer's registration numbers are not totals
         row = page.lines[line]
+        if any(LEGAL_MARKERS.search(s.text) for s in row):
+            # A registration line ("Registered in England No. 0441 ...") is no totals row. Only
+            # that line: the footer's block may begin right under a prepayment row.
+            continue
         for seg in row:
             if (seg.line, seg.index) in known or not ends_in_amount(seg.text):
                 continue
