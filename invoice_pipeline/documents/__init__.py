@@ -19,7 +19,6 @@ from .extracted import ExtractedText
 from .json_format import JSON_SCHEMA_PATH, decode_json_text, fields_from_json, load_invoice_json
 from .limits import DEFAULT_MAX_BYTES, MAX_PDF_PAGES, MAX_TEXT_CHARS, first_unstorable, storable_text
 from .ocr import KEY_FIELDS, METHOD, REQUIRED_FIELDS, OcrLayout, illegible, ocr_image
-from .pdf import embedded_invoice_xml, open_pdf, text_layer
 from .reading.words import TextBoxes
 from .text_fields import fields_from_text, looks_like_invoice
 from .ubl import fields_from_ubl
@@ -90,6 +89,10 @@ def extract_text(
         return ExtractedText(
             "image", storable_text(scan.text), scan.layout.to_structured(), METHOD, scan.page_count
         )
+    # Imported on the first PDF: pdfplumber and pypdf cost 0.3 s to import, which every command
+    # and every document sandbox paid, though a batch of XML invoices never opens a PDF.
+    from .pdf import embedded_invoice_xml, open_pdf, text_layer
+
     reader = open_pdf(content, max_pages=max_pdf_pages)
     embedded = embedded_invoice_xml(reader, max_bytes=max_bytes)
     page_count = len(reader.pages)

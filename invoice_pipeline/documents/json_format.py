@@ -6,14 +6,15 @@ import json
 from decimal import Decimal
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
-
-import jsonschema
+from typing import TYPE_CHECKING, Any
 
 from ..domain.fields import InvoiceFields
 from .collect import FieldCollector
 from .errors import BadDocument
 from .values import iso_date, strict_decimal, unparseable
+
+if TYPE_CHECKING:
+    import jsonschema
 
 JSON_SCHEMA_PATH = Path(__file__).with_name("invoice.schema.json")
 MAX_DEPTH_REASON = "JSON is nested too deeply to be an invoice"
@@ -41,6 +42,10 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 @lru_cache(maxsize=1)
 def _validator() -> jsonschema.Draft202012Validator:
+    # Imported on the first JSON document: jsonschema costs 0.1 s to import, which every command
+    # and every document sandbox paid, though most never read a JSON invoice.
+    import jsonschema
+
     schema = json.loads(JSON_SCHEMA_PATH.read_text(encoding="utf-8"))
     jsonschema.Draft202012Validator.check_schema(schema)
     return jsonschema.Draft202012Validator(schema)
@@ -86,7 +91,9 @@ def load_invoice_json(text: str) -> dict[str, Any]:
         raise BadDocument(
             "json_schema", f"JSON top level must be an object with invoice fields, got {type(data).__name__}"
         )
-    error = jsonschema.exceptions.best_match(_validator().iter_errors(data))
+    from jsonschema.exceptions import best_match
+
+    error = best_match(_validator().iter_errors(data))
     if error is not None:
         where = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
         # The message quotes the offending value, which may be megabytes long.

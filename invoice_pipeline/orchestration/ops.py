@@ -25,9 +25,6 @@ from dagster import (
     Out,
     Output,
     RetryPolicy,
-    TableColumn,
-    TableRecord,
-    TableSchema,
     op,
 )
 from pydantic import Field
@@ -284,9 +281,17 @@ def _drop_leases(invoice_db: InvoiceDatabase, chunk: Chunk, report: StageReport)
             keeper.drop(c.job_id)
 
 
-INVOICES_TABLE = TableSchema(
-    [TableColumn("invoice_id", "string"), TableColumn("org_id", "string"), TableColumn("outcome", "string")]
-)
+def invoices_markdown(rows: list[tuple[str, str, str]]) -> MetadataValue:
+    """The chunk's invoices as a Markdown table (the UI renders it as one). A structured
+    `MetadataValue.table` of a 250-invoice chunk cost 14 ms to build and serialise against
+    0.3 ms for this text, on each of a run's six materializations."""
+
+    def cell(text: str) -> str:  # an outcome may quote a document: it stays inside its cell
+        return " ".join(text.split()).replace("\\", "\\\\").replace("|", "\\|")
+
+    lines = ["| invoice_id | org_id | outcome |", "|---|---|---|"]
+    lines += [f"| {cell(invoice)} | {cell(org)} | {cell(outcome)} |" for invoice, org, outcome in rows]
+    return MetadataValue.md("\n".join(lines))
 
 
 def report_stage(context: OpExecutionContext, store: InvoiceStore, stage: Stage, report: StageReport) -> None:
@@ -312,18 +317,11 @@ def report_stage(context: OpExecutionContext, store: InvoiceStore, stage: Stage,
         "count": len(materialized),
         **{k: v for k, v in by_kind.items() if v},
         **{f"total_{t.currency}": MetadataValue.float(float(t.total)) for t in totals},
-        "invoices": MetadataValue.table(
+        "invoices": invoices_markdown(
             [
-                TableRecord(
-                    {
-                        "invoice_id": str(c.invoice_id),
-                        "org_id": c.org_id,
-                        "outcome": _describe(report.outcomes.get(c.invoice_id)),
-                    }
-                )
+                (str(c.invoice_id), c.org_id, _describe(report.outcomes.get(c.invoice_id)))
                 for c in materialized
-            ],
-            schema=INVOICES_TABLE,
+            ]
         ),
     }
     for asset in stage.assets:

@@ -48,6 +48,7 @@ from invoice_pipeline.review_ui.auth import (
     authenticate,
     csrf_ok,
     proxy_user,
+    unknown_user_hash,
 )
 from invoice_pipeline.review_ui.pages import DrawnBox, PageRenderer, drawn
 from invoice_pipeline.terminal import printable
@@ -596,6 +597,7 @@ def _flash(outcome: ActionOutcome, moved: bool) -> tuple[str, str]:
 
 
 def create_app(store: InvoiceStore, auth: AuthConfig, cache_dir: Path | None) -> Starlette:
+    unknown_user_hash()  # before the first login, so that one costs what every other does
     ui = ReviewUi(store, auth, PageRenderer(cache_dir))
     app = Starlette(routes=ui.routes())
     app.state.review_ui = ui

@@ -30,6 +30,7 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -86,8 +87,12 @@ def verify_password(password: str, stored: str) -> bool:
     return hmac.compare_digest(got, expected)
 
 
-# A hash of nothing anyone knows: an unknown name costs the same time as a wrong password.
-_DUMMY_HASH = hash_password(secrets.token_urlsafe(16))
+@lru_cache(maxsize=1)
+def unknown_user_hash() -> str:
+    """A hash of nothing anyone knows: an unknown name costs the same time as a wrong password.
+    Made when the review page starts (`create_app`), not at import: every command imports this
+    module, and a scrypt hash costs 0.1 s."""
+    return hash_password(secrets.token_urlsafe(16))
 
 
 # -- accounts ----------------------------------------------------------------------------------
@@ -257,7 +262,7 @@ def authenticate(auth: AuthConfig, name: str, password: str) -> Reviewer | None:
     users = auth.users or {}
     account = users.get(name)
     if account is None:
-        verify_password(password, _DUMMY_HASH)
+        verify_password(password, unknown_user_hash())
         return None
     return account if verify_password(password, account.password_hash) else None
 
