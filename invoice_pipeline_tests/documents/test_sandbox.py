@@ -144,3 +144,26 @@ def test_a_worker_exits_when_its_parent_dies() -> None:
         if parent.stdin is not None:
             parent.stdin.close()
         parent.stdout.close()
+
+
+def test_a_worker_recycled_for_its_count_is_replaced_by_the_next_document_not_before(
+    tight: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from invoice_pipeline.documents import sandbox as sandbox_module
+
+    monkeypatch.setattr(sandbox_module, "MAX_DOCUMENTS_PER_WORKER", 2)
+    first = tight.ping()
+    assert tight.ping() == first  # its second document: recycled after it
+    assert gone_soon(first)
+    assert tight.workers_started == 1, "a replacement was started with no document to read"
+    second = tight.ping()
+    assert second != first and tight.workers_started == 2
+
+
+def gone_soon(pid: int) -> bool:
+    """The worker exits on the end of its input; wait for it, bounded (not a sleep and hope)."""
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+    return gone(pid)
