@@ -3,23 +3,31 @@
 from __future__ import annotations
 
 import multiprocessing
+import re
+import tempfile
 import threading
+from collections.abc import Callable
+from typing import TypeVar
 from uuid import UUID
 
 import psycopg
 import pytest
+from psycopg import pq
 
 from benchmarks.datasets import insert_decided_originals
 from benchmarks.datasets import invoice_fields as fields_for
 from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.keys import lock_ids
+from invoice_pipeline.domain.matching import MatchCandidate
 from invoice_pipeline.domain.normalize import blocking_key
-from invoice_pipeline.engine.dedupe import decide_duplicate
+from invoice_pipeline.engine.dedupe import decide_duplicate, match_outcome
+from invoice_pipeline.engine.records import Lease
 from invoice_pipeline.engine.store import InvoiceStore
 from pipeline_support.helpers import wait_for
 
 PROCESSES = 8
 ROUNDS = 5
+T = TypeVar("T")
 
 # One invoice written many ways: the same seller and total, the number reformatted, and the
 # seller named by VAT id in some copies and by name alone in others (two business keys).
@@ -225,3 +233,119 @@ def test_vat_id_without_its_country_prefix_names_the_same_seller(
         decisions.append(decide_duplicate(store, lease, "acme", fields))
     assert decisions[0].status == "original"
     assert decisions[1].status == "duplicate" and decisions[1].original_id == decisions[0].invoice_id
+
+
+# -- a chunk decided at once ----------------------------------------------------------------------
+
+
+def _leased(
+    store: InvoiceStore, database_url: str, org: str, fields: InvoiceFields
+) -> tuple[Lease, MatchCandidate]:
+    """A new invoice of the org with its fields saved, leased: an item of a duplicate decision."""
+    invoice = new_invoice(database_url, org)
+    lease = store.acquire(invoice, 1)
+    assert lease is not None
+    store.save_fields(lease, fields)
+    return lease, MatchCandidate.from_fields(invoice, org, fields)
+
+
+def _round_trips(store: InvoiceStore, work: Callable[[], T]) -> tuple[T, int]:
+    """`work()`'s result and how many times it waited for the server: the Syncs and simple
+    queries libpq's protocol trace shows on the store's one pooled connection (a pipeline of
+    many statements is one wait)."""
+    with tempfile.TemporaryFile("w+") as trace:
+        with store.pool.connection() as conn:
+            conn.pgconn.trace(trace.fileno())
+            conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS)
+        try:
+            result = work()
+        finally:
+            with store.pool.connection() as conn:
+                conn.pgconn.untrace()
+        trace.seek(0)
+        # A message is a line "F|B <length> <type> ...", tab-separated; a statement's text
+        # continues it on lines of its own.
+        waits = [line for line in trace if re.match(r"F\t\d+\t(Sync|Query)\b", line)]
+    return result, len(waits)
+
+
+def test_a_chunk_is_decided_in_a_few_round_trips_as_each_invoice_alone_would_be(database_url: str) -> None:
+    """One chunk: copies of originals of an earlier chunk and of its own, a near copy, another
+    org's twin, a decision made already. Each gets what deciding it alone, in the chunk's order,
+    gives; the chunk waits for the server as often as a chunk of three does."""
+    store = InvoiceStore(database_url, min_size=1, max_size=1)  # one connection: the one traced
+    try:
+        # An original of an earlier chunk, and one decided by a first attempt of this chunk's
+        # step: its lease (still running) comes again.
+        earlier = _leased(store, database_url, "acme", fields_for("E-1", total="100.00"))
+        decided_already = _leased(store, database_url, "acme", fields_for("R-9", total="300.00"))
+        for lease, candidate in (earlier, decided_already):
+            assert store.decide_duplicate(lease, candidate, match_outcome).status == "original"
+
+        copy_of_decided = _leased(store, database_url, "acme", fields_for("R-9", total="300.00"))
+        copy_of_earlier = _leased(store, database_url, "acme", fields_for("E-1", total="100.00"))
+        first = _leased(store, database_url, "acme", fields_for("INV-7100", total="200.00"))
+        second = _leased(store, database_url, "acme", fields_for("INV-7100", total="200.00"))
+        third = _leased(
+            store, database_url, "acme", fields_for("INV 7100", total="200.00", vat="DE 123.456.789")
+        )
+        near = _leased(store, database_url, "acme", fields_for("7100", total="200.00"))
+        other_org = _leased(store, database_url, "globex", fields_for("INV-7100", total="200.00"))
+        chunk = [copy_of_decided, copy_of_earlier, first, second, third, near, other_org, decided_already]
+
+        write, trips = _round_trips(
+            store, lambda: store.decide_duplicates(chunk, match_outcome, step="detect_duplicates")
+        )
+        assert not write.lost and not write.failed
+        got = {lease.invoice_id: write.written[lease.invoice_id] for lease, _ in chunk}
+
+        def decided(item: tuple[Lease, MatchCandidate]) -> tuple[str, UUID | None]:
+            d = got[item[0].invoice_id]
+            return d.status, d.original_id
+
+        assert decided(copy_of_earlier) == ("duplicate", earlier[0].invoice_id)
+        assert decided(first) == ("original", None)
+        assert decided(second) == ("duplicate", first[0].invoice_id)
+        assert decided(third) == ("duplicate", first[0].invoice_id)
+        assert decided(near) == ("suspected", first[0].invoice_id)
+        assert decided(other_org) == ("original", None), "never a match across orgs"
+        assert decided(copy_of_decided) == ("duplicate", decided_already[0].invoice_id)
+        assert decided(decided_already) == ("original", None), "a decision made already stands"
+        # The copies of one original share its group, and the original is in it.
+        group = got[second[0].invoice_id].group_id
+        assert group is not None and got[third[0].invoice_id].group_id == group
+        assert got[near[0].invoice_id].group_id is None, "a suspected copy joins no group"
+        stored = store.load_duplicate_decisions([lease.invoice_id for lease, _ in chunk])
+        assert stored[first[0].invoice_id].group_id == group
+        # The decision made already, read at its turn, is in the group its copy made before it.
+        assert (
+            got[decided_already[0].invoice_id].group_id
+            == got[copy_of_decided[0].invoice_id].group_id
+            is not None
+        )
+        assert {
+            i: (d.status, d.original_id, d.group_id) for i, d in stored.items() if i != first[0].invoice_id
+        } == {i: (d.status, d.original_id, d.group_id) for i, d in got.items() if i != first[0].invoice_id}
+
+        # A chunk of three with every kind of decision: an original, its near copy, and an exact
+        # copy of an earlier chunk's original.
+        small = [
+            _leased(store, database_url, "acme", fields_for("INV-8200", total="400.00")),
+            _leased(store, database_url, "acme", fields_for("8200", total="400.00")),
+            _leased(store, database_url, "acme", fields_for("E-1", total="100.00")),
+        ]
+        small_write, small_trips = _round_trips(
+            store, lambda: store.decide_duplicates(small, match_outcome, step="detect_duplicates")
+        )
+        assert [small_write.written[lease.invoice_id].status for lease, _ in small] == [
+            "original",
+            "suspected",
+            "duplicate",
+        ]
+        assert small_write.written[small[1][0].invoice_id].original_id == small[0][0].invoice_id
+        # BEGIN, the dedupe locks, the fence, two reads, one pipeline per kind of mark, the
+        # breadcrumb, COMMIT, and the pool's check of the connection before and after: however
+        # many invoices the chunk has (deciding them one by one cost two or three each).
+        assert trips == small_trips <= 12, (trips, small_trips)
+    finally:
+        store.close()

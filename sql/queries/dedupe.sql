@@ -16,6 +16,27 @@ SELECT id, org_id, fields
 FROM locked_duplicate_candidates(%(lock_ids)s::bigint[], %(org_id)s, %(invoice_id)s, %(block_keys)s::bigint[],
                                  %(number_key)s)
 
+-- A chunk's decisions read once, after its locks and its fence (dedupe.py decide_duplicates).
+-- First the chunk's own invoices: where each sorts among originals (seq), the fields and org a
+-- candidate search would read of it, and the decision it has if a previous attempt made one.
+-- name: chunk_invoices_to_decide
+SELECT id AS invoice_id, org_id, seq, fields, duplicate_status AS status, duplicate_group_id AS group_id,
+       duplicate_of AS original_id, business_key, match_how AS how, match_score AS score,
+       coalesce(match_reasons, '{}') AS reasons
+FROM invoices WHERE id = ANY(%(invoice_ids)s::uuid[])
+
+-- Then every original locked_duplicate_candidates (sql/0007) would return for any invoice of
+-- the chunk: its filter with the union of the chunk's orgs, blocking keys' neighbourhoods and
+-- number keys (through the same two indexes, no LIMIT), with the keys it filtered on, so that
+-- each invoice's own candidates are picked out of this in Python by the very same filter.
+-- name: chunk_duplicate_candidates
+SELECT id, org_id, fields, seq, block_key, number_key
+FROM invoices
+WHERE org_id = ANY(%(org_ids)s::text[]) AND duplicate_status = 'original'
+  AND (block_key = ANY(%(block_keys)s::bigint[]) OR number_key = ANY(%(number_keys)s::bigint[]))
+  AND fields IS NOT NULL
+ORDER BY seq
+
 -- The three decisions. Each applies only to an undecided invoice (a re-executed step finds its
 -- decision made and keeps it) and returns the decision as load_duplicate_decision reads it, so
 -- deciding costs no extra round trip inside the locked transaction.

@@ -7,10 +7,13 @@ Queries: sql/queries/dedupe.sql.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from dataclasses import dataclass, replace
+from decimal import Decimal
+from typing import Any, Literal, cast
 from uuid import UUID
 
 import psycopg
+from psycopg.rows import class_row
 
 from invoice_pipeline.db.sqlfiles import QueryFile
 from invoice_pipeline.domain.fields import InvoiceFields
@@ -32,6 +35,96 @@ DEDUPE = QueryFile("dedupe")
 MatchFunction = Callable[[MatchCandidate, list[tuple[UUID, str, InvoiceFields]]], MatchOutcome | None]
 
 
+@dataclass(frozen=True)
+class ChunkInvoiceRow:
+    """An invoice of the chunk being decided, as its row is after the fence: where it sorts among
+    originals (`seq`), the org and fields a candidate search reads of it, and its decision if a
+    previous attempt made one (`status` None: undecided)."""
+
+    invoice_id: UUID
+    org_id: str
+    seq: int
+    fields: dict[str, Any] | None
+    status: Literal["original", "duplicate", "suspected"] | None
+    group_id: UUID | None
+    original_id: UUID | None
+    business_key: str | None
+    how: str | None
+    score: Decimal | None
+    reasons: list[str]
+
+    def decision(self) -> DuplicateDecision | None:
+        if self.status is None:
+            return None
+        return DuplicateDecision(
+            self.invoice_id,
+            self.status,
+            self.group_id,
+            self.original_id,
+            cast(str, self.business_key),  # every mark sets it
+            self.how,
+            self.score,
+            self.reasons,
+        )
+
+
+@dataclass(frozen=True)
+class PooledOriginal:
+    """An original some invoice of the chunk may copy, with the keys its search filters on."""
+
+    id: UUID
+    org_id: str
+    fields: dict[str, Any]
+    seq: int
+    block_key: int | None
+    number_key: int | None
+
+
+class OriginalsPool:
+    """The originals a chunk's invoices are matched against, by the keys the per-invoice search
+    (sql/0007 locked_duplicate_candidates) filters on: each invoice gets exactly what that
+    search would return, in its order (seq), with the originals decided earlier in the chunk."""
+
+    def __init__(self, originals: Sequence[PooledOriginal]) -> None:
+        self._by_id: dict[UUID, PooledOriginal] = {}
+        self._by_block: dict[tuple[str, int], list[PooledOriginal]] = {}
+        self._by_number: dict[tuple[str, int], list[PooledOriginal]] = {}
+        self._fields: dict[UUID, InvoiceFields] = {}
+        for original in originals:
+            self.add(original)
+
+    def add(self, original: PooledOriginal) -> None:
+        """Once per invoice: one read from the database already is not added again."""
+        if original.id in self._by_id:
+            return
+        self._by_id[original.id] = original
+        if original.block_key is not None:
+            self._by_block.setdefault((original.org_id, original.block_key), []).append(original)
+        if original.number_key is not None:
+            self._by_number.setdefault((original.org_id, original.number_key), []).append(original)
+
+    def candidates_of(self, candidate: MatchCandidate) -> list[tuple[UUID, str, InvoiceFields]]:
+        """The same org's originals whose block key is in the candidate's neighbourhood or whose
+        number key is its own, itself left out, by seq: the match function's argument."""
+        org = candidate.org_id
+        found: dict[UUID, PooledOriginal] = {}
+        for block_key in search_ids(candidate.block):
+            found |= {o.id: o for o in self._by_block.get((org, block_key), ())}
+        found |= {o.id: o for o in self._by_number.get((org, candidate.number.id), ())}
+        found.pop(UUID(candidate.invoice_id), None)
+        return [(o.id, o.org_id, self._fields_of(o)) for o in sorted(found.values(), key=lambda o: o.seq)]
+
+    def _fields_of(self, original: PooledOriginal) -> InvoiceFields:
+        if original.id not in self._fields:
+            self._fields[original.id] = InvoiceFields.from_json(original.fields)
+        return self._fields[original.id]
+
+
+# The marks, in the order they are written: every new original before the duplicates that may
+# name it (and create its group), suspected copies last. Each touches only undecided invoices.
+MARKS = ("mark_original", "mark_duplicate", "mark_suspected")
+
+
 class DedupeStore(StoreBase):
     def decide_duplicates(
         self, items: Sequence[tuple[Lease, MatchCandidate]], match: MatchFunction, *, step: str | None = None
@@ -41,51 +134,153 @@ class DedupeStore(StoreBase):
         The locks come from the match rule (`domain/keys.py`): any two invoices the matcher
         could pair share one, so they decide one after the other, and the second sees the
         first. A chunk takes every lock of all its invoices first, in one sorted call, so two
-        chunks never wait on each other in a cycle; each invoice then reads every original in
-        its blocking key's neighbourhood (an index, no LIMIT) and its decision returns itself.
-        Invoices of one chunk see each other's decisions: they share the transaction. The
-        advisory locks are taken before the fence (the lock order, sql/0009): a chunk that waits
-        for another decision holds no row meanwhile, so no claim, heartbeat or sweep queues
-        behind the wait.
+        chunks never wait on each other in a cycle. The advisory locks are taken before the
+        fence (the lock order, sql/0009): a chunk that waits for another decision holds no row
+        meanwhile, so no claim, heartbeat or sweep queues behind the wait.
+
+        Then the whole chunk is decided at once, after the fence (`_decide_chunk`), in a few
+        statements whatever its size: with every lock held and the chunk's rows fenced, nobody
+        else can decide these invoices or add an original any of them could copy, so one read of
+        the candidates serves every invoice, and invoices of one chunk still see each other's
+        decisions (an original decided earlier in the chunk is a candidate of the later ones).
         """
         for lease, candidate in items:
             if candidate.key.org_id != candidate.org_id or candidate.invoice_id != str(lease.invoice_id):
                 raise ValueError("the candidate is not the leased invoice of its org")
         by_invoice = {lease.invoice_id: candidate for lease, candidate in items}
+        # The decisions of the live invoices of the transaction being written (a chunk, or one
+        # invoice when the chunk is isolated), made after its fence and read by `decided`.
+        decisions: dict[UUID, DuplicateDecision] = {}
 
         def take_locks(conn: psycopg.Connection[Any], leases: list[Lease]) -> None:
             self._take_dedupe_locks(conn, [by_invoice[lease.invoice_id] for lease in leases])
 
-        def decide(
+        # The chunk write's `prepare`: after the fence, with the live leases, and before the
+        # step's breadcrumb, which is harmless here: no mark finishes a job.
+        def decide(conn: psycopg.Connection[Any], live: list[Lease]) -> None:
+            decisions.clear()
+            decisions.update(
+                self._decide_chunk(conn, [(lease, by_invoice[lease.invoice_id]) for lease in live], match)
+            )
+
+        def decided(
             conn: psycopg.Connection[Any], lease: Lease, candidate: MatchCandidate
         ) -> DuplicateDecision:
-            rows = self._locked_candidates(conn, candidate)
-            outcome = match(
-                candidate,
-                [
-                    (r.id, r.org_id, InvoiceFields.from_json(r.fields))
-                    for r in rows
-                    if r.org_id == candidate.org_id
-                ],
+            return decisions[lease.invoice_id]
+
+        return self._write_chunk(items, decided, decide, step=step, before_fence=take_locks)
+
+    def _decide_chunk(
+        self,
+        conn: psycopg.Connection[Any],
+        items: Sequence[tuple[Lease, MatchCandidate]],
+        match: MatchFunction,
+    ) -> dict[UUID, DuplicateDecision]:
+        """Every live invoice's decision, in the chunk's order, each exactly as deciding it alone
+        at that point of the transaction would: two reads, the matcher in Python, then one
+        `executemany` per kind of mark, each returning its decision.
+
+        An invoice decided already (a re-executed step) keeps its decision, and is a candidate
+        only as the database has it (the read finds it if it is an original in reach).
+        """
+        rows = {
+            r.invoice_id: r
+            for r in self._all(
+                conn,
+                ChunkInvoiceRow,
+                DEDUPE["chunk_invoices_to_decide"],
+                {"invoice_ids": [lease.invoice_id for lease, _ in items]},
             )
+        }
+        candidates = [candidate for _, candidate in items]
+        pool = OriginalsPool(
+            self._all(
+                conn,
+                PooledOriginal,
+                DEDUPE["chunk_duplicate_candidates"],
+                {
+                    "org_ids": sorted({c.org_id for c in candidates}),
+                    "block_keys": sorted({k for c in candidates for k in search_ids(c.block)}),
+                    "number_keys": sorted({c.number.id for c in candidates}),
+                },
+            )
+        )
+        marks: dict[str, list[dict[str, Any]]] = {name: [] for name in MARKS}
+        for lease, candidate in items:
+            row = rows[lease.invoice_id]
+            if row.status is not None:
+                continue  # decided already: that decision stands
+            outcome = match(candidate, pool.candidates_of(candidate))
             params: dict[str, Any] = {
                 "invoice_id": lease.invoice_id,
                 "org_id": candidate.org_id,
                 **candidate.stored_keys,
             }
             if outcome is None:
-                name = "mark_original"
+                marks["mark_original"].append(params)
+                # A candidate of the chunk's later invoices from now on, as its row will read
+                # (the per-invoice search skips an invoice without fields).
+                if row.fields is not None:
+                    keys = candidate.stored_keys
+                    pool.add(
+                        PooledOriginal(
+                            row.invoice_id,
+                            row.org_id,
+                            row.fields,
+                            row.seq,
+                            cast(int | None, keys["block_key"]),
+                            cast(int, keys["number_key"]),
+                        )
+                    )
             else:
-                name = "mark_duplicate" if outcome.exact else "mark_suspected"
-                params |= outcome.params()
-            # None: decided already (a re-executed step); that decision stands.
-            decided = self._one(conn, DuplicateDecision, DEDUPE[name], params) or self._one(
-                conn, DuplicateDecision, DEDUPE["load_duplicate_decision"], {"invoice_id": lease.invoice_id}
-            )
-            assert decided is not None
-            return decided
+                marks["mark_duplicate" if outcome.exact else "mark_suspected"].append(
+                    params | outcome.params()
+                )
+        marked: dict[UUID, DuplicateDecision | None] = {}
+        for name in MARKS:
+            marked |= self._mark_all(conn, name, marks[name])
+        decisions: dict[UUID, DuplicateDecision] = {}
+        # The groups this chunk's duplicates put their originals in, as far as the chunk has
+        # got: an original decided by a previous attempt reports its row as deciding it alone at
+        # its turn would read it, in the group a duplicate decided before it in the chunk made.
+        groups_made: dict[UUID, UUID] = {}
+        for lease, _ in items:
+            if lease.invoice_id in marked:
+                # None: decided meanwhile after all (the fence and the locks should rule it
+                # out); the decision in its row stands.
+                found = marked[lease.invoice_id] or self._one(
+                    conn,
+                    DuplicateDecision,
+                    DEDUPE["load_duplicate_decision"],
+                    {"invoice_id": lease.invoice_id},
+                )
+                assert found is not None
+                if (
+                    found.status == "duplicate"
+                    and found.original_id is not None
+                    and found.group_id is not None
+                ):
+                    groups_made[found.original_id] = found.group_id
+            else:
+                stored = rows[lease.invoice_id].decision()
+                assert stored is not None
+                found = stored
+                if stored.status == "original" and stored.invoice_id in groups_made:
+                    found = replace(stored, group_id=groups_made[stored.invoice_id])
+            decisions[lease.invoice_id] = found
+        return decisions
 
-        return self._write_chunk(items, decide, step=step, before_fence=take_locks)
+    def _mark_all(
+        self, conn: psycopg.Connection[Any], name: str, params_seq: list[dict[str, Any]]
+    ) -> dict[UUID, DuplicateDecision | None]:
+        """One mark for many invoices in one `executemany`, with each invoice's returned decision
+        (None: the mark found it decided already)."""
+        if not params_seq:
+            return {}
+        with conn.cursor(row_factory=class_row(DuplicateDecision)) as cur:
+            cur.executemany(DEDUPE[name], params_seq, returning=True)
+            returned = [result.fetchone() for result in cur.results()]
+        return {params["invoice_id"]: decision for params, decision in zip(params_seq, returned, strict=True)}
 
     @staticmethod
     def _take_dedupe_locks(conn: psycopg.Connection[Any], candidates: Sequence[MatchCandidate]) -> None:
