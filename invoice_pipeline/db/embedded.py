@@ -27,7 +27,9 @@ import pwd
 import secrets
 import shutil
 import subprocess
+import sys
 import tempfile
+import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -153,6 +155,7 @@ class EmbeddedPostgres:
         """Start the server unless it is already running; return where it listens."""
         self.use_password_file()
         with self._startup_lock():
+            self._set_aside_orphaned_cluster()
             status = self.status()
             if status.running:
                 return status
@@ -297,6 +300,29 @@ class EmbeddedPostgres:
             fd = os.open(self.password_file, os.O_WRONLY | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w") as handle:
                 handle.write(lines)
+
+    def _set_aside_orphaned_cluster(self) -> None:
+        """As root the cluster lives outside the home, named by the home's path. A home deleted
+        and made again at that path has a new password and no note of its cluster, yet would find
+        the old cluster (its server perhaps still running) and fail to log in to it. The old
+        password went with the old home, so that cluster is stopped and moved aside, never
+        reused; it is kept, not deleted, because it holds someone's data.
+        """
+        if (
+            self.pgdata == self.requested_pgdata
+            or (self.home / DATA_DIR_NOTE).exists()
+            or not (self.pgdata / "PG_VERSION").exists()
+        ):
+            return
+        if self.status().running:
+            self._run_pg_ctl(["-w", "-m", "fast", "stop"])
+        aside = self.pgdata.with_name(f"pgdata.orphaned-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
+        self.pgdata.rename(aside)
+        print(
+            f"invoice-pipeline: {self.home} is a new home at the path of a deleted one; "
+            f"that home's database was stopped and kept at {aside}",
+            file=sys.stderr,
+        )
 
     def _ensure_initialised(self) -> None:
         user = self._system_user()

@@ -66,3 +66,31 @@ def test_demo_from_a_private_folder_leaves_every_ancestor_as_it_was() -> None:
         after = _modes(private)
         shutil.rmtree(private, ignore_errors=True)
     assert after == before, "no permission outside the project's home changed"
+
+
+def test_a_home_made_again_where_one_was_deleted_gets_a_database_it_can_log_in_to(tmp_path: Path) -> None:
+    """`rm -rf` of a home, then the same command: the new home must not inherit the old server,
+    whose password went with the old home. The old data is kept aside, not deleted."""
+    home = tmp_path / "clone" / ".invoice_pipeline"
+    env = dict(os.environ, INVOICE_PIPELINE_HOME=str(home), INVOICE_PIPELINE_PG_PORT=str(free_port()))
+    for name in ("INVOICE_PIPELINE_DATABASE_URL", "DAGSTER_HOME", "PGPASSFILE"):
+        env.pop(name, None)
+    cli = [sys.executable, "-m", "invoice_pipeline.cli"]
+    cluster: Path | None = None
+    try:
+        first = subprocess.run([*cli, "migrate"], env=env, capture_output=True, text=True, timeout=300)
+        assert first.returncode == 0, first.stderr[-3000:]
+        cluster = Path((home / DATA_DIR_NOTE).read_text().strip()).parent
+        shutil.rmtree(home)  # its server is still running
+        again = subprocess.run([*cli, "migrate"], env=env, capture_output=True, text=True, timeout=300)
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert "kept at" in again.stderr, again.stderr
+        status = subprocess.run([*cli, "status"], env=env, capture_output=True, text=True, timeout=300)
+        assert status.returncode == 0, status.stderr[-3000:]
+        kept = list(cluster.glob("pgdata.orphaned-*"))
+        assert len(kept) == 1 and (kept[0] / "PG_VERSION").exists(), kept
+        assert not (kept[0] / "postmaster.pid").exists(), "the old server was stopped"
+    finally:
+        subprocess.run([*cli, "db", "stop"], env=env, capture_output=True, timeout=120)
+        if cluster is not None:
+            shutil.rmtree(cluster, ignore_errors=True)
