@@ -28,6 +28,7 @@ import struct
 import subprocess
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -288,6 +289,42 @@ _ADVICE = (
 )
 
 
+def _answer(reply: dict[str, Any]) -> Any:
+    """A worker's answer: the result, or the BadDocument it stands for."""
+    if "ok" in reply:
+        return reply["ok"]
+    if "bad" in reply:
+        raise BadDocument(reply["bad"]["code"], reply["bad"]["reason"])
+    raise unreadable(reply["error"]["type"], reply["error"]["message"])
+
+
+class _FieldsAhead:
+    """Fields a worker read together with a structured document's text, until they are asked for.
+
+    Keyed by the whole ExtractedText: fields are a pure function of it, so an answer is reused
+    only for exactly the text it was read from (the same text loaded back from the database,
+    in the same process); anything else, or an entry pushed out by the bound, is read in the
+    sandbox as before. Taking an answer removes it.
+    """
+
+    MAX_ENTRIES = 1024  # a few chunks of structured invoices; about 3 KB each
+
+    def __init__(self) -> None:
+        self._answers: OrderedDict[ExtractedText, dict[str, Any]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def put(self, extracted: ExtractedText, answer: dict[str, Any]) -> None:
+        with self._lock:
+            self._answers[extracted] = answer
+            self._answers.move_to_end(extracted)
+            while len(self._answers) > self.MAX_ENTRIES:
+                self._answers.popitem(last=False)
+
+    def take(self, extracted: ExtractedText) -> dict[str, Any] | None:
+        with self._lock:
+            return self._answers.pop(extracted, None)
+
+
 class Sandbox:
     """A pool of parse workers with one set of limits, shared by the threads of a process."""
 
@@ -297,6 +334,7 @@ class Sandbox:
         self._lock = threading.Lock()
         self._closed = False
         self.workers_started = 0
+        self._fields_ahead = _FieldsAhead()
 
     def read_text(
         self,
@@ -313,10 +351,18 @@ class Sandbox:
             "max_bytes": max_bytes,
             "max_text_chars": max_text_chars,
             "max_pdf_pages": max_pdf_pages,
+            "fields_ahead": True,
         }
-        return ExtractedText.from_json(self._call(header, content))
+        reply = self._call(header, content)
+        extracted = ExtractedText.from_json(reply["text"])
+        if "fields" in reply:
+            self._fields_ahead.put(extracted, reply["fields"])
+        return extracted
 
     def read_fields(self, extracted: ExtractedText) -> InvoiceFields:
+        ahead = self._fields_ahead.take(extracted)
+        if ahead is not None:
+            return InvoiceFields.from_json(_answer(ahead))
         payload = json.dumps(extracted.to_json()).encode()
         return InvoiceFields.from_json(self._call({"op": "fields"}, payload))
 
@@ -339,11 +385,7 @@ class Sandbox:
             self._replace()
         else:
             self._checkin(worker)
-        if "ok" in reply:
-            return reply["ok"]
-        if "bad" in reply:
-            raise BadDocument(reply["bad"]["code"], reply["bad"]["reason"])
-        raise unreadable(reply["error"]["type"], reply["error"]["message"])
+        return _answer(reply)
 
     def _checkout(self) -> _Worker:
         with self._lock:

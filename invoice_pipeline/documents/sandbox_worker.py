@@ -39,6 +39,20 @@ def _cpu_budget(seconds: int) -> None:
     resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
 
 
+def _fields_reply(extracted: ExtractedText) -> dict[str, Any]:
+    """The fields of a structured document, read in the same call as its text.
+
+    A structured invoice's fields cost less than its parse, so they share the text's CPU and
+    wall-clock budget, and the fields stage is spared a second round trip (`Sandbox.read_fields`).
+    A document the fields reader refuses is answered as that refusal, not as a failed text read:
+    the fields stage raises it, as if it had asked.
+    """
+    try:
+        return {"ok": run_parser(partial(extract_fields, extracted)).to_json()}
+    except BadDocument as exc:
+        return {"bad": {"code": exc.code, "reason": exc.reason}}
+
+
 def _handle(header: dict[str, Any], payload: bytes) -> dict[str, Any]:
     op = header["op"]
     if op == "text":
@@ -49,7 +63,10 @@ def _handle(header: dict[str, Any], payload: bytes) -> dict[str, Any]:
             max_text_chars=int(header["max_text_chars"]),
             max_pdf_pages=int(header["max_pdf_pages"]),
         )
-        return extracted.to_json()
+        reply: dict[str, Any] = {"text": extracted.to_json()}
+        if header.get("fields_ahead") and extracted.structured is not None and not ocr.engine_used():
+            reply["fields"] = _fields_reply(extracted)
+        return reply
     if op == "fields":
         return extract_fields(ExtractedText.from_json(json.loads(payload))).to_json()
     if op == "ping":

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from invoice_pipeline.documents import BadDocument, ExtractedText
-from invoice_pipeline.documents.sandbox import Sandbox, SandboxLimits, run_parser
+from invoice_pipeline.documents.sandbox import Sandbox, SandboxLimits, SandboxUnavailable, run_parser
 from pipeline_support import hostile_corpus
 
 VALID_JSON = json.dumps(hostile_corpus.invoice_json()).encode()
@@ -100,6 +100,25 @@ def test_fields_are_read_in_the_sandbox_too(tight: Sandbox) -> None:
     with pytest.raises(BadDocument) as info:
         tight.read_fields(extracted)
     assert info.value.code == "unstorable_character"
+
+
+def test_a_structured_documents_fields_come_with_its_text_and_only_for_that_text() -> None:
+    refused = json.dumps(hostile_corpus.invoice_json() | {"invoice_number": "A\u0000"}).encode()
+    for sandbox in sandbox_with():
+        extracted = read(sandbox, VALID_JSON)
+        other = ExtractedText(extracted.format, extracted.text, extracted.structured + " ", extracted.method)
+        read_as_refused = read(sandbox, refused)
+        sandbox.close()  # from here on, anything that needs a worker raises SandboxUnavailable
+        with pytest.raises(SandboxUnavailable):
+            sandbox.read_fields(other)  # differs by one character: not answered from the read-ahead
+        # An equal text (as loaded back from the database) is answered without a worker, once.
+        same = ExtractedText.from_json(json.loads(json.dumps(extracted.to_json())))
+        assert sandbox.read_fields(same).invoice_number == "H-1"
+        with pytest.raises(SandboxUnavailable):
+            sandbox.read_fields(same)
+        with pytest.raises(BadDocument) as info:
+            sandbox.read_fields(read_as_refused)
+        assert info.value.code == "unstorable_character", "a refusal read ahead is raised by the fields read"
 
 
 def test_an_unexpected_parser_exception_is_bad_input_not_a_retry() -> None:
