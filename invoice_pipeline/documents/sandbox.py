@@ -351,7 +351,6 @@ class Sandbox:
             "max_bytes": max_bytes,
             "max_text_chars": max_text_chars,
             "max_pdf_pages": max_pdf_pages,
-            "fields_ahead": True,
         }
         reply = self._call(header, content)
         extracted = ExtractedText.from_json(reply["text"])

@@ -13,6 +13,7 @@ import os
 import resource
 import sys
 import warnings
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -39,16 +40,10 @@ def _cpu_budget(seconds: int) -> None:
     resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
 
 
-def _fields_reply(extracted: ExtractedText) -> dict[str, Any]:
-    """The fields of a structured document, read in the same call as its text.
-
-    A structured invoice's fields cost less than its parse, so they share the text's CPU and
-    wall-clock budget, and the fields stage is spared a second round trip (`Sandbox.read_fields`).
-    A document the fields reader refuses is answered as that refusal, not as a failed text read:
-    the fields stage raises it, as if it had asked.
-    """
+def _answer(parse: Callable[[], Any]) -> dict[str, Any]:
+    """A parser's result as the parent reads it (`sandbox._answer`): ok, or the refusal."""
     try:
-        return {"ok": run_parser(partial(extract_fields, extracted)).to_json()}
+        return {"ok": run_parser(parse)}
     except BadDocument as exc:
         return {"bad": {"code": exc.code, "reason": exc.reason}}
 
@@ -64,8 +59,12 @@ def _handle(header: dict[str, Any], payload: bytes) -> dict[str, Any]:
             max_pdf_pages=int(header["max_pdf_pages"]),
         )
         reply: dict[str, Any] = {"text": extracted.to_json()}
-        if header.get("fields_ahead") and extracted.structured is not None and not ocr.engine_used():
-            reply["fields"] = _fields_reply(extracted)
+        if extracted.structured is not None and not ocr.engine_used():
+            # A structured invoice's fields cost less than its parse: read them now, within this
+            # document's CPU and wall-clock budget, and spare the fields stage a second round
+            # trip (`Sandbox.read_fields`). A refusal travels as the fields' answer, not as a
+            # failed text read: the fields stage raises it, as if it had asked.
+            reply["fields"] = _answer(lambda: extract_fields(extracted).to_json())
         return reply
     if op == "fields":
         return extract_fields(ExtractedText.from_json(json.loads(payload))).to_json()
@@ -97,10 +96,7 @@ def main() -> int:
         header = json.loads(header_frame)
         _cpu_budget(cpu_seconds)
         try:
-            try:
-                reply: dict[str, Any] = {"ok": run_parser(partial(_handle, header, payload))}
-            except BadDocument as exc:
-                reply = {"bad": {"code": exc.code, "reason": exc.reason}}
+            reply = _answer(partial(_handle, header, payload))
             # OCR lifted this process's address-space limit (documents.ocr.engine) and it stays
             # lifted: answer, then make way for a fresh worker under the general limit.
             retire = ocr.engine_used()
