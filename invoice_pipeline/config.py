@@ -30,6 +30,7 @@ ENV_BATCH_SIZE = "INVOICE_PIPELINE_BATCH_SIZE"
 ENV_INBOX = "INVOICE_PIPELINE_INBOX"
 ENV_REQUEST_TIMEOUT = "INVOICE_PIPELINE_REQUEST_TIMEOUT_SECONDS"
 ENV_DAGSTER_DATABASE_NAME = "INVOICE_PIPELINE_DAGSTER_DATABASE_NAME"
+ENV_CELERY_MAX_RUN = "INVOICE_PIPELINE_CELERY_MAX_RUN_SECONDS"
 
 DEFAULT_PG_PORT = 54329
 # The one place for defaults: Settings (the CLI) and the Dagster resource both read these.
@@ -42,6 +43,9 @@ DEFAULT_MAX_DOCUMENT_BYTES = 20 * 1024 * 1024
 # The one setting that shapes runs (runs.RunShape): the most invoices one run takes.
 DEFAULT_BATCH_SIZE = 500
 DEFAULT_REQUEST_TIMEOUT_SECONDS = 3600
+# The celery location's runs (docs/scale-out.md): a task the broker lost would leave its run
+# waiting for ever, holding its invoices' requests. Past this, Dagster's run monitoring fails it.
+DEFAULT_CELERY_MAX_RUN_SECONDS = 3600
 
 
 def default_heartbeat_seconds(ttl_seconds: float) -> float:
@@ -154,6 +158,7 @@ class Settings:
     inbox: Path
     request_timeout: timedelta
     dagster_database_name: str | None
+    celery_max_run: timedelta = timedelta(seconds=DEFAULT_CELERY_MAX_RUN_SECONDS)
 
     @property
     def uses_embedded_postgres(self) -> bool:
@@ -198,4 +203,7 @@ class Settings:
                 seconds=_int(env, ENV_REQUEST_TIMEOUT, DEFAULT_REQUEST_TIMEOUT_SECONDS, minimum=1)
             ),
             dagster_database_name=env.get(ENV_DAGSTER_DATABASE_NAME) or None,
+            celery_max_run=timedelta(
+                seconds=_int(env, ENV_CELERY_MAX_RUN, DEFAULT_CELERY_MAX_RUN_SECONDS, minimum=1)
+            ),
         )

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from dagster import (
     AssetSelection,
     DefaultScheduleStatus,
     Definitions,
     JobDefinition,
     ScheduleDefinition,
+    SensorDefinition,
     define_asset_job,
 )
 
@@ -40,12 +43,26 @@ check_invariants = define_asset_job(
 )
 
 
-def make_definitions(resources: dict[str, object]) -> Definitions:
+def make_definitions(
+    resources: dict[str, object],
+    *,
+    extra_jobs: Sequence[JobDefinition] = (),
+    intake: SensorDefinition = new_invoices_sensor,
+) -> Definitions:
+    """Everything of a code location; `intake` is the one sensor that requests processing runs
+    (a location with two would request each invoice from both)."""
     return Definitions(
         assets=[*pipeline_assets, *report_assets, *review_queue_assets],
         asset_checks=[*invariant_checks, *review_queue_checks],
-        jobs=[process_invoice, process_invoice_batch, refresh_reports, check_invariants, *review_jobs],
-        sensors=[new_invoices_sensor],
+        jobs=[
+            process_invoice,
+            process_invoice_batch,
+            *extra_jobs,
+            refresh_reports,
+            check_invariants,
+            *review_jobs,
+        ],
+        sensors=[intake],
         schedules=[
             sweep_stale_locks_schedule,
             ScheduleDefinition(

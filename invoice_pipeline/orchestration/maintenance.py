@@ -48,6 +48,9 @@ def reconcile_dead_runs(db: SweepSettings, instance: DagsterInstance) -> list[st
     """
     reconciled = []
     for run in instance.get_runs(filters=RunsFilter(statuses=LAUNCHED)):
+        # Not the celery job's runs: one that holds no lease and logs nothing may only be
+        # waiting for a worker to take its next task. Their deadline bounds them instead
+        # (celery_definitions.py).
         if run.job_name not in (PROCESS_INVOICE, PROCESS_INVOICE_BATCH):
             continue
         jobs = db.store.jobs_of_owner(run_owner(run.run_id))

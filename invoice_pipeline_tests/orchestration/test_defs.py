@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from dagster import AssetKey
 
 from invoice_pipeline.orchestration.assets.lineage import PIPELINE_ASSET_KEYS
@@ -72,3 +73,32 @@ def test_dagster_definitions_validate_passes(database_url: str) -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Validation successful" in result.stdout + result.stderr
+
+
+def test_the_celery_location_requests_only_the_celery_job_each_run_with_its_deadline() -> None:
+    """Its intake sensor replaces the default one (two would request each invoice twice), and
+    even a lone invoice goes to a worker host, never to the in-process one-invoice job."""
+    from uuid import uuid4
+
+    from invoice_pipeline.config import Settings
+    from invoice_pipeline.engine.records import DueInvoice
+    from invoice_pipeline.engine.runs import RunShape, invoice_ids_of
+    from invoice_pipeline.orchestration.celery_jobs import PROCESS_INVOICE_BATCH_CELERY
+    from invoice_pipeline.orchestration.sensors.new_invoices import plan_run_requests
+
+    pytest.importorskip("dagster_celery")
+    from invoice_pipeline.orchestration.celery_definitions import celery_run_targets
+    from invoice_pipeline.orchestration.celery_definitions import defs as celery_defs
+
+    repo = celery_defs.get_repository_def()
+    assert [(s.name, [j.name for j in s.jobs]) for s in repo.sensor_defs] == [
+        ("new_invoices_celery_sensor", [PROCESS_INVOICE_BATCH_CELERY])
+    ]
+
+    targets = celery_run_targets(Settings.from_env({"INVOICE_PIPELINE_CELERY_MAX_RUN_SECONDS": "900"}))
+    for n in (1, 3):
+        due = [DueInvoice(uuid4(), "acme", 1, 0, i) for i in range(n)]
+        (request,) = plan_run_requests(due, RunShape(500), targets)
+        assert request.job_name == PROCESS_INVOICE_BATCH_CELERY
+        assert request.tags["dagster/max_runtime"] == "900"
+        assert invoice_ids_of(request.run_config) == [str(d.invoice_id) for d in due]

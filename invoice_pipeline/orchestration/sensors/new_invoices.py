@@ -14,10 +14,19 @@ table would cost a write per waiting file per tick for nothing more.
 """
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from uuid import UUID
 
-from dagster import DefaultSensorStatus, RunRequest, SensorEvaluationContext, SkipReason, sensor
+from dagster import (
+    DefaultSensorStatus,
+    JobDefinition,
+    RunRequest,
+    SensorDefinition,
+    SensorEvaluationContext,
+    SkipReason,
+    sensor,
+)
 
 from invoice_pipeline.config import Settings
 from invoice_pipeline.engine.ingest import FileState, InboxPass, display_name, ingest_inbox
@@ -43,29 +52,54 @@ CURSOR_VERSION = 1
 SENSOR_INTERVAL_SECONDS = 5
 
 
-def plan_run_requests(due: list[DueInvoice], shape: RunShape) -> Iterator[RunRequest]:
+@dataclass(frozen=True)
+class RunTargets:
+    """The jobs a sensor's requests launch, and tags every request carries."""
+
+    batch_job: str = PROCESS_INVOICE_BATCH
+    # None: a lone invoice goes as a batch of one (the celery location: every invoice on a
+    # worker host, none in the run's own process).
+    single_job: str | None = PROCESS_INVOICE
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+
+IN_PROCESS = RunTargets()
+
+
+def plan_run_requests(
+    due: list[DueInvoice], shape: RunShape, targets: RunTargets = IN_PROCESS
+) -> Iterator[RunRequest]:
     """Whatever is due in a tick shares runs: one batched run (worked in chunks) per `batch_size`.
 
     A tick with one invoice due gets the one-invoice job: the same work, and its run key names
     the invoice and attempt, which the UI shows and a redrive bumps.
     """
-    if len(due) == 1:
+    if len(due) == 1 and targets.single_job is not None:
         (item,) = due
         ref = InvoiceRef(str(item.invoice_id), item.attempt, item.redrive)
         yield RunRequest(
             run_key=invoice_run_key(ref),
-            job_name=PROCESS_INVOICE,
+            job_name=targets.single_job,
             run_config=single_run_config(ref),
-            tags={"invoice_id": ref.invoice_id, "org_id": item.org_id, "attempt": str(ref.attempt)},
+            tags={
+                **targets.tags,
+                "invoice_id": ref.invoice_id,
+                "org_id": item.org_id,
+                "attempt": str(ref.attempt),
+            },
         )
         return
     for batch in shape.batches(due):
         refs = [InvoiceRef(str(d.invoice_id), d.attempt, d.redrive) for d in batch]
         yield RunRequest(
             run_key=batch_run_key(refs),
-            job_name=PROCESS_INVOICE_BATCH,
+            job_name=targets.batch_job,
             run_config=batch_run_config(refs, shape.chunk_size),
-            tags={"invoice_count": str(len(refs)), "org_ids": ",".join(sorted({d.org_id for d in batch}))},
+            tags={
+                **targets.tags,
+                "invoice_count": str(len(refs)),
+                "org_ids": ",".join(sorted({d.org_id for d in batch})),
+            },
         )
 
 
@@ -100,16 +134,30 @@ def _log_pass(context: SensorEvaluationContext, done: InboxPass) -> None:
         context.log.error(f"inbox: intake stopped early: {done.error}")
 
 
-@sensor(
-    jobs=[process_invoice, process_invoice_batch],
-    default_status=DefaultSensorStatus.RUNNING,
-    # Every 5 s: a new file is ingested once nobody has written it for 5 s (ingest.QUIET_SECONDS),
-    # at the first tick after that; a run's latency is mostly this wait.
-    minimum_interval_seconds=SENSOR_INTERVAL_SECONDS,
-    description="Ingest the inbox, then request runs for new invoices and for failed ones whose retry is due.",
-)
-def new_invoices_sensor(
-    context: SensorEvaluationContext, invoice_db: InvoiceDatabase
+def make_new_invoices_sensor(
+    name: str, jobs: Sequence[JobDefinition], targets: RunTargets
+) -> SensorDefinition:
+    """The sensor of a code location: the same intake, sweep and planning, its own jobs."""
+
+    @sensor(
+        name=name,
+        jobs=list(jobs),
+        default_status=DefaultSensorStatus.RUNNING,
+        # Every 5 s: a new file is ingested once nobody has written it for 5 s (ingest.QUIET_SECONDS),
+        # at the first tick after that; a run's latency is mostly this wait.
+        minimum_interval_seconds=SENSOR_INTERVAL_SECONDS,
+        description="Ingest the inbox, then request runs for new invoices and for failed ones whose retry is due.",
+    )
+    def new_invoices(
+        context: SensorEvaluationContext, invoice_db: InvoiceDatabase
+    ) -> Iterator[RunRequest | SkipReason]:
+        yield from _tick(context, invoice_db, targets)
+
+    return new_invoices
+
+
+def _tick(
+    context: SensorEvaluationContext, invoice_db: InvoiceDatabase, targets: RunTargets
 ) -> Iterator[RunRequest | SkipReason]:
     store = invoice_db.store
     try:
@@ -137,7 +185,7 @@ def new_invoices_sensor(
 
     def owners(due: list[DueInvoice]) -> dict[UUID, str]:
         # Planned inside the claiming transaction, so each request is recorded with its run key.
-        planned.extend(plan_run_requests(due, shape))
+        planned.extend(plan_run_requests(due, shape, targets))
         return {
             UUID(invoice_id): RequestOwner.run_key(scope, str(request.run_key)).text
             for request in planned
@@ -149,3 +197,8 @@ def new_invoices_sensor(
         yield SkipReason("no invoices due")
         return
     yield from planned
+
+
+new_invoices_sensor = make_new_invoices_sensor(
+    "new_invoices_sensor", [process_invoice, process_invoice_batch], IN_PROCESS
+)
