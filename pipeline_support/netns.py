@@ -4,7 +4,7 @@
         url = cluster.database("invoices")            # the parent's URL (Unix socket)
         proc = cluster.run(1, ["-m", "pipeline_support.partition_worker", ...], env={...})
         cluster.cut(1); cluster.heal(1)                # link down / up: packets dropped silently
-        cluster.netem(2, loss_pct=30, delay_ms=200)    # tc netem on both ends of the link
+        cluster.netem(2, loss_pct=30, delay_ms=200)    # random loss and delay (tc netem, or user space)
         cluster.freeze(3); cluster.thaw(3)             # SIGSTOP / SIGCONT of every process there
 
 Topology: the database host is a namespace `ipn<pid>-db` running the machine's PostgreSQL 15
@@ -22,8 +22,10 @@ directory. Every wait is bounded in time.
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import select
 import shutil
 import signal
 import subprocess
@@ -135,6 +137,7 @@ class Cluster:
         self._procs: dict[int, list[subprocess.Popen[bytes]]] = {}
         self._frozen: set[int] = set()
         self._made_ns: list[str] = []
+        self._lossy: dict[int, tuple[subprocess.Popen[bytes], Path]] = {}
 
     # -- names -----------------------------------------------------------------------------
 
@@ -282,6 +285,8 @@ class Cluster:
             return False
 
     def close(self) -> None:
+        for host in list(self._lossy):
+            self.clear_netem(host)
         for host in list(self._procs):
             self.kill_host_processes(host)
         if self._pg is not None:
@@ -369,39 +374,77 @@ class Cluster:
     def heal(self, host: int) -> None:
         _ip("link", "set", self.db_end(host), "up", ns=self.db_ns)
 
-    def netem(self, host: int, loss_pct: float, delay_ms: int, *, fallback_rate_kbit: int = 64) -> str:
-        """A lossy, slow link on both ends' egress; returns the rule applied.
+    def netem(self, host: int, loss_pct: float, delay_ms: int, *, seed: int = 0) -> str:
+        """A lossy, slow link: each direction of host's link to the database host loses loss_pct %
+        of its packets at random and delays the rest by delay_ms. Returns the rule applied.
 
-        `tc netem` (each direction loses loss_pct % and waits delay_ms) when the kernel has
-        sch_netem. Some kernels (this machine kind's, 6.18 with only tbf/htb/clsact) have no
-        netem and no classifiers: the link is then shaped with `tbf` instead, a rate of
-        fallback_rate_kbit and a queue bounded at delay_ms, so packets wait up to delay_ms and
-        are dropped when the queue is full: congestive loss, not random loss. The string says
-        which one was applied; scenarios report it.
+        `tc netem` on both ends when the kernel has sch_netem. Without it (this machine kind's
+        6.18 has neither netem nor classifiers), the same loss and delay are made in user space:
+        pipeline_support.lossy_link forwards the link's packets between two TUN devices, and a
+        /32 route each way (addresses unchanged) sends host's traffic through them, open
+        connections included. clear_netem undoes either.
         """
-        rules = [
-            ["netem", "delay", f"{delay_ms}ms", "loss", f"{loss_pct}%"],
-            ["tbf", "rate", f"{fallback_rate_kbit}kbit", "burst", "4kb", "latency", f"{delay_ms}ms"],
-        ]
-        for rule in rules:
-            ok = True
-            for ns, dev in ((self.db_ns, self.db_end(host)), (self.ns(host), self.worker_end(host))):
-                done = subprocess.run(
-                    ["ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", dev, "root", *rule],
-                    capture_output=True, timeout=30,
-                )  # fmt: skip
-                ok = ok and done.returncode == 0
-            if ok:
-                return " ".join(rule)
-            self.clear_netem(host)
-        raise RuntimeError("neither tc netem nor tbf is available")
+        rule = ["netem", "delay", f"{delay_ms}ms", "loss", f"{loss_pct}%"]
+        done = [
+            subprocess.run(
+                ["ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", dev, "root", *rule],
+                capture_output=True, timeout=30,
+            ).returncode == 0
+            for ns, dev in self._link_ends(host)
+        ]  # fmt: skip
+        if all(done):
+            return "tc " + " ".join(rule)
+        self.clear_netem(host)
+        return self._lossy_link(host, loss_pct, delay_ms, seed)
 
-    def clear_netem(self, host: int) -> None:
-        for ns, dev in ((self.db_ns, self.db_end(host)), (self.ns(host), self.worker_end(host))):
+    def _link_ends(self, host: int) -> list[tuple[str, str]]:
+        return [(self.db_ns, self.db_end(host)), (self.ns(host), self.worker_end(host))]
+
+    def _lossy_link(self, host: int, loss_pct: float, delay_ms: int, seed: int, timeout: float = 30) -> str:
+        assert self.dir is not None
+        worker_tun, db_tun = f"{self.tag}l{host}", f"{self.tag}k{host}"
+        stats = self.dir / f"lossy-{host}.json"
+        stats.unlink(missing_ok=True)
+        proc = subprocess.Popen(
+            [str(ROOT / ".venv" / "bin" / "python"), "-m", "pipeline_support.lossy_link", self.ns(host),
+             worker_tun, self.db_ns, db_tun, str(loss_pct), str(delay_ms), str(seed), str(stats)],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        self._lossy[host] = (proc, stats)
+        assert proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], timeout)
+        line = proc.stdout.readline().decode(errors="replace") if ready else ""
+        if line.strip() != "ready":
+            self.clear_netem(host)
+            raise RuntimeError(f"lossy link for host {host} did not start: {line.strip()!r}")
+        _ip("link", "set", worker_tun, "up", ns=self.ns(host))
+        _ip("link", "set", db_tun, "up", ns=self.db_ns)
+        db, worker = self.db_address(host), self.worker_address(host)
+        _ip("route", "replace", f"{db}/32", "dev", worker_tun, "src", worker, ns=self.ns(host))
+        _ip("route", "replace", f"{worker}/32", "dev", db_tun, "src", db, ns=self.db_ns)
+        return f"user-space netem (TUN forwarder): delay {delay_ms}ms loss {loss_pct}%"
+
+    def clear_netem(self, host: int) -> dict[str, int]:
+        """Undo netem(); returns the user-space link's packet counts (empty for tc netem)."""
+        for ns, dev in self._link_ends(host):
             subprocess.run(
                 ["ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", dev, "root"],
                 capture_output=True, timeout=30,
             )  # fmt: skip
+        lossy = self._lossy.pop(host, None)
+        if lossy is None:
+            return {}
+        proc, stats = lossy
+        # Routes first, so that the traffic is back on the veth before the devices go away.
+        _ip("route", "del", f"{self.db_address(host)}/32", ns=self.ns(host), check=False)
+        _ip("route", "del", f"{self.worker_address(host)}/32", ns=self.db_ns, check=False)
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(30)
+        return dict(json.loads(stats.read_text())) if stats.exists() else {}
 
     def freeze(self, host: int) -> list[int]:
         """SIGSTOP every process in host's namespace (children included); returns their pids."""

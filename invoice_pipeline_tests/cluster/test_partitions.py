@@ -7,6 +7,8 @@ one line without root or without `ip`. Each trial is the chaos scenario's own (c
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -88,3 +90,48 @@ def test_a_frozen_host_is_taken_over_and_refused_when_it_wakes(cluster: Any, tmp
     assert fig["takeovers"]
     assert fig["zombie_writes_refused"] > 0
     assert fig["zombie_writes_accepted"] == 0
+
+
+ROUND_TRIPS = """
+import sys, time, psycopg
+with psycopg.connect(sys.argv[1], connect_timeout=30) as conn:
+    times = []
+    for _ in range(int(sys.argv[2])):
+        t = time.monotonic()
+        conn.execute("SELECT 1").fetchone()
+        times.append(time.monotonic() - t)
+print(min(times))
+"""
+
+
+def test_a_lossy_link_loses_and_delays_packets_each_way_then_heals(cluster: Any) -> None:
+    """Cluster.netem itself: 30 % loss and 200 ms each way, measured from the worker host (the
+    smallest of 30 query round trips is at least both delays), undone by clear_netem."""
+    c, _ = cluster
+
+    def fastest_round_trip(n: int) -> float:
+        done = subprocess.run(
+            ["ip", "netns", "exec", c.ns(2), sys.executable, "-c", ROUND_TRIPS, c.host_url(2, "partitions"), str(n)],
+            capture_output=True, text=True, timeout=300, check=True,
+        )  # fmt: skip
+        return float(done.stdout.strip())
+
+    assert fastest_round_trip(5) < 0.1
+    rule = c.netem(2, loss_pct=30, delay_ms=200, seed=5)
+    try:
+        slowest_possible = fastest_round_trip(30)
+    finally:
+        packets = c.clear_netem(2)
+    assert slowest_possible >= 0.4, (rule, slowest_possible)
+    if rule.startswith("user-space"):
+        sent = packets["forwarded"] + packets["dropped"]
+        assert sent >= 60, packets
+        assert 0.15 <= packets["dropped"] / sent <= 0.45, packets
+    assert fastest_round_trip(5) < 0.1
+
+
+def test_a_host_on_a_lossy_slow_link_finishes_less_and_breaks_nothing(cluster: Any, tmp_path: Path) -> None:
+    _, fig = _trial(cluster, tmp_path, 4, "lossy", self_fence=True)
+    print(fig)
+    (shaped,) = fig["shaped_host_invoices"]
+    assert shaped < min(fig["clean_host_invoices"]), fig
