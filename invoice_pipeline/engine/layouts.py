@@ -169,14 +169,13 @@ def parse_export(data: Mapping[str, Any], org_id: str) -> list[VendorLayout]:
 
 
 def import_layouts(store: InvoiceStore, data: Mapping[str, Any], org_id: str, actor: str) -> list[LayoutRow]:
-    """Each enabled layout of an export becomes a new version of its vendor's layout in `org_id`."""
+    """Each enabled layout of an export becomes a new version of its vendor's layout in `org_id`:
+    all of them or, when the document or the database refuses one, none."""
     parsed = parse_export(data, org_id)
     source = data.get("org_id")
-    return [
-        store.save_layout(layout, taught_by=f"import by {actor} (from org {source})", learnt_from=None)
-        for layout in parsed
-        if layout.enabled
-    ]
+    return store.import_layouts(
+        [layout for layout in parsed if layout.enabled], taught_by=f"import by {actor} (from org {source})"
+    )
 
 
 def describe_rows(rows: Sequence[LayoutRow]) -> list[str]:

@@ -7,14 +7,18 @@ version of the invoice it showed; an action whose invoice changed meanwhile is r
 the lock and the page shows the invoice as it is now ("someone decided this meanwhile").
 
 The vendor layouts of the reviewer's orgs are listed (`/layouts`, the same store read as
-`review layouts list`) and can be disabled (`store.disable_layout`, as `review layouts disable`).
+`review layouts list`), can be disabled (`store.disable_layout`, as `review layouts disable`),
+exported (`/layouts/export`) and imported (`/layouts/import`) in the JSON of
+`review layouts export|import` (`engine.layouts.export_layouts` / `import_layouts`).
 
 No JavaScript: forms and links. Every POST carries the session's CSRF token.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import socket
 import time
 from collections.abc import Callable
@@ -35,6 +39,8 @@ from invoice_pipeline.domain.corrections import CorrectionError, as_text
 from invoice_pipeline.domain.fields import FIELD_NAMES, InvoiceFields
 from invoice_pipeline.domain.review import reason_code
 from invoice_pipeline.engine.corrections import correct_invoice
+from invoice_pipeline.engine.ingest import org_problem
+from invoice_pipeline.engine.layouts import export_layouts, import_layouts
 from invoice_pipeline.engine.review import DECIDED_MEANWHILE, REQUEUE_STATUSES, Actor, act, parse_age
 from invoice_pipeline.engine.review_page_records import QueueFilter, ReviewInvoice
 from invoice_pipeline.engine.review_records import Action, ActionOutcome
@@ -57,6 +63,12 @@ HERE = Path(__file__).resolve().parent
 COOKIE = "invoice_review_session"
 PAGE_SIZE = 50
 MAX_FORM_BYTES = 64 * 1024
+# A layouts export pasted into the import form: its JSON, and the form that carries it (URL
+# encoding at most triples a byte, plus room for the other fields).
+MAX_IMPORT_BYTES = 2 * 1024 * 1024
+MAX_IMPORT_FORM_BYTES = 3 * MAX_IMPORT_BYTES + MAX_FORM_BYTES
+# An import refusal quotes the document's own values: at most this much of it is shown.
+MAX_PROBLEM_CHARS = 300
 MAX_PAGE_SIZE = 500
 # A layout disabled from the page records at most this much of the reason given.
 MAX_REASON_CHARS = 500
@@ -152,12 +164,17 @@ class ReviewUi:
             ctx.reviewer = session.user
         return ctx
 
-    async def checked_form(self, request: Request, ctx: Ctx) -> dict[str, str] | Response:
-        """The POSTed form, or 403 when its CSRF token is missing or not this session's."""
-        values = await _form(request)
+    async def checked_form(
+        self, request: Request, ctx: Ctx, *, limit: int = MAX_FORM_BYTES, errors: str = "replace"
+    ) -> dict[str, str] | Response:
+        """The POSTed form, or 403 when its CSRF token is missing or not this session's.
+        `errors` is how bytes that are not UTF-8 are decoded (see `_form`)."""
+        values = await _form(request, limit, errors)
         if values is None:
-            return self.error(ctx, 413, "form too large")
-        if ctx.new_cookie or not csrf_ok(ctx.session, values.get("csrf")):
+            return self.error(ctx, 413, f"refused: the form is larger than {limit // 1024} KiB")
+        token = values.get("csrf") or ""
+        # compare_digest raises on non-ASCII text: such a token is simply not this session's.
+        if ctx.new_cookie or not token.isascii() or not csrf_ok(ctx.session, token):
             return self.error(
                 ctx,
                 403,
@@ -377,20 +394,26 @@ class ReviewUi:
         return self.finish(response, got)
 
     async def _form_post(
-        self, request: Request, handle: Callable[[Ctx, str, dict[str, str]], Response], key: str
+        self,
+        request: Request,
+        handle: Callable[[Ctx, dict[str, str]], Response],
+        *,
+        limit: int = MAX_FORM_BYTES,
+        errors: str = "replace",
     ) -> Response:
         """A POST of a signed-in reviewer's form: session and CSRF checked, then `handle` (a
-        blocking database call) in a thread, with the path parameter `key`."""
+        blocking database call) in a thread."""
         got = self._require(request)
         if isinstance(got, Response):
             return got
-        form = await self.checked_form(request, got)
+        form = await self.checked_form(request, got, limit=limit, errors=errors)
         if isinstance(form, Response):
             return form
-        return await _in_thread(handle, got, request.path_params[key], form)
+        return await _in_thread(handle, got, form)
 
     async def action(self, request: Request) -> Response:
-        return await self._form_post(request, self._action, "invoice_id")
+        invoice_id = request.path_params["invoice_id"]
+        return await self._form_post(request, lambda ctx, form: self._action(ctx, invoice_id, form))
 
     def _action(self, ctx: Ctx, invoice_id: str, form: dict[str, str]) -> Response:
         assert ctx.reviewer is not None
@@ -466,20 +489,94 @@ class ReviewUi:
         row = self.store.layout_row(number)
         return row if row is not None and reviewer.may_see(row.org_id) else None
 
+    @staticmethod
+    def _permitted_org(reviewer: Reviewer, org: str | None) -> str | None:
+        """`org` when the reviewer may see it (one of their account's orgs, or any well-formed
+        org id for a reviewer allowed every org), else None: the request only ever picks among
+        the reviewer's own orgs."""
+        if not org or org_problem(org) is not None or not reviewer.may_see(org):
+            return None
+        return org
+
     def layouts(self, request: Request) -> Response:
+        got = self._require(request)
+        if isinstance(got, Response):
+            return got
+        return self._layouts_page(request, got, request.query_params.get("all") == "1")
+
+    def _layouts_page(
+        self, request: Request, ctx: Ctx, show_all: bool, status: int = 200, import_error: str | None = None
+    ) -> Response:
+        assert ctx.reviewer is not None
+        rows = self._layout_rows(ctx.reviewer, show_all)
+        items = []
+        for row in rows:
+            layout = row.vendor_layout()
+            items.append(
+                {"row": row, "seller": layout.seller_name, "fields": [r.field for r in layout.rules]}
+            )
+        # Export and import offer the reviewer's own orgs; a reviewer allowed every org is offered
+        # those with a layout listed, and names any other in the forms.
+        any_org = ctx.reviewer.orgs is None
+        orgs = sorted({r.org_id for r in rows} if any_org else set(ctx.reviewer.orgs or ()))
+        return self.html(
+            request,
+            "layouts.html",
+            ctx,
+            status,
+            items=items,
+            show_all=show_all,
+            orgs=orgs,
+            any_org=any_org,
+            import_error=import_error,
+            max_import_mib=MAX_IMPORT_BYTES // (1024 * 1024),
+        )
+
+    def layouts_export(self, request: Request) -> Response:
         got = self._require(request)
         if isinstance(got, Response):
             return got
         ctx = got
         assert ctx.reviewer is not None
-        show_all = request.query_params.get("all") == "1"
-        items = []
-        for row in self._layout_rows(ctx.reviewer, show_all):
-            layout = row.vendor_layout()
-            items.append(
-                {"row": row, "seller": layout.seller_name, "fields": [r.field for r in layout.rules]}
-            )
-        return self.html(request, "layouts.html", ctx, items=items, show_all=show_all)
+        org = self._permitted_org(ctx.reviewer, request.query_params.get("org"))
+        if org is None:
+            return self.error(ctx, 404, "no such organisation (or not one of yours)")
+        data = export_layouts(self.store, org, include_disabled=request.query_params.get("all") == "1")
+        # The text `review layouts export` writes.
+        text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+        disposition = f'attachment; filename="{_export_filename(org)}"'
+        response = Response(text, media_type="application/json", headers={"Content-Disposition": disposition})
+        return self.finish(response, ctx)
+
+    async def layouts_import(self, request: Request) -> Response:
+        # Bytes that are not UTF-8 are kept (as surrogates) so that the import can refuse them
+        # on the page instead of reading a changed document.
+        return await self._form_post(
+            request,
+            lambda ctx, form: self._layouts_import(request, ctx, form),
+            limit=MAX_IMPORT_FORM_BYTES,
+            errors="surrogateescape",
+        )
+
+    def _layouts_import(self, request: Request, ctx: Ctx, form: dict[str, str]) -> Response:
+        assert ctx.reviewer is not None
+        org = self._permitted_org(ctx.reviewer, form.get("org"))
+        if org is None:
+            return self.error(ctx, 404, "no such organisation (or not one of yours): nothing imported")
+        who = audit_name(self.auth, ctx.reviewer)
+        try:
+            # import_layouts reads the whole document before it stores the first layout, so a
+            # refused one imports nothing.
+            rows = import_layouts(self.store, _export_document(form.get("layouts_json", "")), org, who)
+        except (ValueError, TypeError, KeyError) as exc:
+            return self._layouts_page(request, ctx, False, 400, f"nothing imported: {_import_problem(exc)}")
+        ids = ", ".join(str(row.id) for row in rows)
+        ctx.session.flash.append(
+            ("done", f"{len(rows)} layout(s) imported into org {org}" + (f": layouts {ids}" if ids else ""))
+            if rows
+            else ("info", f"nothing imported into org {org}: the export holds no enabled layout")
+        )
+        return self.finish(RedirectResponse("/layouts", 303), ctx)
 
     def layout(self, request: Request) -> Response:
         got = self._require(request)
@@ -493,7 +590,8 @@ class ReviewUi:
         return self.html(request, "layout.html", ctx, row=row, layout=row.vendor_layout())
 
     async def layout_disable(self, request: Request) -> Response:
-        return await self._form_post(request, self._layout_disable, "layout_id")
+        layout_id = request.path_params["layout_id"]
+        return await self._form_post(request, lambda ctx, form: self._layout_disable(ctx, layout_id, form))
 
     def _layout_disable(self, ctx: Ctx, layout_id: str, form: dict[str, str]) -> Response:
         assert ctx.reviewer is not None
@@ -535,6 +633,8 @@ class ReviewUi:
             Route("/invoice/{invoice_id}/page/{page:int}.png", self.page_image),
             Route("/invoice/{invoice_id}/action", self.action, methods=["POST"]),
             Route("/layouts", self.layouts),
+            Route("/layouts/export", self.layouts_export),
+            Route("/layouts/import", self.layouts_import, methods=["POST"]),
             Route("/layouts/{layout_id}", self.layout),
             Route("/layouts/{layout_id}/disable", self.layout_disable, methods=["POST"]),
             Route("/static/{name}", self.static),
@@ -549,15 +649,55 @@ class Ctx:
     new_cookie: bool
 
 
-async def _form(request: Request) -> dict[str, str] | None:
-    """An urlencoded form (the page sends nothing else); None when it is too large."""
-    body = b""
+async def _form(request: Request, limit: int, errors: str) -> dict[str, str] | None:
+    """An urlencoded form (the page sends nothing else); None when it is larger than `limit`.
+    Bytes that are not UTF-8 are decoded with `errors` ("replace", or "surrogateescape" for a
+    caller that refuses them)."""
+    body = bytearray()
     async for chunk in request.stream():
         body += chunk
-        if len(body) > MAX_FORM_BYTES:
+        if len(body) > limit:
             return None
-    pairs = parse_qsl(body.decode("utf-8", errors="replace"), keep_blank_values=True)
+    pairs = parse_qsl(body.decode("utf-8", errors=errors), keep_blank_values=True, errors=errors)
     return dict(pairs)
+
+
+def _export_filename(org: str) -> str:
+    """A download name safe in a header and on any file system, whatever the org id holds."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", org).strip("._")[:64]
+    return f"layouts-{safe or 'org'}.json"
+
+
+def _export_document(text: str) -> dict[str, Any]:
+    """The pasted export as JSON; ValueError saying why it cannot be one."""
+    try:
+        raw = text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("the export is not UTF-8 text") from None
+    if len(raw) > MAX_IMPORT_BYTES:
+        raise ValueError(f"the export is larger than {MAX_IMPORT_BYTES // (1024 * 1024)} MiB")
+    if not text.strip():
+        raise ValueError("no export was pasted")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"the export is not JSON ({exc})") from None
+    except RecursionError:
+        raise ValueError("the export's JSON is nested too deeply") from None
+    if not isinstance(data, dict):
+        raise ValueError("not a vendor layout export (the JSON is not an object)")
+    return data
+
+
+def _import_problem(exc: Exception) -> str:
+    """Why `import_layouts` refused a document, for the person who pasted it."""
+    if isinstance(exc, KeyError):
+        why = f"a layout or rule lacks the key {exc}"
+    elif isinstance(exc, TypeError):
+        why = f"not in the export format of docs/layouts.md ({exc})"
+    else:
+        why = str(exc)
+    return why if len(why) <= MAX_PROBLEM_CHARS else why[:MAX_PROBLEM_CHARS] + "…"
 
 
 def _int(text: str | None, default: int, low: int, high: int) -> int:

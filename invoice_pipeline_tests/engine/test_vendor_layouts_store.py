@@ -13,6 +13,8 @@ from datetime import timedelta
 from decimal import Decimal
 from uuid import UUID
 
+import pytest
+
 from invoice_pipeline.config import DEFAULT_MAX_DOCUMENT_BYTES
 from invoice_pipeline.domain.review import DEFAULT_POLICY
 from invoice_pipeline.engine.corrections import correct_invoice
@@ -186,3 +188,20 @@ def test_a_row_seen_once_is_read_the_next_time(store: InvoiceStore) -> None:
         [invoice_id] = run(store, "acme", [inv])
         assert right(store, invoice_id, inv), store.load_fields(invoice_id)
         assert store.invoice_state(invoice_id).status == "processed"  # type: ignore[union-attr]
+
+
+def test_an_import_the_database_refuses_part_way_stores_none_of_it(store: InvoiceStore) -> None:
+    """Two layouts; the database refuses the second (PostgreSQL's jsonb stores no NUL
+    character): the first, already inserted, goes too, and the reason is a ValueError."""
+    first, *_ = house_vendor()
+    teach(store, "acme", first)
+    data = export_layouts(store, "acme")
+    [good] = data["layouts"]
+    bad = dict(good, vendor_key=good["vendor_key"] + "~", seller_name="Vendor\x00 Ltd")
+    assert bad["vendor_key"] > good["vendor_key"]  # inserted second: vendors go in key order
+    data["layouts"] = [bad, good]
+    with pytest.raises(ValueError, match="the database refused a layout"):
+        import_layouts(store, data, "globex", "os-user:bob")
+    assert store.list_layouts("globex", include_disabled=True) == []
+    [imported] = import_layouts(store, dict(data, layouts=[good]), "globex", "os-user:bob")
+    assert store.list_layouts("globex") == [imported]

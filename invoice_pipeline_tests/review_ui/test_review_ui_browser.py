@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from decimal import Decimal
 from pathlib import Path
@@ -162,3 +163,42 @@ def test_the_header_leads_to_the_vendor_layouts_and_a_layout_to_its_invoice(
     page.locator(f"#layout-{row.id} td.learnt a").click()
     page.locator("#status").wait_for()
     assert page.url == f"{review_server.base_url}/invoice/{invoice}"
+
+
+def test_export_a_layout_from_the_page_and_import_it_into_another_org_through_the_form(
+    review_server: ReviewServer, browser: Any
+) -> None:
+    store = review_server.store
+    first, *_ = house_vendor()
+    teach(store, "acme", first)
+    [acme] = store.list_layouts("acme")
+    page = new_page(browser)
+    page.goto(review_server.base_url + "/layouts")
+    with page.expect_download() as started:
+        page.get_by_role("link", name="export its enabled layouts").click()
+    download = started.value
+    assert download.suggested_filename == "layouts-acme.json"
+    text = Path(download.path()).read_text(encoding="utf-8")
+    assert [layout["id"] for layout in json.loads(text)["layouts"]] == [acme.id]
+
+    # Local mode may see every org: the org to import into is named in the form.
+    form = page.locator("form.import-layouts")
+    form.locator("input[name=org]").fill("globex")
+    form.locator("textarea[name=layouts_json]").fill(text)
+    form.get_by_role("button", name="Import layouts").click()
+    page.locator(".flash.done").wait_for()
+    [globex] = store.list_layouts("globex")
+    assert (
+        f"1 layout(s) imported into org globex: layouts {globex.id}"
+        in page.locator(".flash.done").inner_text()
+    )
+    assert "imported" in page.locator(f"#layout-{globex.id} td.learnt").inner_text()
+    assert globex.taught_by == "import by review-ui:local:tester (from org acme)"
+
+    form = page.locator("form.import-layouts")
+    form.locator("input[name=org]").fill("globex")
+    form.locator("textarea[name=layouts_json]").fill("{not json")
+    form.get_by_role("button", name="Import layouts").click()
+    page.locator("#import-error").wait_for()
+    assert "nothing imported: the export is not JSON" in page.locator("#import-error").inner_text()
+    assert [row.id for row in store.list_layouts("globex", include_disabled=True)] == [globex.id]

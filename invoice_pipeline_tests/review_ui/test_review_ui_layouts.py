@@ -1,4 +1,5 @@
-"""The review page's vendor layouts (issue 23): `/layouts`, `/layouts/{id}` and disabling one.
+"""The review page's vendor layouts (issue 23): `/layouts`, `/layouts/{id}`, disabling one, and
+exporting and importing them (`/layouts/export`, `/layouts/import`).
 
 Layouts are made by the real engine: a person's correction of a page-read invoice teaches org
 acme's layout (`engine.corrections.correct_invoice` after the real extract stage), and org
@@ -8,7 +9,10 @@ each, by their account; nothing on the page takes the org from the request.
 
 from __future__ import annotations
 
+import json
 import re
+import urllib.error
+import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +23,7 @@ import pytest
 
 from invoice_pipeline.engine.layouts import export_layouts, import_layouts
 from invoice_pipeline.engine.store import InvoiceStore, LayoutRow
+from invoice_pipeline.review_ui.app import MAX_IMPORT_BYTES, MAX_IMPORT_FORM_BYTES
 from invoice_pipeline.review_ui.auth import AuthConfig, Reviewer, hash_password
 from invoice_pipeline_tests.engine.test_vendor_layouts_store import house_vendor, teach
 from invoice_pipeline_tests.review_ui.conftest import PASSWORDS, Client, ReviewServer, hidden, serve
@@ -217,3 +222,203 @@ def test_the_layout_pages_escape_what_a_layout_holds(review_server: ReviewServer
         assert "<script>alert" not in page and "<img src=x" not in page and "<b>no</b>" not in page
         assert "<i>eve</i>" not in page and "\x1b" not in page
         assert "&lt;script&gt;alert(2)" in page, path
+
+
+# -- export and import --------------------------------------------------------------------------
+
+
+def fetch(client: Client, path: str) -> tuple[int, dict[str, str], str]:
+    """A GET with the response's headers (a download is judged by them too)."""
+    try:
+        with client.opener.open(client.base_url + path, timeout=30) as r:
+            return r.status, dict(r.headers), r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read().decode()
+
+
+def post_bytes(client: Client, path: str, body: bytes) -> tuple[int, str]:
+    """A POST of an already urlencoded body: bytes a browser would never send."""
+    try:
+        with client.opener.open(client.base_url + path, data=body, timeout=60) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def without_time(export: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in export.items() if k != "exported_at"}
+
+
+def all_layouts(store: InvoiceStore) -> list[int]:
+    return [row.id for row in store.list_layouts(None, include_disabled=True)]
+
+
+def test_export_downloads_the_command_lines_json_of_the_reviewers_org_only(org_server: ReviewServer) -> None:
+    store = org_server.store
+    made = two_orgs(store)
+    alice = logged_in(org_server, "alice")
+    _, page = alice.get("/layouts")
+    assert 'href="/layouts/export?org=acme"' in page and "org=globex" not in page
+
+    status, headers, body = fetch(alice, "/layouts/export?org=acme")
+    assert status == 200
+    assert headers["content-type"] == "application/json"
+    assert headers["content-disposition"] == 'attachment; filename="layouts-acme.json"'
+    assert headers["cache-control"] == "no-store"
+    got = json.loads(body)
+    assert without_time(got) == without_time(export_layouts(store, "acme"))
+    assert [layout["id"] for layout in got["layouts"]] == [made.acme.id]
+    # The text `review layouts export` writes.
+    assert body == json.dumps(got, indent=2, ensure_ascii=False) + "\n"
+
+    # Another org, however asked, is not found, and nothing of it is sent.
+    for path in (
+        "/layouts/export?org=globex",
+        "/layouts/export?org=globex&all=1",
+        "/layouts/export?org=acme&org=globex",
+        "/layouts/export?org=",
+        "/layouts/export",
+    ):
+        status, headers, body = fetch(alice, path)
+        assert status == 404 and "vat:" not in body and "content-disposition" not in headers, path
+    # Bob gets globex's and not acme's.
+    bob = logged_in(org_server, "bob")
+    assert fetch(bob, "/layouts/export?org=acme")[0] == 404
+    status, _, body = fetch(bob, "/layouts/export?org=globex")
+    assert status == 200 and [lay["id"] for lay in json.loads(body)["layouts"]] == [made.globex.id]
+    # Without signing in: the login page.
+    status, headers, body = fetch(Client(org_server.base_url), "/layouts/export?org=acme")
+    assert "Log in" in body and "vat:" not in body and "content-disposition" not in headers
+
+    # A disabled layout is exported only with all=1, as with --all.
+    assert store.disable_layout(made.acme.id, "test: disabled", "acme")
+    _, _, body = fetch(alice, "/layouts/export?org=acme")
+    assert json.loads(body)["layouts"] == []
+    _, _, body = fetch(alice, "/layouts/export?org=acme&all=1")
+    assert [(lay["id"], lay["enabled"]) for lay in json.loads(body)["layouts"]] == [(made.acme.id, False)]
+
+
+def test_a_reviewer_allowed_every_org_exports_any_with_a_safe_file_name(review_server: ReviewServer) -> None:
+    store = review_server.store
+    odd = 'we"ird/../org name'
+    [row] = import_layouts(store, hostile_export(), odd, "os-user:eve")
+    client = Client(review_server.base_url)  # local mode: every org
+    _, page = client.get("/layouts")
+    assert 'href="/layouts/export?org=we%22ird%2F..%2Forg+name"' in page
+    status, headers, body = fetch(client, "/layouts/export?" + urllib.parse.urlencode({"org": odd}))
+    assert status == 200 and [lay["id"] for lay in json.loads(body)["layouts"]] == [row.id]
+    assert headers["content-disposition"] == 'attachment; filename="layouts-we_ird_.._org_name.json"'
+    # Not an org id at all (control characters): not found.
+    assert fetch(client, "/layouts/export?org=ac%0Ame")[0] == 404
+
+
+def import_form(page: str, org: str, text: str) -> dict[str, str]:
+    return {"csrf": hidden(page, "csrf"), "org": org, "layouts_json": text}
+
+
+def test_import_a_pasted_export_into_the_reviewers_org_recorded_with_their_name(
+    org_server: ReviewServer,
+) -> None:
+    store = org_server.store
+    made = two_orgs(store)
+    alice = logged_in(org_server, "alice")
+    _, page = alice.get("/layouts")
+    assert '<form method="post" action="/layouts/import"' in page
+    assert '<option value="acme">acme</option>' in page and "globex" not in page
+    before = all_layouts(store)
+
+    text = json.dumps(export_layouts(store, "globex"), indent=2)
+    status, page = alice.post("/layouts/import", import_form(page, "acme", text))
+    assert status == 200
+    [new] = [row for row in store.list_layouts("acme", include_disabled=True) if row.id not in before]
+    assert f"1 layout(s) imported into org acme: layouts {new.id}" in page
+    assert new.id in rows_of(page) and made.acme.id in rows_of(page)
+    assert new.taught_by == "import by review-ui:alice (from org globex)" and new.learnt_from is None
+    assert new.vendor_key == made.globex.vendor_key and new.version == made.acme.version + 1
+    assert new.vendor_layout().rules == made.globex.vendor_layout().rules
+    assert sorted(all_layouts(store)) == sorted([*before, new.id])
+    # Globex is untouched.
+    assert [row.id for row in store.list_layouts("globex", include_disabled=True)] == [made.globex.id]
+
+
+def test_import_needs_the_csrf_token_and_one_of_the_reviewers_orgs(org_server: ReviewServer) -> None:
+    store = org_server.store
+    two_orgs(store)
+    before = all_layouts(store)
+    text = json.dumps(export_layouts(store, "acme"))
+    alice = logged_in(org_server, "alice")
+    _, page = alice.get("/layouts")
+    form = import_form(page, "acme", text)
+
+    status, body = alice.post("/layouts/import", {**form, "csrf": ""})
+    assert status == 403 and "CSRF" in body
+    status, body = alice.post("/layouts/import", {k: v for k, v in form.items() if k != "csrf"})
+    assert status == 403 and "CSRF" in body
+    status, body = alice.post("/layouts/import", {**form, "csrf": "é" + form["csrf"][1:]})
+    assert status == 403 and "CSRF" in body
+    status, body = logged_in(org_server, "bob").post("/layouts/import", {**form, "org": "globex"})
+    assert status == 403 and "CSRF" in body
+    status, body = Client(org_server.base_url).post("/layouts/import", form)
+    assert "Log in" in body
+    # Her own token, another org (or none): not found.
+    for org in ("globex", "", "acme ", "ACME"):
+        status, body = alice.post("/layouts/import", {**form, "org": org})
+        assert status == 404 and "nothing imported" in body, org
+    status, body = alice.post("/layouts/import", {k: v for k, v in form.items() if k != "org"})
+    assert status == 404
+    assert all_layouts(store) == before
+
+
+def test_import_refuses_what_is_not_an_export_on_the_page_and_imports_nothing(
+    org_server: ReviewServer,
+) -> None:
+    store = org_server.store
+    made = two_orgs(store)
+    before = all_layouts(store)
+    alice = logged_in(org_server, "alice")
+    _, page = alice.get("/layouts")
+    good = export_layouts(store, "globex")
+    bad_key = hostile_export()["layouts"][0] | {"vendor_key": "<script>alert(1)</script>"}
+    cases = {
+        "{not json": "the export is not JSON",
+        "[1, 2]": "not a vendor layout export (the JSON is not an object)",
+        "   ": "no export was pasted",
+        json.dumps(good | {"format": "something/else"}): "not a vendor layout export (format must be",
+        json.dumps(good | {"format_version": 2}): "unsupported format_version 2",
+        json.dumps(good | {"layouts": {"a": 1}}): "&#39;layouts&#39; must be a list",
+        # A good layout first: the bad one after it still refuses the whole file.
+        json.dumps(good | {"layouts": [*good["layouts"], bad_key]}): (
+            "vendor_key must be vat:, iban: or name:, got &#39;&lt;script&gt;alert(1)&lt;/script&gt;&#39;"
+        ),
+        json.dumps(good | {"layouts": [*good["layouts"], "a string"]}): "not in the export format",
+        json.dumps(good | {"layouts": [{"vendor_key": "vat:X", "rules": [{"field": "x"}]}]}): (
+            "lacks the key &#39;relation&#39;"
+        ),
+        # Valid JSON the database refuses (jsonb holds no NUL), after a layout it stored.
+        json.dumps(
+            good
+            | {
+                "layouts": [
+                    *good["layouts"],
+                    good["layouts"][0] | {"vendor_key": "vat:ZZ9", "seller_name": "A\u0000B"},
+                ]
+            }
+        ): ("the database refused a layout of the export"),
+        "[" * 100_000 + "]" * 100_000: "nested too deeply",
+        json.dumps(good) + " " * MAX_IMPORT_BYTES: "larger than 2 MiB",
+    }
+    for text, reason in cases.items():
+        status, body = alice.post("/layouts/import", import_form(page, "acme", text))
+        assert status == 400, reason
+        assert "nothing imported: " in body and reason in body, (reason, body[:2000])
+        assert "<script>alert" not in body
+        assert rows_of(body) == [made.acme.id], reason  # the page, with its list
+    # Bytes that are not UTF-8 (a browser sends UTF-8; another client might not).
+    body_bytes = urllib.parse.urlencode(import_form(page, "acme", "")).encode() + b'"%FF%FE{}"'
+    status, body = post_bytes(alice, "/layouts/import", body_bytes)
+    assert status == 400 and "nothing imported: the export is not UTF-8 text" in body
+    # Larger than the form can be: refused while it is read.
+    form = import_form(page, "acme", "x")
+    status, body = alice.post("/layouts/import", form | {"layouts_json": " " * (MAX_IMPORT_FORM_BYTES + 1)})
+    assert status == 413 and "larger than" in body
+    assert all_layouts(store) == before

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+import psycopg
 from psycopg.types.json import Jsonb
 
 from invoice_pipeline.db.sqlfiles import QueryFile
@@ -99,33 +100,62 @@ class LayoutsStore(StoreBase):
 
         def save() -> LayoutRow:
             with self._transaction() as conn:
-                key = {"org_id": layout.org_id, "vendor_key": layout.vendor_key}
-                conn.execute(LAYOUTS["lock_vendor"], key)
-                data = layout.to_json()
-                data.pop("enabled", None)
-                row = conn.execute(
-                    LAYOUTS["insert_layout"],
-                    key | {"layout": Jsonb(data), "learnt_from": learnt_from, "taught_by": taught_by},
-                ).fetchone()
-                assert row is not None
-                if supersedes is not None:
-                    if supersedes.org_id != layout.org_id:
-                        raise ValueError("a layout only supersedes a layout of its own organisation")
-                    conn.execute(
-                        LAYOUTS["supersede_layout"],
-                        {
-                            "id": supersedes.id,
-                            "org_id": layout.org_id,
-                            "by": row[0],
-                            "version": row[1],
-                            "why": why or "a decision contradicted it",
-                        },
-                    )
-                stored = self._one(conn, LayoutRow, LAYOUTS["layout_by_id"], {"id": row[0]})
-                assert stored is not None
-                return stored
+                return self._insert_layout(conn, layout, taught_by, learnt_from, supersedes, why)
 
         return self._retrying(save, "saving a vendor layout")
+
+    def import_layouts(self, layouts: Sequence[VendorLayout], *, taught_by: str) -> list[LayoutRow]:
+        """Each layout a new version of its vendor's layout, all in one transaction: an import
+        that fails part-way (the database, a value it refuses) stores none of them."""
+        # Vendors locked in one order, so two imports of overlapping exports cannot deadlock.
+        ordered = sorted(layouts, key=lambda layout: (layout.org_id, layout.vendor_key))
+
+        def save() -> list[LayoutRow]:
+            with self._transaction() as conn:
+                return [self._insert_layout(conn, layout, taught_by, None, None, "") for layout in ordered]
+
+        try:
+            return self._retrying(save, "importing vendor layouts")
+        except (psycopg.errors.DataError, psycopg.errors.IntegrityError) as exc:
+            # A value the database will not store (a NUL in a name, a key its CHECK refuses):
+            # the person importing gets the reason, as for any other refused document.
+            why = exc.diag.message_primary or type(exc).__name__
+            raise ValueError(f"the database refused a layout of the export ({why})") from None
+
+    def _insert_layout(
+        self,
+        conn: Any,
+        layout: VendorLayout,
+        taught_by: str,
+        learnt_from: UUID | None,
+        supersedes: LayoutRow | None,
+        why: str,
+    ) -> LayoutRow:
+        key = {"org_id": layout.org_id, "vendor_key": layout.vendor_key}
+        conn.execute(LAYOUTS["lock_vendor"], key)
+        data = layout.to_json()
+        data.pop("enabled", None)
+        row = conn.execute(
+            LAYOUTS["insert_layout"],
+            key | {"layout": Jsonb(data), "learnt_from": learnt_from, "taught_by": taught_by},
+        ).fetchone()
+        assert row is not None
+        if supersedes is not None:
+            if supersedes.org_id != layout.org_id:
+                raise ValueError("a layout only supersedes a layout of its own organisation")
+            conn.execute(
+                LAYOUTS["supersede_layout"],
+                {
+                    "id": supersedes.id,
+                    "org_id": layout.org_id,
+                    "by": row[0],
+                    "version": row[1],
+                    "why": why or "a decision contradicted it",
+                },
+            )
+        stored = self._one(conn, LayoutRow, LAYOUTS["layout_by_id"], {"id": row[0]})
+        assert stored is not None
+        return stored
 
     def confirm_layout(self, org_id: str, layout_id: int) -> None:
         with self.pool.connection() as conn:
