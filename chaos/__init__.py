@@ -104,9 +104,11 @@ SCENARIOS: dict[str, Scenario] = {
             # trials cycle over cut_long, cut_short, db_restart, freeze, lossy (see the module);
             # default_ttl_trials: cut_long trials with the default 30 s TTL (takeover figure);
             # asym_trials: asymmetric cuts with celery workers and a broker host (chaos.asymmetric;
-            # in the suite: invoice_pipeline_tests/cluster/test_asymmetric.py).
-            fast={"trials": 5, "default_ttl_trials": 0, "asym_trials": 0},
-            long={"trials": 100, "default_ttl_trials": 1, "asym_trials": 10},
+            # in the suite: invoice_pipeline_tests/cluster/test_asymmetric.py);
+            # asym_rabbitmq_trials: the broker cut with RabbitMQ as the broker (in the suite:
+            # invoice_pipeline_tests/cluster/test_rabbitmq_broker.py).
+            fast={"trials": 5, "default_ttl_trials": 0, "asym_trials": 0, "asym_rabbitmq_trials": 0},
+            long={"trials": 100, "default_ttl_trials": 1, "asym_trials": 10, "asym_rabbitmq_trials": 5},
         ),
         Scenario(
             "security",

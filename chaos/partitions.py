@@ -16,15 +16,17 @@ Trial kinds:
 - db_restart: the zombie's link is down while the database host's server restarts
   (fast or immediate); the others reconnect and take over; then as cut_long;
 - freeze: every process of the zombie's host SIGSTOPped past the TTL, then SIGCONT;
-- lossy: the zombie's link shaped (tc netem 30 % loss / 200 ms when the kernel has it, else a
-  tbf rate limit with a 200 ms queue, see Cluster.netem) while three hosts drain a backlog:
-  its throughput drops, nothing breaks.
+- lossy: the zombie's link loses 30 % of its packets at random and delays the rest by 200 ms,
+  each direction (tc netem when the kernel has it, else the same in user space: Cluster.netem)
+  while three hosts drain a backlog: its throughput drops, nothing breaks.
 cut_long, db_restart and freeze alternate the zombie's self-fencing off (the fence alone: the
 zombie must attempt writes, all refused) and on (it must abandon the chunk: no write attempted
 on a lost lease). After every trial: 0 double postings, 0 lost invoices (all terminal), 0
 zombie writes accepted (chaos.common.check_common_invariants with the audit trigger).
 - asym_db / asym_broker (params["asym_trials"], chaos.asymmetric): celery workers on hosts
   with a link to PostgreSQL and another to a broker; one of the two is cut, not the other.
+- asym_broker_rabbitmq (params["asym_rabbitmq_trials"]): the broker cut with RabbitMQ as the
+  broker (chaos.asymmetric).
 """
 
 from __future__ import annotations
@@ -182,6 +184,17 @@ def run(ctx: ChaosContext, params: dict[str, int], seed: int) -> ScenarioResult:
         from chaos.asymmetric import run_trials
 
         run_trials(params["asym_trials"], ctx.scratch_dir("partitions-asym"), seed, result, figures)
+    if params.get("asym_rabbitmq_trials", 0):
+        from chaos.asymmetric import run_trials
+
+        run_trials(
+            params["asym_rabbitmq_trials"],
+            ctx.scratch_dir("partitions-asym-rabbitmq"),
+            seed,
+            result,
+            figures,
+            broker="rabbitmq",
+        )
     result.figures["ttl_s"] = TTL_S
     result.figures["heartbeat_s"] = HEARTBEAT_S
     result.figures["by_kind"] = figures
@@ -421,8 +434,9 @@ def _lossy(
     fig: dict[str, Any],
 ) -> None:
     ids = ingest(url, 48, f"L{trial.dir.name}", rng)
-    rule = cluster.netem(shaped, loss_pct=30, delay_ms=200)
+    rule = cluster.netem(shaped, loss_pct=30, delay_ms=200, seed=rng.randrange(2**31))
     fig["link_rule"] = rule
+    packets: dict[str, int] = {}
     try:
         evs = {h: trial.start(h, self_fence=True, chunk=4, delay=0.02) for h in (shaped, *others)}
         trial.stop.touch()
@@ -443,7 +457,9 @@ def _lossy(
         elapsed = time.time() - t0
         trial.finish(60)
     finally:
-        cluster.clear_netem(shaped)
+        packets = cluster.clear_netem(shaped)
+    for key, count in packets.items():  # the user-space link's counts (none from tc netem)
+        _count(fig, f"link_packets_{key}", count)
     if not done:
         result.violate("lossy: the backlog was not finished within 180 s")
     for h, path in evs.items():

@@ -15,12 +15,23 @@ links made here, inside namespaces made here. The redis-server also listens on a
 in the cluster's directory: the run's coordinator (the test process, root namespace) reaches it
 there, unaffected by cuts, as it reaches PostgreSQL. Teardown is the Cluster's: every process
 in every namespace killed, the namespaces (and their links) deleted, the directory removed.
+
+`BrokerCluster(workers, broker="rabbitmq")`: the broker host runs a private RabbitMQ node
+instead (`rabbit@localhost` of the broker namespace, with its own epmd on that namespace's
+loopback; its data, logs, config, empty plugin list and Erlang cookie all in the cluster's
+directory). It listens on the broker ends of the links (10.214.i.1) and on the namespace's
+loopback only. AMQP has no Unix socket, so the run's coordinator runs INSIDE the broker
+namespace (`coordinator_ns`) and publishes over its loopback, never cut; it reaches PostgreSQL
+through the Unix socket directory, which works across network namespaces. The node's one user
+has a password generated at start (never in the repo, gone with the directory).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import secrets
 import shutil
 import subprocess
 import time
@@ -31,6 +42,10 @@ from pipeline_support.netns import ROOT, Cluster, _ip
 
 BROKER_SUBNET = "10.214"
 REDIS_PORT = 6379
+AMQP_PORT = 5672
+BROKERS = ("redis", "rabbitmq")
+RABBITMQ_BIN = Path("/usr/lib/rabbitmq/bin")
+AMQP_USER = "invoice"
 
 
 def celery_unavailable_reason() -> str | None:
@@ -45,13 +60,36 @@ def celery_unavailable_reason() -> str | None:
     return None
 
 
-class BrokerCluster(Cluster):
-    """A Cluster plus a broker host (redis) on its own links to every worker host."""
+def rabbitmq_unavailable_reason() -> str | None:
+    """One line saying why a RabbitMQ broker host cannot run here, or None."""
+    reason = celery_unavailable_reason()
+    if reason:
+        return reason
+    try:
+        import amqp  # noqa: F401
+    except ImportError:
+        return "py-amqp not importable: pip install -e '.[celery]'"
+    # The scripts themselves, not /usr/sbin's wrapper (it switches to the `rabbitmq` user and
+    # the machine's own node's environment file).
+    if not (RABBITMQ_BIN / "rabbitmq-server").exists() or shutil.which("erl") is None:
+        return f"no rabbitmq-server in {RABBITMQ_BIN} (or no Erlang) for the broker host"
+    return None
 
-    def __init__(self, workers: int = 3, **kwargs: Any) -> None:
+
+class BrokerCluster(Cluster):
+    """A Cluster plus a broker host (redis or RabbitMQ) on its own links to every worker host."""
+
+    def __init__(self, workers: int = 3, *, broker: str = "redis", **kwargs: Any) -> None:
+        if broker not in BROKERS:
+            raise ValueError(f"broker: one of {BROKERS}")
         super().__init__(workers, **kwargs)
+        self.broker = broker
         self.mq_ns = f"{self.tag}-mq"
         self._redis: subprocess.Popen[bytes] | None = None
+        self._rabbit: subprocess.Popen[bytes] | None = None
+        # A throwaway password for the node's one user: made here, known to this process and the
+        # environments it gives its children, never written to the repo.
+        self._amqp_password = secrets.token_hex(16)
 
     def __enter__(self) -> BrokerCluster:
         super().__enter__()
@@ -63,6 +101,11 @@ class BrokerCluster(Cluster):
     def worker_mq_end(self, host: int) -> str:
         return f"{self.tag}q{host}"
 
+    def worker_broker_address(self, host: int) -> str:
+        """Worker host `host`'s end of its broker link: where its broker connections come from."""
+        self._check_host(host)
+        return f"{BROKER_SUBNET}.{host}.2"
+
     def broker_address(self, host: int) -> str:
         self._check_host(host)
         return f"{BROKER_SUBNET}.{host}.1"
@@ -72,8 +115,18 @@ class BrokerCluster(Cluster):
         assert self.dir is not None
         return self.dir / "redis.sock"
 
+    @property
+    def coordinator_ns(self) -> str | None:
+        """Where the run's coordinator runs: the root namespace (None) for redis (its Unix
+        socket), the broker namespace for RabbitMQ (AMQP over that namespace's loopback)."""
+        return self.mq_ns if self.broker == "rabbitmq" else None
+
     def broker_url(self, host: int | None = None) -> str:
-        """Worker host `host`'s URL of the broker, over its broker link; None: the Unix socket."""
+        """Worker host `host`'s URL of the broker, over its broker link; None: the coordinator's
+        (redis: the Unix socket; RabbitMQ: the broker namespace's loopback)."""
+        if self.broker == "rabbitmq":
+            where = "127.0.0.1" if host is None else self.broker_address(host)
+            return f"pyamqp://{AMQP_USER}:{self._amqp_password}@{where}:{AMQP_PORT}//"
         if host is None:
             return f"redis+socket://{self.broker_socket}"
         return f"redis://{self.broker_address(host)}:{REDIS_PORT}/0"
@@ -99,12 +152,18 @@ class BrokerCluster(Cluster):
                 self.ns(host),
             )
             _ip("addr", "add", f"{self.broker_address(host)}/30", "dev", m, ns=self.mq_ns)
-            _ip("addr", "add", f"{BROKER_SUBNET}.{host}.2/30", "dev", q, ns=self.ns(host))
+            _ip("addr", "add", f"{self.worker_broker_address(host)}/30", "dev", q, ns=self.ns(host))
             _ip("link", "set", m, "up", ns=self.mq_ns)
             _ip("link", "set", q, "up", ns=self.ns(host))
         self.start_broker()
 
     def start_broker(self, timeout: float = 30) -> None:
+        if self.broker == "rabbitmq":
+            self._start_rabbitmq(timeout=max(timeout, 90))
+        else:
+            self._start_redis(timeout)
+
+    def _start_redis(self, timeout: float) -> None:
         assert self.dir is not None
         binds = [self.broker_address(h) for h in range(1, self.workers + 1)]
         log = open(self.dir / "redis.log", "ab")
@@ -132,6 +191,109 @@ class BrokerCluster(Cluster):
             if time.monotonic() > deadline:
                 raise TimeoutError("redis-server did not answer in time")
             time.sleep(0.05)
+
+    # -- RabbitMQ ----------------------------------------------------------------------------
+
+    @property
+    def rabbit_dir(self) -> Path:
+        assert self.dir is not None
+        return self.dir / "rabbitmq"
+
+    def _rabbit_env(self) -> dict[str, str]:
+        """The node's and rabbitmqctl's environment: everything in the cluster's directory."""
+        d = self.rabbit_dir
+        return {
+            **os.environ,
+            "HOME": str(d / "home"),  # the Erlang cookie: made by the node, read by rabbitmqctl
+            # Not /etc/rabbitmq/rabbitmq-env.conf: that is the machine's own node's.
+            "RABBITMQ_CONF_ENV_FILE": str(d / "rabbitmq-env.conf"),
+            "RABBITMQ_NODENAME": "rabbit@localhost",
+            "RABBITMQ_MNESIA_BASE": str(d / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(d / "log"),
+            "RABBITMQ_CONFIG_FILE": str(d / "rabbitmq.conf"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(d / "enabled_plugins"),
+            "RABBITMQ_PID_FILE": str(d / "rabbit.pid"),
+            # epmd and the Erlang distribution port on the broker namespace's loopback only.
+            "ERL_EPMD_ADDRESS": "127.0.0.1",
+            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "-kernel inet_dist_use_interface {127,0,0,1}",
+        }
+
+    def rabbitmqctl(self, *args: str, timeout: float = 30) -> str:
+        """`rabbitmqctl ARGS` against the node, from inside the broker namespace (bounded)."""
+        done = subprocess.run(
+            ["ip", "netns", "exec", self.mq_ns, str(RABBITMQ_BIN / "rabbitmqctl"), *args],
+            env=self._rabbit_env(), capture_output=True, text=True, timeout=timeout,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise RuntimeError(f"rabbitmqctl {' '.join(args)}: {done.returncode} {done.stderr[-1000:]}")
+        return done.stdout
+
+    def _start_rabbitmq(self, timeout: float) -> None:
+        d = self.rabbit_dir
+        for sub in ("home", "mnesia", "log"):
+            (d / sub).mkdir(parents=True, exist_ok=True)
+        os.chmod(d, 0o700)  # the config holds the throwaway password
+        (d / "rabbitmq-env.conf").write_text("")
+        (d / "enabled_plugins").write_text("[].\n")  # no management plugin, no other listener
+        listeners = [
+            f"listeners.tcp.{h} = {self.broker_address(h)}:{AMQP_PORT}" for h in range(1, self.workers + 1)
+        ]
+        (d / "rabbitmq.conf").write_text(
+            "\n".join(
+                [
+                    *listeners,
+                    f"listeners.tcp.local = 127.0.0.1:{AMQP_PORT}",  # the coordinator, same namespace
+                    # The one user, created on the node's first boot; not `guest`, which may only
+                    # log in over loopback (RabbitMQ's loopback_users default, kept).
+                    f"default_user = {AMQP_USER}",
+                    f"default_pass = {self._amqp_password}",
+                    "log.console = false",
+                    "log.file.level = info",
+                    "",
+                ]
+            )
+        )
+        log = open(self.dir / "rabbitmq.log" if self.dir else os.devnull, "ab")
+        self._rabbit = subprocess.Popen(
+            ["ip", "netns", "exec", self.mq_ns, str(RABBITMQ_BIN / "rabbitmq-server")],
+            cwd=d, env=self._rabbit_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        log.close()
+        # An event, bounded: `rabbitmqctl wait` returns once the pid file exists and the rabbit
+        # application runs (or fails when the node's OS process exits first).
+        try:
+            self.rabbitmqctl(
+                "--timeout", str(int(timeout)), "wait", str(d / "rabbit.pid"), timeout=timeout + 15
+            )
+        except (RuntimeError, subprocess.TimeoutExpired) as exc:
+            tail = (self.dir / "rabbitmq.log").read_text(errors="replace")[-2000:] if self.dir else ""
+            raise RuntimeError(f"RabbitMQ did not start in the broker namespace: {exc}\n{tail}") from exc
+
+    def unacked(self, host: int) -> int:
+        """Deliveries RabbitMQ has made to host's connections and not yet seen acknowledged."""
+        peer = f"{self.worker_broker_address(host)}:"
+        total = 0
+        for line in self.rabbitmqctl("-q", "list_channels", "name", "messages_unacknowledged").splitlines():
+            name, _, count = line.rpartition("\t")
+            if name.startswith(peer) and count.strip().isdigit():
+                total += int(count)
+        return total
+
+    def amqp_connections(self, host: int) -> int:
+        """How many AMQP connections RabbitMQ still holds open from host."""
+        peer = self.worker_broker_address(host)
+        out = self.rabbitmqctl("-q", "list_connections", "peer_host")
+        return sum(1 for line in out.splitlines() if line.strip() == peer)
+
+    def close(self) -> None:
+        super().close()  # kills every process of every namespace: the node, its epmd, redis
+        for proc in (self._rabbit, self._redis):
+            if proc is not None:
+                try:
+                    proc.wait(10)  # reap it: no zombie left in this process's table
+                except subprocess.TimeoutExpired:
+                    pass
+        self._rabbit = self._redis = None
 
     def cut_broker(self, host: int) -> None:
         """Take the broker end of host's broker link down; its database link stays up."""
@@ -186,21 +348,47 @@ class CeleryRig:
             cluster.create_database(dagster_db)
         else:
             self.url = cluster.url(invoices_db)
+        if create and cluster.broker == "rabbitmq":
+            # Celery's result tables, made once here: the workers' first results would otherwise
+            # race to create them.
+            import sqlalchemy
+            from celery.backends.database.session import ResultModelBase
+
+            engine = sqlalchemy.create_engine(self._dagster_url(None))
+            try:
+                ResultModelBase.metadata.create_all(engine)
+            finally:
+                engine.dispose()
         self.workers: dict[int, subprocess.Popen[bytes]] = {}
+
+    def _dagster_url(self, host: int | None) -> str:
+        c = self.cluster
+        if host is None:
+            return f"postgresql+psycopg2://postgres@/{self.dagster_db}?host={c.sockdir}&port=5432"
+        # Dagster's storage over the link, with libpq timeouts: a cut is noticed in seconds.
+        return (
+            f"postgresql+psycopg2://postgres@{c.db_address(host)}:5432/{self.dagster_db}"
+            f"?{DAGSTER_PG_TIMEOUTS}"
+        )
 
     def env(self, host: int | None) -> dict[str, str]:
         """The environment of a process on worker host `host` (None: the root namespace)."""
         c = self.cluster
-        if host is None:
-            db = c.url(self.invoices_db)
-            dagster = f"postgresql+psycopg2://postgres@/{self.dagster_db}?host={c.sockdir}&port=5432"
-        else:
-            db = c.host_url(host, self.invoices_db)
-            # Dagster's storage over the link, with libpq timeouts: a cut is noticed in seconds.
-            dagster = (
-                f"postgresql+psycopg2://postgres@{c.db_address(host)}:5432/{self.dagster_db}"
-                f"?{DAGSTER_PG_TIMEOUTS}"
-            )
+        db = c.url(self.invoices_db) if host is None else c.host_url(host, self.invoices_db)
+        dagster = self._dagster_url(host)
+        amqp: dict[str, str] = {}
+        if c.broker == "rabbitmq":
+            # Results in PostgreSQL (celery's database backend, in Dagster's storage database),
+            # not over AMQP: a worker stores its step's result over the same path as the step's
+            # own events, so a cut BROKER link (the fault under test) does not touch it, and
+            # the coordinator reads it through the Unix socket the moment it is written.
+            # `rpc://` would send it over the cut link as a transient message, lost when
+            # published into a connection that is dead but not yet known to be; a redis
+            # backend would be a second server on the cut path, its retries bounding the cut.
+            amqp["INVOICE_PIPELINE_CELERY_BACKEND"] = f"db+{dagster}"
+            # A cut consumer noticed in seconds: the trials' steps (one invoice) are far
+            # shorter than the two intervals a solo worker can go without a heartbeat.
+            amqp["INVOICE_PIPELINE_CELERY_BROKER_HEARTBEAT_SECONDS"] = "4"
         return {
             "DAGSTER_HOME": str(self.home),
             "DAGSTER_PG_URL": dagster,
@@ -211,16 +399,19 @@ class CeleryRig:
             "INVOICE_PIPELINE_HEARTBEAT_SECONDS": str(self.heartbeat_s),
             "INVOICE_PIPELINE_RETRY_BASE_SECONDS": "0",
             "PYTHONUNBUFFERED": "1",
+            **amqp,
         }
 
     def start_workers(self, hosts: list[int], timeout: float = 90) -> None:
         """One celery worker (one process, one task at a time) per host; wait until each is ready."""
         for host in hosts:
             log = self.work / f"celery-h{host}.log"
+            # --concurrency 1: the prefetch is concurrency x worker_prefetch_multiplier, and a solo
+            # worker's concurrency defaults to the CPU count (it then held two chunks, not one).
             self.workers[host] = self.cluster.run(
                 host,
                 ["-m", "celery", "-A", "invoice_pipeline.orchestration.celery_worker", "worker",
-                 "-Q", "dagster", "--hostname", f"host{host}@cluster", "--pool", "solo",
+                 "-Q", "dagster", "--hostname", f"host{host}@cluster", "--pool", "solo", "--concurrency", "1",
                  "--without-gossip", "--without-mingle", "-l", "INFO"],
                 env=self.env(host), log=log,
             )  # fmt: skip
@@ -238,12 +429,15 @@ class CeleryRig:
         self, invoice_ids: list[str], chunk_size: int, timeout: float = 180
     ) -> subprocess.Popen[bytes]:
         """The run's coordinator: `python -m pipeline_support.celery_cluster RUN_CONFIG` in the
-        root namespace (it reaches PostgreSQL and the broker by Unix sockets)."""
+        root namespace, reaching PostgreSQL and redis by Unix sockets (RabbitMQ: in the broker
+        namespace, see BrokerCluster.coordinator_ns)."""
         cfg = self.work / f"run-{len(list(self.work.glob('run-*.log')))}.json"
         cfg.write_text(json.dumps({"invoice_ids": invoice_ids, "chunk_size": chunk_size, "timeout": timeout}))
         log = open(cfg.with_suffix(".log"), "ab")
+        ns = self.cluster.coordinator_ns
         proc = subprocess.Popen(
-            [str(ROOT / ".venv" / "bin" / "python"), "-m", "pipeline_support.celery_cluster", str(cfg)],
+            (["ip", "netns", "exec", ns] if ns else [])
+            + [str(ROOT / ".venv" / "bin" / "python"), "-m", "pipeline_support.celery_cluster", str(cfg)],
             cwd=ROOT, env={**os.environ, **self.env(None)}, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True,
         )  # fmt: skip
@@ -262,6 +456,38 @@ class CeleryRig:
             log = self.run_file.with_suffix("").with_suffix(".log")
             raise RuntimeError(f"the coordinator wrote no result: {log.read_text()[-3000:]}")
         return dict(json.loads(self.run_file.read_text()))
+
+    def _task_log(self, host: int, event: str) -> list[str]:
+        """The celery task ids host's worker log shows at `event` (a regex), in order."""
+        text = (self.work / f"celery-h{host}.log").read_text(errors="replace")
+        return re.findall(rf"Task \S+\[([0-9a-f-]{{36}})\] {event}", text)
+
+    def received_tasks(self) -> dict[str, list[int]]:
+        """Every celery task id the workers' logs show received, and by which hosts (a task
+        RabbitMQ or redis redelivered appears twice)."""
+        seen: dict[str, list[int]] = {}
+        for host in self.workers:
+            for task_id in self._task_log(host, "received"):
+                seen.setdefault(task_id, []).append(host)
+        return seen
+
+    def tasks_in_flight(self) -> dict[int, set[str]]:
+        """Per worker host, the celery task ids its log shows received and not yet ended."""
+        return {
+            host: set(self._task_log(host, "received"))
+            - set(self._task_log(host, "(?:succeeded|raised|failed)"))
+            for host in self.workers
+        }
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Until every worker has ended every task it received (a redelivered duplicate still
+        running after its run ended, say); False when the time is up."""
+        deadline = time.monotonic() + timeout
+        while any(self.tasks_in_flight().values()):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.2)
+        return True
 
     def close(self) -> None:
         coordinator = getattr(self, "coordinator", None)

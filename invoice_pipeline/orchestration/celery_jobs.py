@@ -82,9 +82,29 @@ def celery_app_args(env: dict[str, str] | None = None) -> dict[str, Any]:
     return {
         "broker": broker,
         "backend": env.get(ENV_CELERY_BACKEND) or broker,
-        "config_source": CELERY_SETTINGS,
+        "config_source": celery_settings(env),
     }
 
+
+def celery_settings(env: dict[str, str] | None = None) -> dict[str, Any]:
+    """CELERY_SETTINGS with the broker heartbeat this environment asks for."""
+    env = env if env is not None else dict(os.environ)
+    raw = env.get(ENV_CELERY_HEARTBEAT) or str(DEFAULT_CELERY_HEARTBEAT_SECONDS)
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"{ENV_CELERY_HEARTBEAT} must be a whole number of seconds >= 1, got {raw!r}")
+    return {**CELERY_SETTINGS, "broker_heartbeat": int(raw)}
+
+
+# RabbitMQ requeues a delivery not yet acknowledged once the consumer's connection is dead;
+# heartbeats make a silently cut connection dead in two to three intervals (with 4 s: 6-12 s
+# measured in the namespace cluster), instead of TCP's minutes. But a worker whose step blocks
+# its event loop (the solo pool) sends no heartbeat while the step runs: a step longer than about
+# two intervals gets its connection closed and its task requeued to another worker (harmless,
+# the claim makes the copy claim nothing, but run twice). So the default is celery's own, 120 s,
+# fit for chunks of minutes; a short interval is for short steps or the prefork pool (its main
+# process keeps heartbeating while a child runs the step). The redis transport has no heartbeats.
+ENV_CELERY_HEARTBEAT = "INVOICE_PIPELINE_CELERY_BROKER_HEARTBEAT_SECONDS"
+DEFAULT_CELERY_HEARTBEAT_SECONDS = 120
 
 # Timeouts everywhere (DESIGN.md section 3): a cut link to the broker is noticed in seconds.
 CELERY_SETTINGS: dict[str, Any] = {
@@ -100,6 +120,9 @@ CELERY_SETTINGS: dict[str, Any] = {
         "socket_connect_timeout": 5,
         "socket_keepalive": True,
         "health_check_interval": 5,
+        # AMQP only (see broker_heartbeat below); kombu's redis channel reads only the options
+        # it knows, py-amqp's connection ignores the redis ones.
+        "confirm_publish": True,
     },
     "redis_socket_timeout": 10,
     "redis_socket_connect_timeout": 5,
@@ -107,6 +130,17 @@ CELERY_SETTINGS: dict[str, Any] = {
     # which refuses it (redis+socket:// URLs); the socket timeout bounds a silent cut instead.
     "redis_retry_on_timeout": True,
     "result_backend_transport_options": {"retry_policy": {"timeout": 30.0}},
+    # -- AMQP (RabbitMQ, pyamqp://); the redis transport has no heartbeats and ignores these. --
+    # broker_heartbeat: celery_settings(), from the environment.
+    # Publisher confirms: a task published into a connection RabbitMQ already closed (an idle
+    # coordinator sends no heartbeats between its ticks) raises and is retried, instead of being
+    # written into a dead socket and lost: the option is confirm_publish in
+    # broker_transport_options, above.
+    # Not task_acks_late: dagster-celery leaves celery's default, the ack as the task starts.
+    # With the prefork pool a step running on a cut worker is then not redelivered; with the
+    # solo pool the ack is scheduled on the worker's event loop, which turns again only once the
+    # step is over, so a cut (or heartbeat-closed) worker's running step is redelivered anyway.
+    # Either way a step run twice claims nothing (chaos.asymmetric: asym_broker_rabbitmq).
 }
 
 
@@ -230,7 +264,7 @@ def make_celery_batch_job(resources: dict[str, Any]) -> JobDefinition:
         {
             "broker": {"env": ENV_CELERY_BROKER},
             "backend": {"env": backend_env},
-            "config_source": CELERY_SETTINGS,
+            "config_source": celery_settings(),
         },
         name="celery",
     )
