@@ -34,7 +34,12 @@ def house_vendor() -> tuple[SeriesInvoice, ...]:
 
 
 def run(store: InvoiceStore, org: str, invoices: list[SeriesInvoice]) -> list[UUID]:
-    ids = [store.store_document(inv.pdf(), org, f"{inv.case.name}.pdf").invoice_id for inv in invoices]
+    return run_documents(store, org, [(inv.pdf(), f"{inv.case.name}.pdf") for inv in invoices])
+
+
+def run_documents(store: InvoiceStore, org: str, documents: list[tuple[bytes, str]]) -> list[UUID]:
+    """Each (content, file name) stored and worked through every stage, as one chunk."""
+    ids = [store.store_document(content, org, name).invoice_id for content, name in documents]
     env = StageEnv(
         store, DocumentReader(isolate=False), DEFAULT_MAX_DOCUMENT_BYTES, 120, 3, timedelta(minutes=1)
     )

@@ -738,7 +738,10 @@ def _merge(
                     page.geometry.box(f.value_seg.line, f.value_seg.index),
                 ]
             )
-            prefix = f"{label}:" if f in placed else "pdf-text:"
+            # An amount the layout did not place was read template-free: from the text layer, or
+            # from OCR on a scan (which is what confidence_of says the page is).
+            template_free = "ocr:" if confidence_of is not None else "pdf-text:"
+            prefix = f"{label}:" if f in placed else template_free
             label_text = f.label[len(label) + 1 :] if f in placed else f.label
             where = f"page {pg}:line {lines[-1] + 1}:{label_text!r}"
             return FieldSource(f"{prefix}{where}", round(confidence, 3), None, pg, box)

@@ -1,0 +1,77 @@
+"""Vendor layouts on scanned pages (issue 23): what a text PDF or a scan taught reads a scan.
+
+The pages are the generated house-wording vendor's (its labels are in no dictionary, so
+template-free reading holds its invoices), rendered at 200 dpi, degraded as a scanner would, and
+OCRed by the real engine through every stage. The layout's fingerprint and anchors are in the
+columns of the page's layout text, which OCR's layout text shares with the text layer's, so one
+layout serves both.
+"""
+
+from __future__ import annotations
+
+import random
+from uuid import UUID
+
+from invoice_pipeline.engine.corrections import correct_invoice
+from invoice_pipeline.engine.store import InvoiceStore
+from invoice_pipeline.samples.scans import degrade, encode, render_pages
+from invoice_pipeline.samples.vendor_series import SeriesInvoice
+from invoice_pipeline_tests.engine.test_vendor_layouts_store import (
+    ALICE,
+    KEYS,
+    corrections,
+    house_vendor,
+    right,
+    run_documents,
+    teach,
+)
+
+
+def scanned(inv: SeriesInvoice, degradation: str) -> tuple[bytes, str]:
+    """The invoice's first page (its second holds only the footer) as a 200-dpi PNG scan."""
+    [page] = render_pages(inv.pdf(), 200)[:1]
+    return encode([degrade(page, degradation, random.Random(3))], "png", 200), f"{inv.case.name}.png"
+
+
+def sources(store: InvoiceStore, invoice_id: UUID) -> dict[str, str]:
+    fields = store.load_fields(invoice_id)
+    assert fields is not None
+    return {k: fields.sources[k].source for k in KEYS}
+
+
+def test_scans_are_read_with_the_layout_a_text_pdf_or_a_scan_taught(store: InvoiceStore) -> None:
+    first, second, third, fourth = house_vendor()
+
+    # Before any layout: the house wording holds every scan for a person.
+    for inv in (second, third):
+        [held] = run_documents(store, "beta", [scanned(inv, "clean")])
+        assert store.invoice_state(held).status == "needs_review"  # type: ignore[union-attr]
+
+    # Taught by a correction of the text PDF, read on scans, degraded too.
+    teach(store, "acme", first)
+    [row] = store.list_layouts("acme")
+    for inv, degradation in ((second, "clean"), (third, "skewed"), (second, "noisy")):
+        [read] = run_documents(store, "acme", [scanned(inv, degradation)])
+        state = store.invoice_state(read)
+        assert state is not None and state.status == "processed", (degradation, state)
+        assert right(store, read, inv), (degradation, sources(store, read))
+        got = sources(store, read)
+        assert (
+            got["invoice_number"].startswith(f"layout:{row.id}:")
+            or "read template-free" in got["invoice_number"]
+        )
+        assert got["seller_vat_id"].startswith(f"layout:{row.id}:"), got
+        # What the layout did not place was read from OCR, and says so: a scan has no text layer.
+        assert not any(s.startswith("pdf-text") for s in got.values()), (degradation, got)
+
+    # Taught by a correction of a scan, read on another scan of the vendor.
+    [scan_id] = run_documents(store, "globex", [scanned(first, "clean")])
+    assert store.invoice_state(scan_id).status == "needs_review"  # type: ignore[union-attr]
+    assert correct_invoice(store, scan_id, corrections(first), ALICE).done
+    [learnt] = store.list_layouts("globex")
+    assert learnt.learnt_from == scan_id
+    [read] = run_documents(store, "globex", [scanned(fourth, "greyscale")])
+    assert store.invoice_state(read).status == "processed"  # type: ignore[union-attr]
+    assert right(store, read, fourth) and sources(store, read)["payable_total"].startswith(
+        f"layout:{learnt.id}:"
+    )
