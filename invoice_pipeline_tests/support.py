@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import psycopg
 
 # Temporary: invoice_pipeline_tests/review/ (another change in progress) still imports run_cli from
@@ -14,3 +16,37 @@ def db_seconds_since(url: str, ts_sql: str, params: tuple[object, ...] = ()) -> 
         row = conn.execute(f"SELECT extract(epoch FROM clock_timestamp() - ({ts_sql}))", params).fetchone()  # noqa: S608
         assert row is not None
         return float(row[0])
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of some invoices (all of the database's, without ids)."""
+
+    statuses: dict[str, int]
+    postings: int
+    posted_invoices: int  # distinct invoices with a posting: postings - this = posted twice
+    running_leases: int
+
+
+def outcome(url: str, ids: list[str] | None = None) -> Outcome:
+    # Constant SQL text per case; the ids go as a parameter.
+    invoices = "true" if ids is None else "id = ANY(%(ids)s::uuid[])"
+    scope = "true" if ids is None else "invoice_id = ANY(%(ids)s::uuid[])"
+    params = {"ids": ids}
+    with psycopg.connect(url) as conn:
+        statuses = dict(
+            conn.execute(
+                f"SELECT status, count(*) FROM invoices WHERE {invoices} GROUP BY 1",  # noqa: S608
+                params,
+            ).fetchall()
+        )
+        posted = conn.execute(
+            f"SELECT count(*), count(DISTINCT invoice_id) FROM ledger_postings WHERE {scope}",  # noqa: S608
+            params,
+        ).fetchone()
+        running = conn.execute(
+            f"SELECT count(*) FROM processing_jobs WHERE status = 'running' AND {scope}",  # noqa: S608
+            params,
+        ).fetchone()
+    assert posted is not None and running is not None
+    return Outcome(statuses, posted[0], posted[1], running[0])

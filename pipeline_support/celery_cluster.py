@@ -35,6 +35,7 @@ import secrets
 import shutil
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,34 @@ def rabbitmq_unavailable_reason() -> str | None:
     if not (RABBITMQ_BIN / "rabbitmq-server").exists() or shutil.which("erl") is None:
         return f"no rabbitmq-server in {RABBITMQ_BIN} (or no Erlang) for the broker host"
     return None
+
+
+def start_redis_server(
+    where: Path, args: Sequence[str], *, prefix: Sequence[str] = (), timeout: float = 30
+) -> subprocess.Popen[bytes]:
+    """A redis-server keeping nothing on disk, also listening on the Unix socket `where/redis.sock`
+    (log: `where/redis.log`), its own process group; returns once it answers there."""
+    import redis
+
+    socket_path = where / "redis.sock"
+    with open(where / "redis.log", "ab") as log:
+        proc = subprocess.Popen(
+            [*prefix, "redis-server", *args, "--save", "", "--appendonly", "no",
+             "--unixsocket", str(socket_path), "--unixsocketperm", "700", "--dir", str(where)],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if redis.Redis(unix_socket_path=str(socket_path), socket_timeout=2).ping():
+                return proc
+        except (redis.ConnectionError, redis.TimeoutError, FileNotFoundError):
+            pass
+        if proc.poll() is not None:
+            raise RuntimeError(f"redis-server exited with {proc.returncode}; see {where}/redis.log")
+        if time.monotonic() > deadline:
+            raise TimeoutError("redis-server did not answer in time")
+        time.sleep(0.05)
 
 
 class BrokerCluster(Cluster):
@@ -166,31 +195,12 @@ class BrokerCluster(Cluster):
     def _start_redis(self, timeout: float) -> None:
         assert self.dir is not None
         binds = [self.broker_address(h) for h in range(1, self.workers + 1)]
-        log = open(self.dir / "redis.log", "ab")
-        self._redis = subprocess.Popen(
-            ["ip", "netns", "exec", self.mq_ns, "redis-server", "--port", str(REDIS_PORT),
-             "--bind", *binds, "--protected-mode", "no", "--save", "", "--appendonly", "no",
-             "--unixsocket", str(self.broker_socket), "--unixsocketperm", "700", "--dir", str(self.dir),
-             "--tcp-keepalive", "5"],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-        log.close()
-        import redis
-
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                if redis.Redis(unix_socket_path=str(self.broker_socket), socket_timeout=2).ping():
-                    return
-            except (redis.ConnectionError, redis.TimeoutError, FileNotFoundError):
-                pass
-            if self._redis.poll() is not None:
-                raise RuntimeError(
-                    f"redis-server exited with {self._redis.returncode}; see {self.dir}/redis.log"
-                )
-            if time.monotonic() > deadline:
-                raise TimeoutError("redis-server did not answer in time")
-            time.sleep(0.05)
+        self._redis = start_redis_server(
+            self.dir,
+            ["--port", str(REDIS_PORT), "--bind", *binds, "--protected-mode", "no", "--tcp-keepalive", "5"],
+            prefix=["ip", "netns", "exec", self.mq_ns],
+            timeout=timeout,
+        )
 
     # -- RabbitMQ ----------------------------------------------------------------------------
 

@@ -15,9 +15,10 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-import psycopg
 import pytest
 
+from invoice_pipeline_tests.cluster.celery_checks import chunk_hosts
+from invoice_pipeline_tests.support import outcome
 from pipeline_support.celery_cluster import BrokerCluster, CeleryRig, celery_unavailable_reason
 from pipeline_support.netns import unavailable_reason
 
@@ -40,28 +41,9 @@ def test_one_batch_runs_its_chunks_on_different_hosts_and_posts_each_invoice_onc
             run = rig.result(timeout=150)
         finally:
             rig.close()
-        assert run["success"], run
-        steps = run["steps"]
-        assert len(steps) == INVOICES // CHUNK, steps
-        hosts = {}
-        for key, step in steps.items():
-            out = step["output"]
-            host = int(out["host"].removeprefix("host"))
-            # PostgreSQL saw the chunk's connection come over that host's own link.
-            assert out["client_addr"] == cluster.worker_address(host), (key, out)
-            # dagster-celery's engine event names the celery worker that ran the step.
-            assert f"host{host}@cluster" in step.get("celery_workers", []), (key, step)
-            assert out["claimed"] == out["finished"] == CHUNK, (key, out)
-            hosts[key] = host
+        hosts = chunk_hosts(run, cluster, INVOICES, CHUNK)
         assert len(set(hosts.values())) >= 2, f"every chunk ran on one host: {hosts}"
-        with psycopg.connect(rig.url) as conn:
-            statuses: dict[str, int] = dict(
-                conn.execute("SELECT status, count(*) FROM invoices GROUP BY 1").fetchall()
-            )
-            postings = conn.execute(
-                "SELECT count(*), count(DISTINCT invoice_id) FROM ledger_postings"
-            ).fetchone()
-            running = conn.execute("SELECT count(*) FROM processing_jobs WHERE status = 'running'").fetchone()
-        assert statuses == {"processed": INVOICES}, statuses
-        assert postings == (INVOICES, INVOICES), postings
-        assert running == (0,)
+        done = outcome(rig.url)
+        assert done.statuses == {"processed": INVOICES}, done
+        assert done.postings == done.posted_invoices == INVOICES, done
+        assert done.running_leases == 0

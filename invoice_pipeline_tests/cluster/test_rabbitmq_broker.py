@@ -26,6 +26,8 @@ import psycopg
 import pytest
 
 from chaos.common import AUDIT_SQL, ScenarioResult, check_common_invariants
+from invoice_pipeline_tests.cluster.celery_checks import chunk_hosts
+from invoice_pipeline_tests.support import outcome
 from pipeline_support.celery_cluster import BrokerCluster, CeleryRig, rabbitmq_unavailable_reason
 from pipeline_support.netns import _ns_pids, unavailable_reason
 
@@ -66,21 +68,6 @@ def rabbit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerClu
     assert not survivors, f"processes of the RabbitMQ node outlived the cluster: {survivors}"
 
 
-def _postings(url: str, ids: list[str]) -> tuple[dict[str, int], int, int]:
-    with psycopg.connect(url) as conn:
-        statuses = dict(
-            conn.execute(
-                "SELECT status, count(*) FROM invoices WHERE id = ANY(%s::uuid[]) GROUP BY 1", (ids,)
-            ).fetchall()
-        )
-        row = conn.execute(
-            "SELECT count(*), count(DISTINCT invoice_id) FROM ledger_postings WHERE invoice_id = ANY(%s::uuid[])",
-            (ids,),
-        ).fetchone()
-    assert row is not None
-    return statuses, row[0], row[1]
-
-
 def test_a_batch_run_over_rabbitmq_spreads_its_chunks_and_posts_each_invoice_once(
     rabbit: tuple[BrokerCluster, CeleryRig, Path],
 ) -> None:
@@ -90,21 +77,11 @@ def test_a_batch_run_over_rabbitmq_spreads_its_chunks_and_posts_each_invoice_onc
     ids = ingest(rig.url, INVOICES, "rabbit", random.Random(22))
     rig.launch(ids, CHUNK)
     run = rig.result(timeout=120)
-    assert run["success"], run
-    steps = run["steps"]
-    assert len(steps) == INVOICES // CHUNK, steps
-    hosts = set()
-    for key, step in steps.items():
-        out = step["output"]
-        host = int(out["host"].removeprefix("host"))
-        assert out["client_addr"] == cluster.worker_address(host), (key, out)
-        assert f"host{host}@cluster" in step.get("celery_workers", []), (key, step)
-        assert out["claimed"] == out["finished"] == CHUNK, (key, out)
-        hosts.add(host)
-    assert len(hosts) >= 2, f"every chunk ran on one host: {steps}"
-    statuses, postings, distinct = _postings(rig.url, ids)
-    assert statuses == {"processed": INVOICES}, statuses
-    assert postings == distinct == INVOICES
+    hosts = chunk_hosts(run, cluster, INVOICES, CHUNK)
+    assert len(set(hosts.values())) >= 2, f"every chunk ran on one host: {hosts}"
+    done = outcome(rig.url, ids)
+    assert done.statuses == {"processed": INVOICES}, done
+    assert done.postings == done.posted_invoices == INVOICES, done
 
 
 def test_a_cut_broker_link_with_deliveries_out_requeues_them_and_the_run_finishes(
@@ -136,7 +113,7 @@ def test_a_cut_broker_link_with_deliveries_out_requeues_them_and_the_run_finishe
         accepted = conn.execute(
             "SELECT count(*) FROM chaos_audit WHERE job_status IS DISTINCT FROM 'running'"
         ).fetchone()
-    statuses, postings, distinct = _postings(rig.url, ids)
-    assert len(ids) == TRIAL_INVOICES and statuses == {"processed": TRIAL_INVOICES}, statuses  # none lost
-    assert postings == distinct == TRIAL_INVOICES  # none posted twice
+    done = outcome(rig.url, ids)
+    assert len(ids) == TRIAL_INVOICES and done.statuses == {"processed": TRIAL_INVOICES}, done  # none lost
+    assert done.postings == done.posted_invoices == TRIAL_INVOICES  # none posted twice
     assert accepted == (0,)  # no write of the zombie accepted after its lease was gone

@@ -28,12 +28,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 import yaml
 
 from invoice_pipeline.engine.runs import invoice_ids_of
-from pipeline_support.celery_cluster import celery_unavailable_reason
+from invoice_pipeline_tests.support import outcome
+from pipeline_support.celery_cluster import celery_unavailable_reason, start_redis_server
 from pipeline_support.helpers import create_database, drop_database, stop_process_group, wait_for
 from pipeline_support.netns import ROOT
 
@@ -52,23 +52,8 @@ class Broker:
         import redis
 
         self.socket = where / "redis.sock"
-        log = open(where / "redis.log", "ab")
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", "0", "--unixsocket", str(self.socket), "--unixsocketperm", "700",
-             "--save", "", "--appendonly", "no", "--dir", str(where)],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-        log.close()
+        self.proc = start_redis_server(where, ["--port", "0"])
         self.client = redis.Redis(unix_socket_path=str(self.socket), socket_timeout=5)
-
-        def answers() -> bool:
-            try:
-                return bool(self.client.ping())
-            except (redis.ConnectionError, FileNotFoundError):
-                assert self.proc.poll() is None, (where / "redis.log").read_text()
-                return False
-
-        wait_for(answers, timeout=30, what="redis-server")
 
     @property
     def url(self) -> str:
@@ -216,12 +201,7 @@ def test_a_run_whose_task_the_broker_lost_is_failed_at_its_deadline_and_its_invo
         retry_log = [r.message for r in instance.all_logs(retry.run_id)]
         assert done.status == DagsterRunStatus.SUCCESS, retry_log[-10:]
 
-    with psycopg.connect(database_url) as conn:
-        statuses: dict[str, int] = dict(
-            conn.execute("SELECT status, count(*) FROM invoices GROUP BY 1").fetchall()
-        )
-        postings = conn.execute("SELECT count(*), count(DISTINCT invoice_id) FROM ledger_postings").fetchone()
-        running = conn.execute("SELECT count(*) FROM processing_jobs WHERE status = 'running'").fetchone()
-    assert statuses == {"processed": INVOICES}, statuses
-    assert postings == (INVOICES, INVOICES)
-    assert running == (0,)
+    done = outcome(database_url)
+    assert done.statuses == {"processed": INVOICES}, done
+    assert done.postings == done.posted_invoices == INVOICES, done
+    assert done.running_leases == 0
