@@ -31,6 +31,7 @@ ENV_INBOX = "INVOICE_PIPELINE_INBOX"
 ENV_REQUEST_TIMEOUT = "INVOICE_PIPELINE_REQUEST_TIMEOUT_SECONDS"
 ENV_DAGSTER_DATABASE_NAME = "INVOICE_PIPELINE_DAGSTER_DATABASE_NAME"
 ENV_CELERY_MAX_RUN = "INVOICE_PIPELINE_CELERY_MAX_RUN_SECONDS"
+ENV_CELERY_BROKER_HEARTBEAT = "INVOICE_PIPELINE_CELERY_BROKER_HEARTBEAT_SECONDS"
 
 DEFAULT_PG_PORT = 54329
 # The one place for defaults: Settings (the CLI) and the Dagster resource both read these.
@@ -46,6 +47,15 @@ DEFAULT_REQUEST_TIMEOUT_SECONDS = 3600
 # The celery location's runs (docs/scale-out.md): a task the broker lost would leave its run
 # waiting for ever, holding its invoices' requests. Past this, Dagster's run monitoring fails it.
 DEFAULT_CELERY_MAX_RUN_SECONDS = 3600
+# RabbitMQ requeues a delivery not yet acknowledged once the consumer's connection is dead;
+# heartbeats make a silently cut connection dead in two to three intervals (with 4 s: 6-12 s
+# measured in the namespace cluster), instead of TCP's minutes. But a worker whose step blocks
+# its event loop (the solo pool) sends no heartbeat while the step runs: a step longer than about
+# two intervals gets its connection closed and its task requeued to another worker (harmless,
+# the claim makes the copy claim nothing, but run twice). So the default is celery's own, 120 s,
+# fit for chunks of minutes; a short interval is for short steps or the prefork pool (its main
+# process keeps heartbeating while a child runs the step). The redis transport has no heartbeats.
+DEFAULT_CELERY_BROKER_HEARTBEAT_SECONDS = 120
 
 
 def default_heartbeat_seconds(ttl_seconds: float) -> float:
@@ -159,6 +169,7 @@ class Settings:
     request_timeout: timedelta
     dagster_database_name: str | None
     celery_max_run: timedelta = timedelta(seconds=DEFAULT_CELERY_MAX_RUN_SECONDS)
+    celery_broker_heartbeat: timedelta = timedelta(seconds=DEFAULT_CELERY_BROKER_HEARTBEAT_SECONDS)
 
     @property
     def uses_embedded_postgres(self) -> bool:
@@ -205,5 +216,10 @@ class Settings:
             dagster_database_name=env.get(ENV_DAGSTER_DATABASE_NAME) or None,
             celery_max_run=timedelta(
                 seconds=_int(env, ENV_CELERY_MAX_RUN, DEFAULT_CELERY_MAX_RUN_SECONDS, minimum=1)
+            ),
+            celery_broker_heartbeat=timedelta(
+                seconds=_int(
+                    env, ENV_CELERY_BROKER_HEARTBEAT, DEFAULT_CELERY_BROKER_HEARTBEAT_SECONDS, minimum=1
+                )
             ),
         )

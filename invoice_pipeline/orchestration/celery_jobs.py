@@ -40,6 +40,7 @@ from dagster import (
     op,
 )
 
+from invoice_pipeline.config import Settings
 from invoice_pipeline.engine.runs import PROCESS_INVOICE_BATCH, InvoiceRef, run_owner
 from invoice_pipeline.engine.stages import (
     STAGES,
@@ -87,24 +88,11 @@ def celery_app_args(env: dict[str, str] | None = None) -> dict[str, Any]:
 
 
 def celery_settings(env: dict[str, str] | None = None) -> dict[str, Any]:
-    """CELERY_SETTINGS with the broker heartbeat this environment asks for."""
-    env = env if env is not None else dict(os.environ)
-    raw = env.get(ENV_CELERY_HEARTBEAT) or str(DEFAULT_CELERY_HEARTBEAT_SECONDS)
-    if not raw.isdigit() or int(raw) < 1:
-        raise ValueError(f"{ENV_CELERY_HEARTBEAT} must be a whole number of seconds >= 1, got {raw!r}")
-    return {**CELERY_SETTINGS, "broker_heartbeat": int(raw)}
+    """CELERY_SETTINGS with the broker heartbeat this environment asks for (config.py's
+    INVOICE_PIPELINE_CELERY_BROKER_HEARTBEAT_SECONDS: why its default is 120 s)."""
+    heartbeat = Settings.from_env(env).celery_broker_heartbeat
+    return {**CELERY_SETTINGS, "broker_heartbeat": int(heartbeat.total_seconds())}
 
-
-# RabbitMQ requeues a delivery not yet acknowledged once the consumer's connection is dead;
-# heartbeats make a silently cut connection dead in two to three intervals (with 4 s: 6-12 s
-# measured in the namespace cluster), instead of TCP's minutes. But a worker whose step blocks
-# its event loop (the solo pool) sends no heartbeat while the step runs: a step longer than about
-# two intervals gets its connection closed and its task requeued to another worker (harmless,
-# the claim makes the copy claim nothing, but run twice). So the default is celery's own, 120 s,
-# fit for chunks of minutes; a short interval is for short steps or the prefork pool (its main
-# process keeps heartbeating while a child runs the step). The redis transport has no heartbeats.
-ENV_CELERY_HEARTBEAT = "INVOICE_PIPELINE_CELERY_BROKER_HEARTBEAT_SECONDS"
-DEFAULT_CELERY_HEARTBEAT_SECONDS = 120
 
 # Timeouts everywhere (DESIGN.md section 3): a cut link to the broker is noticed in seconds.
 CELERY_SETTINGS: dict[str, Any] = {
