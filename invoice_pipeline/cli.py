@@ -22,6 +22,8 @@ import psycopg
 from psycopg_pool import PoolTimeout
 
 from invoice_pipeline.cli_layouts import add_layout_commands
+from invoice_pipeline.cli_store import open_store
+from invoice_pipeline.cli_vendors import add_vendor_commands
 from invoice_pipeline.config import ConfigError, Settings
 from invoice_pipeline.db.connection import database_url, embedded_server, prepare_database
 from invoice_pipeline.db.migrate import MigrationError, migrate
@@ -55,8 +57,7 @@ EXIT_DATABASE = 3  # the database server cannot be reached, or the database does
 BAD_OUTCOMES = ("quarantined", "failed", "needs_attention")
 
 
-def _store(settings: Settings) -> InvoiceStore:
-    return InvoiceStore(prepare_database(settings), max_size=4, lock_ttl=settings.lock_ttl)
+_store = open_store
 
 
 def one_line(exc: BaseException) -> str:
@@ -452,6 +453,9 @@ def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
     if posting:
         print(
             f"posted {posting.amount} {printable(posting.currency)} at {posting.posted_at:%Y-%m-%d %H:%M:%S}"
+            f" to vendor #{posting.vendor_id} {printable(posting.vendor_name)}, invoice "
+            f"{printable(posting.invoice_number)}, issued {posting.issue_date}, due {posting.due_date}, "
+            f"IBAN {printable(posting.iban) if posting.iban else 'none recorded'}"
         )
     print("attempts:")
     for j in jobs:
@@ -520,6 +524,13 @@ def currency_or_none(text: str) -> str | None:
     if not is_known_currency(text):
         raise argparse.ArgumentTypeError(f"must be an ISO 4217 code such as EUR, or none, got {text!r}")
     return text
+
+
+def yes_or_no(text: str) -> bool:
+    answer = text.strip().lower()
+    if answer not in ("yes", "no"):
+        raise argparse.ArgumentTypeError(f"must be yes or no, got {text!r}")
+    return answer == "yes"
 
 
 def days_or_none(text: str) -> int | None:
@@ -636,7 +647,13 @@ def cmd_review_policy(args: argparse.Namespace, settings: Settings) -> int:
         raise ConfigError(f"--org: {problem}")
     changes = {
         k: getattr(args, k)
-        for k in ("auto_approve_limit", "home_currency", "stale_after_days", "default_currency")
+        for k in (
+            "auto_approve_limit",
+            "home_currency",
+            "stale_after_days",
+            "default_currency",
+            "register_einvoice_vendors",
+        )
         if k in args
     }
     store = _store(settings)
@@ -652,6 +669,8 @@ def cmd_review_policy(args: argparse.Namespace, settings: Settings) -> int:
         f"home currency {policy.home_currency or 'any'}, stale after {policy.stale_after_days or 'never'}"
         + (" days" if policy.stale_after_days else "")
         + f", default currency {policy.default_currency or 'none (held as currency_unknown)'}"
+        + ", a vendor's first e-invoice "
+        + ("registers it" if policy.register_einvoice_vendors else "is held as vendor_unconfirmed")
     )
     return EXIT_OK
 
@@ -740,6 +759,12 @@ def add_review_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         type=currency_or_none,
         default=argparse.SUPPRESS,
         help="the currency of documents that name none (none: hold them as currency_unknown)",
+    )
+    policy.add_argument(
+        "--register-einvoice-vendors",
+        type=yes_or_no,
+        default=argparse.SUPPRESS,
+        help="yes (default): a vendor's first structured e-invoice registers the vendor; no: hold it",
     )
     policy.set_defaults(func=cmd_review_policy)
     add_layout_commands(actions)
@@ -902,6 +927,14 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     print(f"generated {len(samples.files)} sample files in {out}")
     store = _store(settings)
     try:
+        # A team starts from its ERP's vendor master: page-read invoices of these sellers are
+        # confirmed by the VAT id they print; any other seller's are held (vendor_unconfirmed).
+        from invoice_pipeline.engine.vendors import read_vendor_csv
+
+        master = out / "vendor-master.csv"
+        master.write_text(samples.vendor_master_csv())
+        imported = store.import_vendors(org, read_vendor_csv(master.read_text()), Actor.os_user().name)
+        print(f"imported {imported.created} vendors from {master} (invoice-pipeline vendors import)")
         files = [f.path for f in samples.files]
         for i in range(len(files)):
             ingest_paths(store, [files[i]], org)
@@ -976,6 +1009,7 @@ def build_parser() -> argparse.ArgumentParser:
     db.add_argument("action", choices=["start", "stop", "status", "url"])
     db.set_defaults(func=cmd_db)
     sub.add_parser("migrate", help="apply sql/*.sql").set_defaults(func=cmd_migrate)
+    add_vendor_commands(sub)
     ingest = sub.add_parser("ingest", help="store files (or folders) as invoices")
     ingest.add_argument("paths", nargs="+")
     ingest.add_argument("--org", default="default")

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from ..domain.fields import InvoiceFields
+from ..domain.fields import FIELD_NAMES, InvoiceFields
 from .cii import fields_from_cii
 from .detect import classify_xml, sniff
 from .errors import TOO_COMPLEX, BadDocument
 from .extracted import ExtractedText
 from .json_format import JSON_SCHEMA_PATH, decode_json_text, fields_from_json, load_invoice_json
 from .limits import DEFAULT_MAX_BYTES, MAX_PDF_PAGES, MAX_TEXT_CHARS, first_unstorable, storable_text
-from .ocr import KEY_FIELDS, METHOD, REQUIRED_FIELDS, OcrLayout, illegible, ocr_image
+from .ocr import KEY_FIELDS, METHOD, OcrLayout, illegible, ocr_image
 from .reading.words import TextBoxes
 from .text_fields import fields_from_text, looks_like_invoice
 from .ubl import fields_from_ubl
@@ -125,7 +125,7 @@ def extract_fields(extracted: ExtractedText) -> InvoiceFields:
 
 def _check_storable(fields: InvoiceFields) -> None:
     """Refuse values no invoice has and the database could not store (a retry would not help)."""
-    for name in ("invoice_number", "currency", "seller_name", "seller_vat_id", "buyer_name", "po_number"):
+    for name in FIELD_NAMES:
         value = getattr(fields, name)
         if isinstance(value, str) and (ch := first_unstorable(value)) is not None:
             what = "NUL" if ch == "\x00" else "an unpaired surrogate"
@@ -171,10 +171,11 @@ def _fields(extracted: ExtractedText) -> InvoiceFields:
             extracted.text, ocr=extracted.method.startswith("ocr"), ocr_layout=layout, boxes=boxes
         )
         if layout is not None:
-            # A scan missing what validation needs is quarantined as illegible, naming every key
-            # field that could not be read (or was read below the confidence threshold).
-            if any(getattr(fields, name) is None for name in REQUIRED_FIELDS):
-                raise illegible([n for n in KEY_FIELDS if getattr(fields, n) is None], layout)
+            # A scan of which no key field could be read (or none above the confidence threshold)
+            # is unusable: quarantined as illegible. One missing some of them is a legible page:
+            # validation holds it for a person, who reads them off the page (issue 37).
+            if all(getattr(fields, name) is None for name in KEY_FIELDS):
+                raise illegible(list(KEY_FIELDS), layout)
             return fields
         if fields.invoice_number is None and fields.payable_total is None:
             raise BadDocument("not_an_invoice", NOT_AN_INVOICE_REASON)

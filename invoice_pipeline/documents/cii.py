@@ -122,6 +122,22 @@ def fields_from_cii(root: etree._Element) -> InvoiceFields:
         ),
     )
 
+    buyer_vat_path = "ram:BuyerTradeParty/ram:SpecifiedTaxRegistration/ram:ID"
+    for base in _AGREEMENT:
+        for reg in find_all(root, f"{base}/{buyer_vat_path}"):
+            value = collapse(text_of(reg))
+            if value and (reg.get("schemeID") or "").upper() == "VA" and not c.has("buyer_vat_id"):
+                c.set("buyer_vat_id", value, p(f"{base}/{buyer_vat_path}[@schemeID='VA']"))
+    node, path = _first(
+        root,
+        _SETTLEMENT,
+        (
+            "ram:SpecifiedTradeSettlementPaymentMeans/ram:PayeePartyCreditorFinancialAccount/ram:IBANID",
+            "ram:SpecifiedTradeSettlementPaymentMeans/ram:PayeePartyCreditorFinancialAccount/ram:ProprietaryID",
+        ),
+    )
+    c.set("payee_iban", collapse(text_of(node)), p(path))
+
     node, path = _first(root, _AGREEMENT, ("ram:BuyerOrderReferencedDocument/ram:IssuerAssignedID",))
     c.set("po_number", collapse(text_of(node)), p(path))
     return c.build()

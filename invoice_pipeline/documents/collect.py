@@ -58,6 +58,8 @@ class FieldCollector:
             seller_vat_id=_str(v.get("seller_vat_id")),
             buyer_name=_str(v.get("buyer_name")),
             po_number=_str(v.get("po_number")),
+            buyer_vat_id=_str(v.get("buyer_vat_id")),
+            payee_iban=_str(v.get("payee_iban")),
             sources=sources,
         )
 

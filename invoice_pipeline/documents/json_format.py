@@ -105,7 +105,16 @@ def load_invoice_json(text: str) -> dict[str, Any]:
 def fields_from_json(text: str) -> InvoiceFields:
     data = load_invoice_json(text)
     c = FieldCollector(default_reason="not present in the JSON document")
-    for name in ("invoice_number", "currency", "seller_name", "seller_vat_id", "buyer_name", "po_number"):
+    for name in (
+        "invoice_number",
+        "currency",
+        "seller_name",
+        "seller_vat_id",
+        "buyer_name",
+        "po_number",
+        "buyer_vat_id",
+        "payee_iban",
+    ):
         value = data.get(name)
         c.set(name, value if value else None, f"$.{name}")
     c.set("document_type", data.get("document_type") or "invoice", "$.document_type")

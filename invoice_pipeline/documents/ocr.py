@@ -73,9 +73,8 @@ MIN_FIELD_CONFIDENCE = 0.80
 # Columns of the layout text across a page: the width of A4 in points over pdf.POINTS_PER_COLUMN.
 PAGE_COLUMNS = 170
 SEGMENT_GAP = "   "
-# Fields without which a scan cannot go on (validation would reject them as missing); the reason
-# names every key field that could not be read.
-REQUIRED_FIELDS = ("invoice_number", "payable_total", "seller_name")
+# A scan of which none of these could be read is illegible (quarantined, naming them); one with
+# some of them is held for a person to read the rest off the page.
 KEY_FIELDS = ("invoice_number", "issue_date", "payable_total", "currency", "seller_name")
 ILLEGIBLE = "illegible_scan"
 

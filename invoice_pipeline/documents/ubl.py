@@ -101,6 +101,10 @@ def fields_from_ubl(root: etree._Element) -> InvoiceFields:
     c.set("seller_vat_id", vat, p(vat_path))
     buyer, buyer_path = _party_name(root, _CUSTOMER)
     c.set("buyer_name", buyer, p(buyer_path))
+    buyer_vat, buyer_vat_path = _vat_id(root, _CUSTOMER)
+    c.set("buyer_vat_id", buyer_vat, p(buyer_vat_path))
+    iban_rel = "cac:PaymentMeans/cac:PayeeFinancialAccount/cbc:ID"
+    c.set("payee_iban", collapse(text_of(find(root, iban_rel))), p(iban_rel))
     c.set(
         "po_number",
         collapse(text_of(find(root, "cac:OrderReference/cbc:ID"))),

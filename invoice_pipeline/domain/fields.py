@@ -23,6 +23,11 @@ FIELD_NAMES: tuple[str, ...] = (
     "seller_vat_id",
     "buyer_name",
     "po_number",
+    # Who the invoice is addressed to (an org's own identity, seeded into its profile from
+    # e-invoices) and the account the seller asks to be paid into (checked against the vendor
+    # registry on every format: a changed IBAN is the classic invoice fraud).
+    "buyer_vat_id",
+    "payee_iban",
 )
 
 
@@ -140,9 +145,16 @@ class InvoiceFields:
     seller_vat_id: str | None = None
     buyer_name: str | None = None
     po_number: str | None = None
+    buyer_vat_id: str | None = None
+    payee_iban: str | None = None
     sources: Mapping[str, FieldSource] = field(default_factory=dict)
     # Set by the page reader (None for XML and JSON, whose totals are data, not guesses).
     amount_check: AmountCheck | None = None
+
+    @property
+    def read_from_page(self) -> bool:
+        """Any value came from the visible page: a person can read it there and correct it."""
+        return any(source.from_page for source in self.sources.values())
 
     @property
     def payable_from_page(self) -> bool:
@@ -188,6 +200,8 @@ class InvoiceFields:
             seller_vat_id=data.get("seller_vat_id"),
             buyer_name=data.get("buyer_name"),
             po_number=data.get("po_number"),
+            buyer_vat_id=data.get("buyer_vat_id"),
+            payee_iban=data.get("payee_iban"),
             sources={name: FieldSource.from_json(s) for name, s in (data.get("sources") or {}).items()},
             amount_check=AmountCheck.from_json(data["amount_check"]) if data.get("amount_check") else None,
         )

@@ -21,11 +21,14 @@ database and so is not computed here.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import date, timedelta
 from decimal import Decimal
 
 from .fields import FieldSource, InvoiceFields
+from .identity import BANK_DETAILS_CHANGED, VENDOR_UNCONFIRMED
+from .validation import ValidationProblem
 
 NEGATIVE_TOTAL = "negative_total"
 DUE_BEFORE_ISSUE = "due_before_issue"
@@ -38,6 +41,10 @@ CURRENCY_UNKNOWN = "currency_unknown"
 DUPLICATE_CHECK_IMPOSSIBLE = "duplicate_check_impossible"
 # A person corrected fields (domain/corrections.py): held until a person approves what they typed.
 CORRECTED = "corrected"
+# A legible page on which the reader did not find (or could not trust) a field validation needs:
+# a person reads it off the page and types it (`review correct`), instead of the file being
+# quarantined as unusable.
+FIELD_UNREAD = "field_unread"
 
 # Every code a reason can start with, for argument validation and the docs.
 REASON_CODES: tuple[str, ...] = (
@@ -51,6 +58,9 @@ REASON_CODES: tuple[str, ...] = (
     CURRENCY_UNKNOWN,
     DUPLICATE_CHECK_IMPOSSIBLE,
     CORRECTED,
+    FIELD_UNREAD,
+    VENDOR_UNCONFIRMED,
+    BANK_DETAILS_CHANGED,
 )
 
 _CODE = re.compile(r"^[a-z][a-z0-9_]*")
@@ -71,12 +81,16 @@ class ReviewPolicy:
     * `default_currency`: the currency of an invoice whose document names none (most scans).
       None: such an invoice is held (`currency_unknown`), because nothing is paid in a
       currency nobody stated.
+    * `register_einvoice_vendors`: a vendor's first structured e-invoice registers the vendor
+      by itself (the default), or is held as `vendor_unconfirmed` like a page-read one
+      (domain/identity.py).
     """
 
     auto_approve_limit: Decimal | None = None
     home_currency: str | None = None
     stale_after_days: int | None = None
     default_currency: str | None = None
+    register_einvoice_vendors: bool = True
 
     def __post_init__(self) -> None:
         if self.auto_approve_limit is not None and (
@@ -176,6 +190,17 @@ def money_reasons(fields: InvoiceFields) -> list[str]:
             "invoices of the same number and seller, not differently written numbers of the same invoice"
         )
     return out
+
+
+def unread_reasons(problems: Sequence[ValidationProblem]) -> list[str]:
+    """What validation found wrong with a page-read invoice, as review reasons: the page is
+    legible, so a person reads the value off it and types it in instead of the file being
+    quarantined (`field_unread: invoice_number: ...`)."""
+    return [
+        f"{FIELD_UNREAD}: {p.field or 'fields'}: {p.reason}; read it off the page and correct it "
+        "(review correct, or the review page), then approve"
+        for p in problems
+    ]
 
 
 def with_default_currency(fields: InvoiceFields, policy: ReviewPolicy) -> InvoiceFields:

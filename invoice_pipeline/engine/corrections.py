@@ -12,18 +12,19 @@ typed, and only then does the pipeline post it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 from uuid import UUID
 
-from invoice_pipeline.domain.corrections import CORRECTED, describe, parse_changes
+from invoice_pipeline.domain.corrections import CORRECTED, apply_changes, describe, parse_changes
 from invoice_pipeline.domain.fields import InvoiceFields
+from invoice_pipeline.domain.identity import matching_vendor, vendor_reasons
 from invoice_pipeline.domain.review import ReviewPolicy
 from invoice_pipeline.engine.layouts import learn_quietly
 from invoice_pipeline.engine.records import MatchOutcome
 from invoice_pipeline.engine.review import Actor, _match, decide_under_lock
 from invoice_pipeline.engine.review_records import ActionOutcome
-from invoice_pipeline.engine.stages import verdict_for
+from invoice_pipeline.engine.stages import registered_vendors, verdict_for
 from invoice_pipeline.engine.store import InvoiceStore, as_uuid
 from invoice_pipeline.engine.store.review_pages import Correction, HeldFor
 
@@ -78,6 +79,18 @@ def correct_invoice(
     if state.status != "needs_review":
         return refused(refusal_for_status(store, invoice_id, state.status), state.status)
     policy = store.review_policies([state.org_id])[state.org_id]
+    # Who is paid, for the fields as corrected: read before the lock (the registry is not the
+    # invoice's; only this lock's holder changes the fields, so they are what the lock will see).
+    current = store.load_fields(invoice_id)
+    who_is_paid: list[str] = []
+    if current is not None:
+        corrected, _, _ = apply_changes(current, parsed, actor.name, note)
+        vendors = registered_vendors(store, {invoice_id: (state.org_id, corrected)})
+        who_is_paid = vendor_reasons(
+            corrected,
+            matching_vendor(corrected, vendors.get(state.org_id, ())),
+            registers_einvoice_vendors=policy.register_einvoice_vendors,
+        )
     outcome = decide_under_lock(
         store,
         invoice_id,
@@ -86,7 +99,7 @@ def correct_invoice(
         state.status,
         expect_version,
         lambda lease: store.review_correct(
-            lease, Correction(parsed, actor.name, note), held_for(policy, actor.name), _match
+            lease, Correction(parsed, actor.name, note), held_for(policy, actor.name, who_is_paid), _match
         ),
         refused,
     )
@@ -96,15 +109,18 @@ def correct_invoice(
     return outcome
 
 
-def held_for(policy: ReviewPolicy, reviewer: str) -> HeldFor:
+def held_for(policy: ReviewPolicy, reviewer: str, who_is_paid: Sequence[str] = ()) -> HeldFor:
     """The reasons a corrected invoice stays held: the pipeline's own (verdict_for, as the approve
-    stage computes them, a match being at most a suspicion: a person confirms it), then `corrected`."""
+    stage computes them, a match being at most a suspicion: a person confirms it, and the vendor
+    registry's word on who is paid), then `corrected`."""
 
     def reasons(fields: InvoiceFields, outcome: MatchOutcome | None) -> list[str]:
         if outcome is None:
-            verdict = verdict_for(fields, "original", None, (), policy)
+            verdict = verdict_for(fields, "original", None, (), policy, who_is_paid)
         else:
-            verdict = verdict_for(fields, "suspected", outcome.original_id, outcome.reasons, policy)
+            verdict = verdict_for(
+                fields, "suspected", outcome.original_id, outcome.reasons, policy, who_is_paid
+            )
         corrected = [name for name, source in fields.sources.items() if source.source.startswith("review:")]
         return [
             *verdict.reasons,

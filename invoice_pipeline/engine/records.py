@@ -7,10 +7,12 @@ They travel from the store to the ops, the CLI and the reports; keeping them apa
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any, Generic, Literal, TypeVar
 from uuid import UUID
+
+from invoice_pipeline.domain.identity import Identifier
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,15 @@ class Approval:
     rule: str
     decided_at: datetime
 
+    @property
+    def approver(self) -> str | None:
+        """The person who approved it (store/review.py writes "approved by <actor>"); None when
+        the pipeline approved it by itself."""
+        prefix = "approved by "
+        if self.decision != "approved" or not self.rule.startswith(prefix):
+            return None
+        return self.rule[len(prefix) :].split(": ", 1)[0] or None
+
 
 @dataclass(frozen=True)
 class LedgerPosting:
@@ -144,6 +155,12 @@ class LedgerPosting:
     amount: Decimal
     currency: str
     posted_at: datetime
+    vendor_id: int | None = None
+    vendor_name: str | None = None
+    invoice_number: str | None = None
+    issue_date: date | None = None
+    due_date: date | None = None
+    iban: str | None = None
 
 
 @dataclass(frozen=True)
@@ -280,10 +297,33 @@ class Verdict:
 
 
 @dataclass(frozen=True)
+class VendorRegistration:
+    """What posting an invoice teaches the vendor registry (store/vendors.py): the vendor, when
+    none owns the invoice's identifiers yet, and the identifiers an e-invoice or a person
+    vouched for."""
+
+    name: str
+    identifiers: tuple[Identifier, ...]
+    source: Literal["e-invoice", "approval"]
+    actor: str
+    default_currency: str | None = None
+
+
+@dataclass(frozen=True)
 class Posting:
+    """What the ledger records: whom it pays (the registry's vendor), for what, how much, where to."""
+
     org_id: str
     amount: Decimal
     currency: str
+    invoice_number: str | None = None
+    issue_date: date | None = None
+    due_date: date | None = None
+    iban: str | None = None
+    # The vendor confirmed at the approval stage, or what to register (never both None for a
+    # posting the pipeline makes; the single-invoice helper for tests may leave both unset).
+    vendor_id: int | None = None
+    registration: VendorRegistration | None = None
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
@@ -30,16 +30,32 @@ from uuid import UUID
 from invoice_pipeline.documents import BadDocument, ExtractedText
 from invoice_pipeline.documents.reading.layouts import apply_layouts
 from invoice_pipeline.domain.fields import InvoiceFields
+from invoice_pipeline.domain.identity import (
+    Vendor,
+    compact,
+    invoice_identifiers,
+    matching_vendor,
+    vendor_reasons,
+    without_own_identity,
+)
 from invoice_pipeline.domain.matching import MatchCandidate
 from invoice_pipeline.domain.review import (
     SUSPECTED_DUPLICATE,
     ReviewPolicy,
     review_reasons,
+    unread_reasons,
     with_default_currency,
 )
 from invoice_pipeline.domain.validation import posting_gaps, validate_fields
 from invoice_pipeline.engine.dedupe import match_outcome
-from invoice_pipeline.engine.records import ChunkWrite, Lease, Posting, Quarantine, Verdict
+from invoice_pipeline.engine.records import (
+    ChunkWrite,
+    Lease,
+    Posting,
+    Quarantine,
+    VendorRegistration,
+    Verdict,
+)
 from invoice_pipeline.engine.store import InvoiceStore, is_systemic
 
 T = TypeVar("T")
@@ -405,10 +421,13 @@ def extract_fields(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID,
     # The orgs' vendor layouts (issue 23), one query for the chunk: a page-read invoice is read
     # with its vendor's layout first, template-free where the layout cannot (apply_layouts).
     layouts = env.store.enabled_layouts(sorted({c.org_id for c in have})) if have else {}
+    # The orgs' own identities (issue 37): what the org is known by is the buyer's, never the seller's.
+    profiles = env.store.org_profiles(sorted({c.org_id for c in have})) if have else {}
 
     def read(c: Claimed) -> InvoiceFields:
         text = texts[c.invoice_id]
         fields = apply_layouts(text, env.parser.read_fields(text), layouts.get(c.org_id, ()), c.org_id)
+        fields = without_own_identity(fields, profiles[c.org_id], text.text)
         return with_default_currency(fields, policies[c.org_id])
 
     return outcomes | saved_as_they_finish(
@@ -422,16 +441,31 @@ def extract_fields(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID,
 
 
 def validate(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID, Outcome]:
+    """Quarantine what no person can fix (a structured document's own data is wrong); hold for a
+    person what the page reader could not read, with a reason per field (issue 37)."""
     fields = env.store.load_fields_of([c.invoice_id for c in items])
     outcomes: dict[UUID, Outcome] = {}
+    unread: list[tuple[Lease, Verdict]] = []
     for c in items:
         found = fields.get(c.invoice_id)
         if found is None:
             outcomes[c.invoice_id] = _missing("fields")
             continue
         problems = validate_fields(found)
-        if problems:
+        if problems and found.read_from_page:
+            reasons = unread_reasons(problems)
+            unread.append((c.lease, Verdict("held", "; ".join(reasons), tuple(reasons))))
+        elif problems:
             outcomes[c.invoice_id] = Quarantined(problems[0].code, "; ".join(p.reason for p in problems))
+    # Held here, the invoice fast-forwards past dedupe and approval (their done queries count a
+    # hold): without its number or seller there is nothing to compare, and a person decides.
+    held = env.store.record_verdicts(unread, step=step)
+    outcomes |= unwritten(held)
+    outcomes |= {
+        invoice_id: Held(verdict.reasons)
+        for lease, verdict in unread
+        if (invoice_id := lease.invoice_id) in held.written
+    }
     # Passing validation stores nothing but the breadcrumb (a quarantine is saved by `settle`).
     passed = [c.lease for c in items if c.invoice_id in fields and c.invoice_id not in outcomes]
     return outcomes | written_outcomes(env.store.record_executed(step, passed), Done())
@@ -462,17 +496,33 @@ def detect_duplicates(env: StageEnv, items: list[Claimed], step: str) -> dict[UU
 
 
 def verdict_for(
-    fields: InvoiceFields, status: str, original: UUID | None, reasons: Sequence[str], policy: ReviewPolicy
+    fields: InvoiceFields,
+    status: str,
+    original: UUID | None,
+    reasons: Sequence[str],
+    policy: ReviewPolicy,
+    who_is_paid: Sequence[str] = (),
 ) -> Verdict:
-    """Approve, reject or hold: exact copies are rejected, business exceptions go to a person."""
+    """Approve, reject or hold: exact copies are rejected, business exceptions go to a person, and
+    so does an invoice whose payee the vendor registry does not confirm (`who_is_paid`)."""
     if status == "duplicate":
         return Verdict("rejected", f"duplicate of {original}")
-    held = list(review_reasons(fields, policy))
+    held = [*review_reasons(fields, policy), *who_is_paid]
     if status == "suspected":
         held.insert(0, f"{SUSPECTED_DUPLICATE} of {original}: {'; '.join(reasons)}")
     if held:
         return Verdict("held", "; ".join(held), tuple(held))
-    return Verdict("approved", "auto-approved: valid, not a duplicate, no business exception")
+    return Verdict(
+        "approved", "auto-approved: valid, not a duplicate, no business exception, vendor confirmed"
+    )
+
+
+def registered_vendors(
+    store: InvoiceStore, found: Mapping[UUID, tuple[str, InvoiceFields]]
+) -> dict[str, list[Vendor]]:
+    """The registered vendors the chunk's invoices name by a seller-position identifier, per org."""
+    wanted = [(org, ident) for org, fields in found.values() for ident in invoice_identifiers(fields)]
+    return store.vendors_named_by(wanted)
 
 
 def approve(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID, Outcome]:
@@ -480,6 +530,9 @@ def approve(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID, Outcom
     decisions = env.store.load_duplicate_decisions(ids)
     fields = env.store.load_fields_of(ids)
     policies = env.store.review_policies(sorted({c.org_id for c in items}))
+    vendors = registered_vendors(
+        env.store, {c.invoice_id: (c.org_id, fields[c.invoice_id]) for c in items if c.invoice_id in fields}
+    )
     outcomes: dict[UUID, Outcome] = {}
     verdicts: dict[UUID, Verdict] = {}
     for c in items:
@@ -487,8 +540,11 @@ def approve(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID, Outcom
         if decision is None or found is None:
             outcomes[c.invoice_id] = _missing("duplicate decision")
             continue
+        policy = policies[c.org_id]
+        vendor = matching_vendor(found, vendors.get(c.org_id, ()))
+        paid = vendor_reasons(found, vendor, registers_einvoice_vendors=policy.register_einvoice_vendors)
         verdicts[c.invoice_id] = verdict_for(
-            found, decision.status, decision.original_id, decision.reasons, policies[c.org_id]
+            found, decision.status, decision.original_id, decision.reasons, policy, paid
         )
     write = env.store.record_verdicts(
         [(c.lease, verdicts[c.invoice_id]) for c in items if c.invoice_id in verdicts], step=step
@@ -506,8 +562,50 @@ def payable(fields: InvoiceFields) -> Decimal:
     return -abs(fields.payable_total) if fields.document_type == "credit_note" else fields.payable_total
 
 
+def posting_of(org_id: str, fields: InvoiceFields, vendor: Vendor | None, approver: str | None) -> Posting:
+    """The ledger's record: the registry's vendor, or what registers it, and the IBAN paid to.
+
+    A confirmed vendor whose account the invoice names is paid there; an invoice naming none is
+    paid to the vendor's only known account (several: the ledger records none and AP chooses).
+    An unconfirmed vendor reaches posting only approved by a person, or as a structured
+    e-invoice under a policy that registers its vendor: the posting registers it, audited.
+    """
+    assert fields.currency is not None
+    identifiers = tuple(invoice_identifiers(fields))
+    registration = None
+    if vendor is None or approver is not None:
+        registration = VendorRegistration(
+            fields.seller_name
+            or (vendor.name if vendor else None)
+            or (identifiers[0].shown if identifiers else "unnamed vendor"),
+            identifiers,
+            "approval" if approver is not None else "e-invoice",
+            approver or "pipeline (structured e-invoice)",
+            fields.currency,
+        )
+    iban = fields.payee_iban
+    if iban is None and vendor is not None and len(vendor.of_kind("iban")) == 1:
+        iban = vendor.of_kind("iban")[0]
+    return Posting(
+        org_id,
+        payable(fields),
+        fields.currency,
+        invoice_number=fields.invoice_number,
+        issue_date=fields.issue_date,
+        due_date=fields.due_date,
+        iban=compact(iban) if iban else None,
+        vendor_id=vendor.vendor_id if vendor is not None else None,
+        registration=registration,
+    )
+
+
 def post_to_ledger(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID, Outcome]:
-    fields = env.store.load_fields_of([c.invoice_id for c in items])
+    ids = [c.invoice_id for c in items]
+    fields = env.store.load_fields_of(ids)
+    approvals = env.store.load_approvals(ids)
+    vendors = registered_vendors(
+        env.store, {c.invoice_id: (c.org_id, fields[c.invoice_id]) for c in items if c.invoice_id in fields}
+    )
     postings: list[tuple[Lease, Posting]] = []
     outcomes: dict[UUID, Outcome] = {}
     for c in items:
@@ -515,8 +613,11 @@ def post_to_ledger(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID,
         if found is None or posting_gaps(found):
             outcomes[c.invoice_id] = _missing("payable total and currency")
             continue
-        assert found.currency is not None
-        postings.append((c.lease, Posting(c.org_id, payable(found), found.currency)))
+        approval = approvals.get(c.invoice_id)
+        vendor = matching_vendor(found, vendors.get(c.org_id, ()))
+        postings.append(
+            (c.lease, posting_of(c.org_id, found, vendor, approval.approver if approval else None))
+        )
     return outcomes | written_outcomes(env.store.post_many(postings, step=step), Done("posted"))
 
 

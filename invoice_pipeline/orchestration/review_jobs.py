@@ -176,6 +176,8 @@ class CorrectInvoiceConfig(Config):
     seller_vat_id: str | None = Field(default=None)
     buyer_name: str | None = Field(default=None)
     po_number: str | None = Field(default=None)
+    buyer_vat_id: str | None = Field(default=None)
+    payee_iban: str | None = Field(default=None, description="The account the seller asks to be paid into")
     note: str = Field(default="", description="Free text for the audit trail")
     reviewer: str = Field(default="", description="Your name, recorded beside this run's id")
 

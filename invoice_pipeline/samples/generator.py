@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 import random
@@ -73,6 +74,23 @@ class SampleSet:
 
     def to_json(self) -> dict[str, Any]:
         return {"seed": self.seed, "files": [f.to_json() for f in self.files]}
+
+    def vendor_master_csv(self) -> str:
+        """The sellers of the original invoices as an ERP's vendor-master export would list them
+        (`invoice-pipeline vendors import`): what a team has before its first invoice arrives."""
+        out = io.StringIO()
+        writer = csv.writer(out)
+        writer.writerow(["name", "vat_id", "currency"])
+        seen: set[tuple[str, str]] = set()
+        for f in self.files:
+            e = f.expected
+            if f.note != "original" or e is None or not e.seller_name:
+                continue
+            key = (e.seller_name, e.seller_vat_id or "")
+            if key not in seen:
+                seen.add(key)
+                writer.writerow([e.seller_name, e.seller_vat_id or "", e.currency or ""])
+        return out.getvalue()
 
 
 def _fields_json(fields: InvoiceFields) -> dict[str, Any]:

@@ -51,8 +51,11 @@ SELECT invoice_id FROM extracted_texts WHERE invoice_id = ANY(%(invoice_ids)s::u
 -- name: done_extract_fields
 SELECT id FROM invoices WHERE id = ANY(%(invoice_ids)s::uuid[]) AND fields IS NOT NULL
 
+-- Done when decided, or when held before it could be (validation held a page whose number or
+-- seller was not read: there is nothing to compare until a person corrects it).
 -- name: done_detect_duplicates
-SELECT id FROM invoices WHERE id = ANY(%(invoice_ids)s::uuid[]) AND duplicate_status IS NOT NULL
+SELECT id FROM invoices WHERE id = ANY(%(invoice_ids)s::uuid[])
+  AND (duplicate_status IS NOT NULL OR cardinality(review_reasons) > 0)
 
 -- Approval is done when it approved, rejected, or held the invoice for a person.
 -- name: done_approve
@@ -105,10 +108,14 @@ SELECT review_reasons FROM invoices WHERE id = %(invoice_id)s AND cardinality(re
 SELECT invoice_id, decision, rule, decided_at FROM approvals WHERE invoice_id = ANY(%(invoice_ids)s::uuid[])
 
 -- name: post_to_ledger
-INSERT INTO ledger_postings (invoice_id, job_id, org_id, amount, currency)
-VALUES (%(invoice_id)s, %(job_id)s, %(org_id)s, %(amount)s, %(currency)s)
+INSERT INTO ledger_postings (invoice_id, job_id, org_id, amount, currency, vendor_id, invoice_number,
+                             issue_date, due_date, iban)
+VALUES (%(invoice_id)s, %(job_id)s, %(org_id)s, %(amount)s, %(currency)s, %(vendor_id)s, %(invoice_number)s,
+        %(issue_date)s, %(due_date)s, %(iban)s)
 ON CONFLICT (invoice_id) DO NOTHING
 
 -- name: load_ledger_posting
-SELECT id AS posting_id, invoice_id, amount, currency, posted_at FROM ledger_postings
-WHERE invoice_id = %(invoice_id)s
+SELECT p.id AS posting_id, p.invoice_id, p.amount, p.currency, p.posted_at, p.vendor_id, v.name AS vendor_name,
+       p.invoice_number, p.issue_date, p.due_date, p.iban
+FROM ledger_postings p LEFT JOIN vendors v ON v.org_id = p.org_id AND v.id = p.vendor_id
+WHERE p.invoice_id = %(invoice_id)s

@@ -11,6 +11,7 @@ One class, composed of parts by concern. Each part reads its own file in sql/que
     maintenance.py  the sweep: stale locks, orphans, abandoned and lost requests          maintenance.sql
     reporting.py    read-only: status, overviews, report frames, invariant checks         reporting.sql
     layouts.py      vendor layouts learnt from decisions, per organisation                layouts.sql
+    vendors.py      the org's own identity and its vendor registry                         vendors.sql
     step_outputs.py what a run's steps pass each other across hosts (celery)                step_outputs.sql
 """
 
@@ -31,6 +32,7 @@ from invoice_pipeline.engine.store.reporting import ReportingStore
 from invoice_pipeline.engine.store.review import ReviewStore
 from invoice_pipeline.engine.store.review_pages import ReviewPageStore
 from invoice_pipeline.engine.store.step_outputs import StepOutputsStore
+from invoice_pipeline.engine.store.vendors import VendorImportResult, VendorImportRow, VendorsStore
 
 
 class InvoiceStore(
@@ -57,6 +59,9 @@ __all__ = [
     "MaintenanceStore",
     "MatchFunction",
     "ReportingStore",
+    "VendorImportResult",
+    "VendorImportRow",
+    "VendorsStore",
     "RequestedBy",
     "ReviewPageStore",
     "ReviewStore",

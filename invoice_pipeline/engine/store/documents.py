@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import asdict
+from dataclasses import fields as dataclass_fields
 from decimal import Decimal
 from typing import Any, Literal
 from uuid import UUID
@@ -32,12 +33,13 @@ from invoice_pipeline.engine.records import (
     StoredDocument,
     Verdict,
 )
-from invoice_pipeline.engine.store.base import StoreBase, as_uuid
+from invoice_pipeline.engine.store.base import as_uuid
+from invoice_pipeline.engine.store.vendors import VendorsStore
 
 DOCUMENTS = QueryFile("documents")
 
 
-class DocumentsStore(StoreBase):
+class DocumentsStore(VendorsStore):
     def store_document(self, content: bytes, org_id: str, filename: str | None = None) -> IngestResult:
         """Keep the original bytes and create its invoice; the same bytes again are the same invoice."""
         if not org_id or not org_id.strip():
@@ -220,9 +222,18 @@ class DocumentsStore(StoreBase):
     def post_many(
         self, items: Sequence[tuple[Lease, Posting]], *, step: str | None = None
     ) -> ChunkWrite[None]:
-        """Post once: a second post of an invoice changes nothing (UNIQUE invoice_id)."""
+        """Post once: a second post of an invoice changes nothing (UNIQUE invoice_id). A posting
+        that registers its vendor does so in the same fenced transaction (store/vendors.py)."""
         post = self._run(DOCUMENTS["post_to_ledger"])
-        return self._write_chunk(items, lambda conn, lease, p: post(conn, lease, asdict(p)), step=step)
+
+        def write(conn: psycopg.Connection[Any], lease: Lease, p: Posting) -> None:
+            vendor_id = p.vendor_id
+            if p.registration is not None:
+                vendor_id = self.vendor_for_posting(conn, p.org_id, lease.invoice_id, p.registration)
+            values = {f.name: getattr(p, f.name) for f in dataclass_fields(p) if f.name != "registration"}
+            post(conn, lease, values | {"vendor_id": vendor_id})
+
+        return self._write_chunk(items, write, step=step)
 
     def post_to_ledger(self, lease: Lease, org_id: str, amount: Decimal, currency: str) -> LedgerPosting:
         self._only(self.post_many([(lease, Posting(org_id, amount, currency))]), lease)

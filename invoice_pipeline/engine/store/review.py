@@ -50,7 +50,7 @@ class ReviewStore(ClaimsStore, DedupeStore):
         wanted = sorted(set(org_ids))
         with self.pool.connection() as conn:
             rows = conn.execute(REVIEW["review_policies"], {"org_ids": wanted}).fetchall()
-        found = {str(r[0]): ReviewPolicy(r[1], r[2], r[3], r[4]) for r in rows}
+        found = {str(r[0]): ReviewPolicy(r[1], r[2], r[3], r[4], r[5]) for r in rows}
         return {org: found.get(org, DEFAULT_POLICY) for org in wanted}
 
     def set_review_policy(self, org_id: str, policy: ReviewPolicy, updated_by: str) -> None:
@@ -105,6 +105,11 @@ class ReviewStore(ClaimsStore, DedupeStore):
         """Approved by a person: due again, so the pipeline runs on to post_to_ledger (once)."""
 
         def write(conn: psycopg.Connection[Any], target: LockedTarget) -> tuple[str, str] | str:
+            if target.duplicate_status is None:
+                return (
+                    "the duplicate check has not run on it (its number or seller was not read): "
+                    "correct the missing fields first (review correct), then approve"
+                )
             if target.duplicate_status == "suspected":
                 return (
                     f"it is a suspected duplicate of {target.duplicate_of}: approving would pay it twice; "

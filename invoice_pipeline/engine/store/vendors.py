@@ -1,0 +1,288 @@
+"""The org's own identity and its vendor registry (issue 37; docs/vendors.md).
+
+Reads take every org of a chunk at once. The registry grows in three ways, each recorded with
+its source and an audit row: an import of the ERP's vendor master, a structured e-invoice when
+the org's policy lets its first one register the vendor, and a person's approval of an invoice
+whose vendor was unconfirmed or whose bank details changed. The last two happen in the fenced
+transaction that posts the invoice (`vendor_for_posting`), so a registration and the posting
+that relied on it commit together or not at all.
+
+Queries: sql/queries/vendors.sql.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+import psycopg
+
+from invoice_pipeline.db.sqlfiles import QueryFile
+from invoice_pipeline.domain.identity import (
+    Identifier,
+    IdentifierKind,
+    OrgProfile,
+    Vendor,
+    normalise,
+)
+from invoice_pipeline.engine.records import VendorRegistration
+from invoice_pipeline.engine.store.base import StoreBase
+
+VENDORS = QueryFile("vendors")
+
+
+@dataclass(frozen=True)
+class VendorImportRow:
+    name: str
+    identifiers: tuple[Identifier, ...]
+    default_currency: str | None = None
+
+
+@dataclass(frozen=True)
+class VendorImportResult:
+    created: int
+    extended: int
+    identifiers_added: int
+    refused: tuple[str, ...]
+
+
+def _vendor(row: tuple[Any, ...]) -> Vendor:
+    vendor_id, org_id, name, currency, kinds, values, shown = row
+    idents = tuple(
+        Identifier(k, v, s) for k, v, s in zip(kinds or (), values or (), shown or (), strict=True)
+    )
+    return Vendor(int(vendor_id), str(org_id), str(name), currency, idents)
+
+
+class VendorsStore(StoreBase):
+    # -- the org's own identity -------------------------------------------------------------------
+
+    def org_profiles(self, org_ids: Sequence[str]) -> dict[str, OrgProfile]:
+        wanted = sorted(set(org_ids))
+        found: dict[str, list[Identifier]] = {org: [] for org in wanted}
+        if wanted:
+            with self.pool.connection() as conn:
+                for org, kind, value, shown in conn.execute(VENDORS["org_identities"], {"org_ids": wanted}):
+                    found[org].append(Identifier(kind, value, shown))
+        return {org: OrgProfile(org, tuple(idents)) for org, idents in found.items()}
+
+    def add_org_identity(
+        self, org_id: str, kind: IdentifierKind, value: str, *, source: str, added_by: str
+    ) -> bool:
+        """True when it was new. ValueError for a value that is no identifier (an invalid IBAN)."""
+        if not org_id.strip():
+            raise ValueError("org_id must be a non-empty string")
+        params = {
+            "org_id": org_id,
+            "kind": kind,
+            "value": normalise(kind, value),
+            "shown": value.strip(),
+            "source": source,
+            "added_by": added_by,
+        }
+        with self._transaction() as conn:
+            return conn.execute(VENDORS["add_org_identity"], params).fetchone() is not None
+
+    def remove_org_identity(self, org_id: str, kind: IdentifierKind, value: str) -> bool:
+        params = {"org_id": org_id, "kind": kind, "value": normalise(kind, value)}
+        with self._transaction() as conn:
+            return conn.execute(VENDORS["remove_org_identity"], params).fetchone() is not None
+
+    def buyer_parties_of_posted_einvoices(self, org_id: str) -> list[tuple[str | None, str | None]]:
+        with self.pool.connection() as conn:
+            return [
+                (r[0], r[1])
+                for r in conn.execute(VENDORS["buyer_parties_of_posted_einvoices"], {"org_id": org_id})
+            ]
+
+    # -- the vendor registry ----------------------------------------------------------------------
+
+    def vendors_named_by(self, wanted: Sequence[tuple[str, Identifier]]) -> dict[str, list[Vendor]]:
+        """Per org, the vendors that own any of the given (org, identifier) pairs."""
+        out: dict[str, list[Vendor]] = {}
+        if not wanted:
+            return out
+        params = {
+            "org_ids": [org for org, _ in wanted],
+            "kinds": [i.kind for _, i in wanted],
+            "values": [i.value for _, i in wanted],
+        }
+        with self.pool.connection() as conn:
+            for row in conn.execute(VENDORS["vendors_named_by"], params):
+                vendor = _vendor(row)
+                out.setdefault(vendor.org_id, []).append(vendor)
+        return out
+
+    def list_vendors(self, org_id: str) -> list[Vendor]:
+        with self.pool.connection() as conn:
+            return [_vendor(row) for row in conn.execute(VENDORS["list_vendors"], {"org_id": org_id})]
+
+    def vendor_events(self, org_id: str, vendor_id: int) -> list[tuple[str, str, str, UUID | None, Any]]:
+        with self.pool.connection() as conn:
+            return [
+                tuple(r)
+                for r in conn.execute(VENDORS["vendor_events_of"], {"org_id": org_id, "vendor_id": vendor_id})
+            ]
+
+    def import_vendors(self, org_id: str, rows: Sequence[VendorImportRow], actor: str) -> VendorImportResult:
+        """The ERP's vendor master, in one transaction: a row whose identifier another vendor of the
+        org already owns extends that vendor; a row naming two different vendors is refused."""
+        created = extended = added = 0
+        refused: list[str] = []
+        with self._transaction() as conn:
+            for number, row in enumerate(rows, start=1):
+                owners = self._owners(conn, org_id, row.identifiers)
+                if len(owners) > 1:
+                    refused.append(
+                        f"row {number} ({row.name}): its identifiers belong to different vendors "
+                        f"({', '.join(f'#{o}' for o in sorted(owners))}); split or merge them by hand"
+                    )
+                    continue
+                if owners:
+                    vendor_id = owners.pop()
+                    extended += 1
+                else:
+                    vendor_id = self._insert_vendor(
+                        conn, org_id, row.name, row.default_currency, "import", actor
+                    )
+                    created += 1
+                    self._event(conn, org_id, vendor_id, "imported", f"imported as {row.name}", actor, None)
+                names = (Identifier("name", normalise("name", row.name), row.name),)
+                for ident in names + row.identifiers:
+                    if self._add_identifier(conn, org_id, vendor_id, ident, "import", actor, None):
+                        added += 1
+        return VendorImportResult(created, extended, added, tuple(refused))
+
+    def vendor_for_posting(
+        self, conn: psycopg.Connection[Any], org_id: str, invoice_id: UUID, registration: VendorRegistration
+    ) -> int:
+        """The vendor an invoice is posted to, registering it and the identifiers vouched for.
+
+        Runs in the posting's fenced transaction. Of two postings registering the same new vendor
+        at once, the second finds the first's identifier under the unique index and joins it.
+        """
+        owners = self._owners(conn, org_id, registration.identifiers)
+        if len(owners) == 1:
+            vendor_id = owners.pop()
+        elif owners:
+            # The identifiers belong to different vendors: the approval stage held this, and a
+            # person approved it; the strongest identifier (VAT id first) decides.
+            vendor_id = self._owners(conn, org_id, registration.identifiers[:1]).pop()
+        else:
+            vendor_id = self._insert_vendor(
+                conn,
+                org_id,
+                registration.name,
+                registration.default_currency,
+                registration.source,
+                registration.actor,
+            )
+            first = registration.identifiers[0] if registration.identifiers else None
+            if first is not None and not self._add_identifier(
+                conn, org_id, vendor_id, first, registration.source, registration.actor, invoice_id
+            ):
+                conn.execute(VENDORS["delete_vendor_unused"], {"org_id": org_id, "vendor_id": vendor_id})
+                return self.vendor_for_posting(conn, org_id, invoice_id, registration)
+            self._event(
+                conn,
+                org_id,
+                vendor_id,
+                "registered",
+                f"registered as {registration.name} from invoice {invoice_id} ({registration.source})",
+                registration.actor,
+                invoice_id,
+            )
+        name = Identifier("name", normalise("name", registration.name), registration.name)
+        for ident in (name, *registration.identifiers):
+            if (
+                self._add_identifier(
+                    conn, org_id, vendor_id, ident, registration.source, registration.actor, invoice_id
+                )
+                and ident.kind != "name"
+            ):
+                self._event(
+                    conn,
+                    org_id,
+                    vendor_id,
+                    "identifier_added",
+                    f"{ident.kind} {ident.shown} from invoice {invoice_id} ({registration.source})",
+                    registration.actor,
+                    invoice_id,
+                )
+        return vendor_id
+
+    def _owners(self, conn: psycopg.Connection[Any], org_id: str, idents: Sequence[Identifier]) -> set[int]:
+        owners: set[int] = set()
+        for ident in idents:
+            if ident.kind == "name":
+                continue
+            row = conn.execute(
+                VENDORS["vendor_owning"], {"org_id": org_id, "kind": ident.kind, "value": ident.value}
+            ).fetchone()
+            if row is not None:
+                owners.add(int(row[0]))
+        return owners
+
+    def _insert_vendor(
+        self,
+        conn: psycopg.Connection[Any],
+        org_id: str,
+        name: str,
+        currency: str | None,
+        source: str,
+        actor: str,
+    ) -> int:
+        params = {
+            "org_id": org_id,
+            "name": name,
+            "default_currency": currency,
+            "source": source,
+            "actor": actor,
+        }
+        row = conn.execute(VENDORS["insert_vendor"], params).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def _add_identifier(
+        self,
+        conn: psycopg.Connection[Any],
+        org_id: str,
+        vendor_id: int,
+        ident: Identifier,
+        source: str,
+        actor: str,
+        invoice_id: UUID | None,
+    ) -> bool:
+        params = {
+            "org_id": org_id,
+            "vendor_id": vendor_id,
+            "kind": ident.kind,
+            "value": ident.value,
+            "shown": ident.shown,
+            "source": source,
+            "actor": actor,
+            "invoice_id": invoice_id,
+        }
+        return conn.execute(VENDORS["add_vendor_identifier"], params).fetchone() is not None
+
+    def _event(
+        self,
+        conn: psycopg.Connection[Any],
+        org_id: str,
+        vendor_id: int,
+        event: str,
+        detail: str,
+        actor: str,
+        invoice_id: UUID | None,
+    ) -> None:
+        params = {
+            "org_id": org_id,
+            "vendor_id": vendor_id,
+            "event": event,
+            "detail": detail,
+            "actor": actor,
+            "invoice_id": invoice_id,
+        }
+        conn.execute(VENDORS["vendor_event"], params)

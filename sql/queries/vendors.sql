@@ -1,0 +1,83 @@
+-- The org's own identity and its vendor registry (invoice_pipeline/engine/store/vendors.py,
+-- sql/0014). Every statement names its org: no query reads another org's identity or vendors.
+
+-- name: org_identities
+SELECT org_id, kind, value, shown FROM org_identities
+WHERE org_id = ANY(%(org_ids)s::text[])
+ORDER BY org_id, kind, value
+
+-- name: add_org_identity
+INSERT INTO org_identities (org_id, kind, value, shown, source, added_by)
+VALUES (%(org_id)s, %(kind)s, %(value)s, %(shown)s, %(source)s, %(added_by)s)
+ON CONFLICT (org_id, kind, value) DO NOTHING
+RETURNING value
+
+-- name: remove_org_identity
+DELETE FROM org_identities WHERE org_id = %(org_id)s AND kind = %(kind)s AND value = %(value)s
+RETURNING value
+
+-- The buyer parties of the org's posted structured e-invoices: what the org is called and
+-- registered as, by its own senders.
+-- name: buyer_parties_of_posted_einvoices
+SELECT DISTINCT i.fields ->> 'buyer_name' AS buyer_name, i.fields ->> 'buyer_vat_id' AS buyer_vat_id
+FROM invoices i
+JOIN ledger_postings p ON p.invoice_id = i.id
+JOIN extracted_texts t ON t.invoice_id = i.id
+WHERE i.org_id = %(org_id)s AND t.format IN ('ubl', 'cii', 'facturx-pdf', 'json')
+
+-- The vendors any of the given (org, kind, value) identifiers names, with all their identifiers.
+-- name: vendors_named_by
+WITH wanted AS (
+    SELECT * FROM unnest(%(org_ids)s::text[], %(kinds)s::text[], %(values)s::text[]) AS w(org_id, kind, value)
+), hits AS (
+    SELECT DISTINCT vi.org_id, vi.vendor_id
+    FROM vendor_identifiers vi JOIN wanted w USING (org_id, kind, value)
+)
+SELECT v.id AS vendor_id, v.org_id, v.name, v.default_currency,
+       array_agg(vi.kind ORDER BY vi.kind, vi.value) AS kinds,
+       array_agg(vi.value ORDER BY vi.kind, vi.value) AS vals,
+       array_agg(vi.shown ORDER BY vi.kind, vi.value) AS shown
+FROM hits h
+JOIN vendors v ON v.org_id = h.org_id AND v.id = h.vendor_id
+JOIN vendor_identifiers vi ON vi.org_id = v.org_id AND vi.vendor_id = v.id
+GROUP BY v.id, v.org_id, v.name, v.default_currency
+
+-- name: list_vendors
+SELECT v.id AS vendor_id, v.org_id, v.name, v.default_currency,
+       array_agg(vi.kind ORDER BY vi.kind, vi.value) FILTER (WHERE vi.kind IS NOT NULL) AS kinds,
+       array_agg(vi.value ORDER BY vi.kind, vi.value) FILTER (WHERE vi.kind IS NOT NULL) AS vals,
+       array_agg(vi.shown ORDER BY vi.kind, vi.value) FILTER (WHERE vi.kind IS NOT NULL) AS shown
+FROM vendors v
+LEFT JOIN vendor_identifiers vi ON vi.org_id = v.org_id AND vi.vendor_id = v.id
+WHERE v.org_id = %(org_id)s
+GROUP BY v.id, v.org_id, v.name, v.default_currency
+ORDER BY v.id
+
+-- name: insert_vendor
+INSERT INTO vendors (org_id, name, default_currency, source, created_by)
+VALUES (%(org_id)s, %(name)s, %(default_currency)s, %(source)s, %(actor)s)
+RETURNING id
+
+-- name: delete_vendor_unused
+DELETE FROM vendors v WHERE v.org_id = %(org_id)s AND v.id = %(vendor_id)s
+  AND NOT EXISTS (SELECT 1 FROM vendor_identifiers vi WHERE vi.org_id = v.org_id AND vi.vendor_id = v.id)
+
+-- Names are not unique; a VAT id, tax number or IBAN already owned by a vendor of the org is
+-- left with its owner (nothing returned).
+-- name: add_vendor_identifier
+INSERT INTO vendor_identifiers (org_id, vendor_id, kind, value, shown, source, added_by, learnt_from)
+VALUES (%(org_id)s, %(vendor_id)s, %(kind)s, %(value)s, %(shown)s, %(source)s, %(actor)s, %(invoice_id)s)
+ON CONFLICT DO NOTHING
+RETURNING vendor_id
+
+-- name: vendor_owning
+SELECT vendor_id FROM vendor_identifiers
+WHERE org_id = %(org_id)s AND kind = %(kind)s AND value = %(value)s
+
+-- name: vendor_event
+INSERT INTO vendor_events (org_id, vendor_id, event, detail, actor, invoice_id)
+VALUES (%(org_id)s, %(vendor_id)s, %(event)s, %(detail)s, %(actor)s, %(invoice_id)s)
+
+-- name: vendor_events_of
+SELECT event, detail, actor, invoice_id, at FROM vendor_events
+WHERE org_id = %(org_id)s AND vendor_id = %(vendor_id)s ORDER BY id
