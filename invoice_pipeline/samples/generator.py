@@ -80,16 +80,19 @@ class SampleSet:
         (`invoice-pipeline vendors import`): what a team has before its first invoice arrives."""
         out = io.StringIO()
         writer = csv.writer(out)
-        writer.writerow(["name", "vat_id", "currency"])
-        seen: set[tuple[str, str]] = set()
+        writer.writerow(["name", "vat_id", "iban", "currency"])
+        vendors: dict[tuple[str, str], tuple[set[str], str]] = {}
         for f in self.files:
             e = f.expected
             if f.note != "original" or e is None or not e.seller_name:
                 continue
-            key = (e.seller_name, e.seller_vat_id or "")
-            if key not in seen:
-                seen.add(key)
-                writer.writerow([e.seller_name, e.seller_vat_id or "", e.currency or ""])
+            ibans, currency = vendors.setdefault(
+                (e.seller_name, e.seller_vat_id or ""), (set(), e.currency or "")
+            )
+            if e.payee_iban:
+                ibans.add(e.payee_iban)
+        for (name, vat), (ibans, currency) in vendors.items():
+            writer.writerow([name, vat, ";".join(sorted(ibans)), currency])
         return out.getvalue()
 
 
@@ -291,6 +294,40 @@ def _add_review_cases(b: _Builder) -> None:
         "ubl",
         review="due_before_issue",
         note="due date before the issue date: held for review, not quarantined",
+    )
+    _add_who_is_paid_cases(b)
+
+
+# Valid IBANs (ISO 13616 check digits) of the published examples, for the bank-details samples.
+SAMPLE_IBANS = ("DE89370400440532013000", "GB82WEST12345698765432")
+
+
+def _add_who_is_paid_cases(b: _Builder) -> None:
+    """Who is paid (issue 37): a page from a seller the vendor master does not list, and an
+    e-invoice asking to be paid into another account than the vendor's one on record."""
+    newcomer = replace(
+        b.sellers[-1], name="Kestrel Facility Services Ltd", vat_id="GB980780684", country="GB"
+    )
+    b.add_invoice(
+        "new_vendor",
+        b.invoice(seller=newcomer, currency="GBP"),
+        "pdf",
+        review="vendor_unconfirmed",
+        note="a seller the vendor master does not list: held as vendor_unconfirmed until a person approves it",
+    )
+    payee = b.sellers[1]
+    b.add_invoice(
+        "invoice_with_iban",
+        replace(b.invoice(seller=payee), payee_iban=SAMPLE_IBANS[0]),
+        "json",
+        note="original",
+    )
+    b.add_invoice(
+        "changed_iban",
+        replace(b.invoice(seller=payee), payee_iban=SAMPLE_IBANS[1]),
+        "json",
+        review="bank_details_changed",
+        note="the same vendor asks to be paid into another account: held as bank_details_changed",
     )
 
 

@@ -55,6 +55,8 @@ class SampleInvoice:
     payable_override: str | None = None
     issue_date_text: str | None = None
     omit_payable: bool = False
+    # The account the seller asks to be paid into; rendered in UBL and JSON only (None: not printed).
+    payee_iban: str | None = None
 
     @property
     def net_total(self) -> Decimal:
@@ -85,6 +87,7 @@ class SampleInvoice:
             seller_vat_id=self.seller.vat_id,
             buyer_name=self.buyer.name,
             po_number=self.po_number,
+            payee_iban=self.payee_iban,
             sources={"*": FieldSource("sample-generator")},
         )
 
@@ -140,6 +143,11 @@ def ubl_xml(inv: SampleInvoice) -> bytes:
         if inv.due_date and credit
         else ""
     )
+    if inv.payee_iban and not pay_means:
+        pay_means = (
+            "<cac:PaymentMeans><cbc:PaymentMeansCode>58</cbc:PaymentMeansCode><cac:PayeeFinancialAccount>"
+            f"<cbc:ID>{escape(inv.payee_iban)}</cbc:ID></cac:PayeeFinancialAccount></cac:PaymentMeans>"
+        )
     type_code = (
         "<cbc:CreditNoteTypeCode>381</cbc:CreditNoteTypeCode>"
         if credit
@@ -278,6 +286,8 @@ def invoice_json(inv: SampleInvoice) -> bytes:
     }
     if not inv.omit_payable:
         data["payable_total"] = _a(inv.payable_total)
+    if inv.payee_iban:
+        data["payee_iban"] = inv.payee_iban
     return (json.dumps(data, indent=2, ensure_ascii=True) + "\n").encode("utf-8")
 
 
