@@ -33,6 +33,12 @@ def test_ingest_process_status_show_on_generated_samples(
 ) -> None:
     samples = generate_samples(tmp_path / "samples", count=8, seed=3)
     files = [str(f.path) for f in samples.files]
+    # The team's vendor master first, as `make demo` does: page-read invoices of these sellers
+    # are confirmed by the VAT id they print.
+    master = tmp_path / "vendor-master.csv"
+    master.write_text(samples.vendor_master_csv())
+    imported = cli("vendors", "import", "--org", "acme", str(master), env=env)
+    assert imported.returncode == 0 and "vendor(s) registered" in imported.stdout, imported.stderr
     ingest = cli("ingest", *files, "--org", "acme", env=env)
     assert ingest.returncode == 0, ingest.stderr
     identical = [f for f in samples.files if f.note == "byte-identical re-send"]
@@ -58,6 +64,12 @@ def test_ingest_process_status_show_on_generated_samples(
             " FROM invoices i LEFT JOIN invoices o ON o.id = i.duplicate_of"
         ).fetchall()
         postings = conn.execute("SELECT count(*), count(DISTINCT invoice_id) FROM ledger_postings").fetchone()
+        reasons_of = {
+            name: " ".join(reasons or [])
+            for name, reasons in conn.execute("SELECT source_filename, review_reasons FROM invoices")
+        }
+        unvendored = conn.execute("SELECT count(*) FROM ledger_postings WHERE vendor_id IS NULL").fetchone()
+    assert unvendored == (0,), "every posting names its vendor"
     by_name = {r[1]: r for r in rows}
     for sample in samples.files:
         if sample in identical:
@@ -70,6 +82,7 @@ def test_ingest_process_status_show_on_generated_samples(
             assert (status_, dup, original) == ("processed", "duplicate", sample.duplicate_of), sample.name
         elif sample.review:
             assert (status_, dup) == ("needs_review", "original"), sample.name
+            assert sample.review in reasons_of[sample.name], (sample.name, reasons_of[sample.name])
         else:
             assert (status_, dup) == ("processed", "original"), sample.name
     assert postings is not None and postings[0] == postings[1]

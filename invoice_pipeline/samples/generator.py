@@ -138,6 +138,10 @@ class _Builder(InvoiceDrawer):
 
     def add_invoice(self, stem: str, inv: SampleInvoice, fmt: str, **kw: Any) -> str:
         ext = {"ubl": "xml", "cii": "xml", "json": "json", "pdf": "pdf", "facturx-pdf": "pdf"}[fmt]
+        if fmt == "pdf" and not inv.seller.vat_id and not kw.get("duplicate_of"):
+            # Read from the page with no VAT id printed, the seller cannot be confirmed by the
+            # vendor registry (a name confirms nothing): a person sees it (docs/vendors.md).
+            kw.setdefault("review", "vendor_unconfirmed")
         return self.add(stem, ext, self.render(inv, fmt), fmt, expected=inv.to_fields(), **kw)
 
 

@@ -76,11 +76,14 @@ def test_corpus_field_accuracy(record_property: Any) -> None:
 
 def test_corpus_duplicate_sets_and_non_duplicates() -> None:
     data = _expected()
+    # Only the files the pairs name: a page whose seller is not read has no candidate (the
+    # pipeline holds it for a person to type the seller), and none of them is in a pair.
+    paired = {path for pair in data["duplicate_sets"] + data["not_duplicates"] for path in pair}
     cands = {
         path: MatchCandidate.from_fields(
             path, "org-1", extract_fields(extract_text((CORPUS / path).read_bytes()))
         )
-        for path in data["files"]
+        for path in sorted(paired)
     }
     for first, second in data["duplicate_sets"]:
         match = find_match(cands[second], [cands[first]])
