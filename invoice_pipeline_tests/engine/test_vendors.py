@@ -172,10 +172,17 @@ def test_a_first_einvoice_registers_its_vendor_unless_the_policy_holds_it(
     database_url: str, store: InvoiceStore
 ) -> None:
     """Mechanism: the org policy register_einvoice_vendors, and registration at posting."""
-    (first,) = _process(
-        database_url, store, "acme", [(json_invoice("INV-9401", payee_iban=IBAN_A), "a.json")]
+    first, same_chunk = _process(
+        database_url,
+        store,
+        "acme",
+        [(json_invoice("INV-9401", payee_iban=IBAN_A), "a.json"), (json_invoice("INV-9403"), "c.json")],
     )
     assert _state(database_url, first) == ("processed", [])
+    # Two invoices of one new vendor in a chunk register it once, and both post to it.
+    assert len(store.list_vendors("acme")) == 1
+    assert _posting(database_url, same_chunk)[0] == "Acme Supplies GmbH"
+    assert sql(database_url, "SELECT count(DISTINCT vendor_id), count(*) FROM ledger_postings")[0] == (1, 2)
     name, number, issue, due, iban, amount, source = _posting(database_url, first)
     assert (name, number, str(issue), str(due), iban, amount, source) == (
         "Acme Supplies GmbH",

@@ -31,6 +31,7 @@ from invoice_pipeline.engine.records import (
     LedgerPosting,
     Posting,
     StoredDocument,
+    VendorRegistration,
     Verdict,
 )
 from invoice_pipeline.engine.store.base import as_uuid
@@ -225,15 +226,23 @@ class DocumentsStore(VendorsStore):
         """Post once: a second post of an invoice changes nothing (UNIQUE invoice_id). A posting
         that registers its vendor does so in the same fenced transaction (store/vendors.py)."""
         post = self._run(DOCUMENTS["post_to_ledger"])
+        # A new vendor's invoices in one chunk register it once. Per transaction attempt: a
+        # retried or isolated write starts over, since a rolled-back vendor id is no vendor.
+        registered: dict[tuple[str, VendorRegistration], int] = {}
 
         def write(conn: psycopg.Connection[Any], lease: Lease, p: Posting) -> None:
             vendor_id = p.vendor_id
             if p.registration is not None:
-                vendor_id = self.vendor_for_posting(conn, p.org_id, lease.invoice_id, p.registration)
+                key = (p.org_id, p.registration)
+                if key not in registered:
+                    registered[key] = self.vendor_for_posting(
+                        conn, p.org_id, lease.invoice_id, p.registration
+                    )
+                vendor_id = registered[key]
             values = {f.name: getattr(p, f.name) for f in dataclass_fields(p) if f.name != "registration"}
             post(conn, lease, values | {"vendor_id": vendor_id})
 
-        return self._write_chunk(items, write, step=step)
+        return self._write_chunk(items, write, lambda conn, leases: registered.clear(), step=step)
 
     def post_to_ledger(self, lease: Lease, org_id: str, amount: Decimal, currency: str) -> LedgerPosting:
         self._only(self.post_many([(lease, Posting(org_id, amount, currency))]), lease)
