@@ -79,7 +79,9 @@ def test_a_kill_mid_chunk_keeps_what_was_read_and_rereads_only_the_rest(
             ).fetchall()
         )
         processed = conn.execute(
-            "SELECT count(*) FROM invoices WHERE status = 'processed' AND id = ANY(%s)", (invoices,)
+            # Finished: posted, or held because no vendor master confirms these pages' seller.
+            "SELECT count(*) FROM invoices WHERE status IN ('processed', 'needs_review') AND id = ANY(%s)",
+            (invoices,),
         ).fetchone()
     assert processed == (DOCUMENTS,)
     assert all(starts[i] == 1 for i in kept), "a document saved before the kill is never read again"

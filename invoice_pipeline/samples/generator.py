@@ -76,7 +76,7 @@ class SampleSet:
         return {"seed": self.seed, "files": [f.to_json() for f in self.files]}
 
     def vendor_master_csv(self) -> str:
-        """The sellers of the original invoices as an ERP's vendor-master export would list them
+        """The sellers of the valid invoices as an ERP's vendor-master export would list them
         (`invoice-pipeline vendors import`): what a team has before its first invoice arrives."""
         out = io.StringIO()
         writer = csv.writer(out)
@@ -84,7 +84,10 @@ class SampleSet:
         vendors: dict[tuple[str, str], tuple[set[str], str]] = {}
         for f in self.files:
             e = f.expected
-            if f.note != "original" or e is None or not e.seller_name:
+            # Every valid sample's seller but those a sample shows unconfirmed (a new vendor,
+            # a changed account): the master knows whom the org has paid before.
+            unconfirmed = f.review in ("vendor_unconfirmed", "bank_details_changed")
+            if f.quarantine_code or unconfirmed or e is None or not e.seller_name:
                 continue
             ibans, currency = vendors.setdefault(
                 (e.seller_name, e.seller_vat_id or ""), (set(), e.currency or "")

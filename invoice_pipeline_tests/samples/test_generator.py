@@ -4,9 +4,11 @@ import json
 from pathlib import Path
 
 from invoice_pipeline.documents import BadDocument, extract_fields, extract_text
+from invoice_pipeline.domain.identity import Vendor, matching_vendor, vendor_reasons
 from invoice_pipeline.domain.matching import MatchCandidate, find_match
 from invoice_pipeline.domain.review import ReviewPolicy, reason_code, review_reasons
 from invoice_pipeline.domain.validation import validate_fields
+from invoice_pipeline.engine.vendors import read_vendor_csv
 from invoice_pipeline.samples import MANIFEST_NAME, generate_samples
 
 
@@ -31,6 +33,12 @@ def test_manifest_written(tmp_path: Path) -> None:
 def test_duplicates_found_exactly_as_declared(tmp_path: Path) -> None:
     """Run the whole pure pipeline in arrival order; every duplicate decision must match the manifest."""
     s = generate_samples(tmp_path, count=12, seed=5)
+    # The org's vendor master, as the samples list it (what `make demo` imports): who is paid is
+    # decided against it, as the approve stage does.
+    registry = [
+        Vendor(n, "org-demo", row.name, row.default_currency, row.identifiers)
+        for n, row in enumerate(read_vendor_csv(s.vendor_master_csv()), start=1)
+    ]
     accepted: list[MatchCandidate] = []
     for f in s.files:
         try:
@@ -42,7 +50,11 @@ def test_duplicates_found_exactly_as_declared(tmp_path: Path) -> None:
             assert f.fails_at == "validate", f.name
             continue
         # Business exceptions are valid documents: held for a person, never quarantined.
-        held = [reason_code(r) for r in review_reasons(fields, ReviewPolicy())]
+        vendor = matching_vendor(fields, registry)
+        reasons = review_reasons(fields, ReviewPolicy()) + vendor_reasons(
+            fields, vendor, registers_einvoice_vendors=True
+        )
+        held = [reason_code(r) for r in reasons]
         assert held == ([f.review] if f.review else []), (f.name, held)
         candidate = MatchCandidate.from_fields(f.name, "org-demo", fields)
         match = find_match(candidate, accepted)

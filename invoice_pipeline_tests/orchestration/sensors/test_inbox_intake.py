@@ -8,6 +8,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -104,9 +105,13 @@ def test_poisoned_inbox_never_stops_intake_and_every_good_file_is_planned_and_pr
         # A name that is not UTF-8 is only a label: the bytes are an invoice all the same.
         bytes_path(inbox, b"acme", b"caf\xe9.json"): json_invoice("C-605", total="605.00"),
     }
+    # Stamped an hour ahead: "quiet for QUIET_SECONDS" can never hold, however slowly this
+    # machine gets to the first tick, so only the second scan's agreement takes them.
+    ahead = time.time_ns() + 3600 * 1_000_000_000
     for path, content in good.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content)
+        os.utime(path, ns=(ahead, ahead))
     acme = inbox / "acme"
     (acme / "passwd.xml").symlink_to(PASSWD)
     (inbox / "etc").symlink_to("/etc", target_is_directory=True)
@@ -115,6 +120,7 @@ def test_poisoned_inbox_never_stops_intake_and_every_good_file_is_planned_and_pr
     secret.write_bytes(json_invoice("UNREADABLE"))
     secret.chmod(0)
     (acme / "vanishes.json").write_bytes(json_invoice("VANISHES"))
+    os.utime(acme / "vanishes.json", ns=(ahead, ahead))
     (acme / "upload.json.part").write_bytes(b'{"format_version": 1, "invoice_num')
     (acme / ".editor.swp").write_bytes(b"swap")
     (inbox / " ").mkdir()
