@@ -73,7 +73,10 @@ class ReviewPageStore(ReviewStore):
     def review_org_counts(self, orgs: tuple[str, ...] | None) -> list[QueueCount]:
         with self.pool.connection() as conn:
             return self._all(
-                conn, QueueCount, PAGES["review_page_org_counts"], {"orgs": list(orgs) if orgs else None}
+                conn,
+                QueueCount,
+                PAGES["review_page_org_counts"],
+                {"orgs": list(orgs) if orgs is not None else None},
             )
 
     def review_invoice(self, invoice_id: UUID | str) -> ReviewInvoice | None:
