@@ -14,7 +14,6 @@ import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from uuid import UUID
 
 import pytest
 
@@ -233,7 +232,11 @@ def test_password_guessing_is_throttled_and_locks_the_account(
         # Enough failures lock the account, and say so in the log. The throttle's clock is moved
         # past each backoff instead of waiting it out.
         now = [time.monotonic()]
-        ui.throttle.clock = lambda: now[0]
+
+        def moved_clock(now: list[float] = now) -> float:
+            return now[0]
+
+        ui.throttle.clock = moved_clock
         for i in range(LOCKOUT_FAILURES):
             now[0] += MAX_BACKOFF_SECONDS + 1
             status, _ = guesser.post("/login", {"csrf": csrf, "name": "alice", "password": f"again-{i}"})
@@ -286,14 +289,11 @@ def test_password_checks_run_off_the_event_loop_in_a_bounded_pool(
         tokens = [hidden(c.get("/login")[1], "csrf") for c in clients]
         monkeypatch.setattr(hashlib, "scrypt", held_scrypt)
         results: list[int] = []
-        posts = [
-            threading.Thread(
-                target=lambda c=c, t=t: results.append(
-                    c.post("/login", {"csrf": t, "name": "alice", "password": "wrong"})[0]
-                )
-            )
-            for c, t in zip(clients, tokens, strict=True)
-        ]
+
+        def log_in(client: Client, token: str, results: list[int] = results) -> None:
+            results.append(client.post("/login", {"csrf": token, "name": "alice", "password": "wrong"})[0])
+
+        posts = [threading.Thread(target=log_in, args=pair) for pair in zip(clients, tokens, strict=True)]
         for t in posts:
             t.start()
         # Synchronise on the page's own count of logins waiting, and on the pool's threads.
