@@ -63,7 +63,7 @@ from invoice_pipeline.review_ui.auth import (
     proxy_user,
     unknown_user_hash,
 )
-from invoice_pipeline.review_ui.pages import DrawnBox, PageRenderer, drawn
+from invoice_pipeline.review_ui.pages import DrawnBox, PageRefused, PageRenderer, drawn
 from invoice_pipeline.terminal import printable
 
 HERE = Path(__file__).resolve().parent
@@ -444,7 +444,13 @@ class ReviewUi:
                     c.source.box,
                 )
         return [
-            {"number": n, "size": size, "boxes": boxes[n], "url": f"/invoice/{inv.invoice_id}/page/{n}.png"}
+            {
+                "number": n,
+                "size": size,
+                "boxes": boxes[n],
+                "url": f"/invoice/{inv.invoice_id}/page/{n}.png",
+                "refused": self.renderer.refused(sha, n, size),
+            }
             for n, size in enumerate(sizes, start=1)
         ]
 
@@ -457,9 +463,12 @@ class ReviewUi:
         if inv is None or not inv.sha256:
             return self.error(got, 404, "no such page")
         sha = inv.sha256
-        image = self.renderer.png(
-            sha, int(request.path_params["page"]), lambda: self.store.document_content(sha)
-        )
+        try:
+            image = self.renderer.png(
+                sha, int(request.path_params["page"]), lambda: self.store.document_content(sha)
+            )
+        except PageRefused as exc:
+            return self.error(got, 422, str(exc))
         if image is None:
             return self.error(got, 404, "no such page")
         response = Response(image, media_type="image/png", headers={"Cache-Control": "private, max-age=3600"})
@@ -833,9 +842,11 @@ def _flash(outcome: ActionOutcome, moved: bool) -> tuple[str, str]:
     return "error", f"{outcome.action.replace('_', ' ')} refused: {outcome.message}"
 
 
-def create_app(store: InvoiceStore, auth: AuthConfig, cache_dir: Path | None) -> Starlette:
+def create_app(
+    store: InvoiceStore, auth: AuthConfig, cache_dir: Path | None, renderer: PageRenderer | None = None
+) -> Starlette:
     unknown_user_hash()  # before the first login, so that one costs what every other does
-    ui = ReviewUi(store, auth, PageRenderer(cache_dir))
+    ui = ReviewUi(store, auth, renderer or PageRenderer(cache_dir))
     app = Starlette(routes=ui.routes())
     app.add_middleware(HostCheck, auth=auth)
     app.state.review_ui = ui

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import http.client
+import io
 import json
 import logging
 import threading
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 
 from invoice_pipeline.cli import main
+from invoice_pipeline.documents.sandbox import Sandbox, SandboxLimits
 from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.review_ui.app import LOGIN_THREADS, ReviewUi, create_app
 from invoice_pipeline.review_ui.auth import (
@@ -29,6 +31,7 @@ from invoice_pipeline.review_ui.auth import (
     hash_password,
     load_users,
 )
+from invoice_pipeline.review_ui.pages import PageRenderer
 from invoice_pipeline_tests.engine.review.helpers import held_invoice, sql
 from invoice_pipeline_tests.review_ui.conftest import PASSWORDS, Client, hidden, serve_app
 
@@ -316,3 +319,68 @@ def test_password_checks_run_off_the_event_loop_in_a_bounded_pool(
         assert sorted(results) == [401, 401, 401, 401]
         assert state["most"] == LOGIN_THREADS
         assert all(name.startswith("review-ui-login") for name in threads), threads
+
+
+# -- page images: bounded, in the document sandbox -------------------------------------------------------
+
+
+def blank_pdf(width_pt: float, height_pt: float) -> bytes:
+    import pypdfium2 as pdfium
+
+    doc = pdfium.PdfDocument.new()
+    doc.new_page(width_pt, height_pt)
+    out = io.BytesIO()
+    doc.save(out)
+    return out.getvalue()
+
+
+def scan_png(width: int, height: int, dpi: float) -> bytes:
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("L", (width, height), 255).save(out, "PNG", dpi=(dpi, dpi))
+    return out.getvalue()
+
+
+def test_huge_pages_are_refused_from_their_size_and_the_refusal_shown(
+    store: InvoiceStore, tmp_path: Path
+) -> None:
+    metres = blank_pdf(3500 / 25.4 * 72, 3500 / 25.4 * 72)  # a 3,500 mm page in ~0.5 KB
+    two_dpi = scan_png(1000, 1400, 2.0)  # asks for ~54,000 x 75,600 pixels at 1.5x
+    a4 = blank_pdf(595, 842)
+    invoices = {
+        name: held_invoice(store, "acme", f"INV-PG-{name}", ["negative_total: x"], (content, suffix))
+        for name, content, suffix in (("metres", metres, "pdf"), ("scan", two_dpi, "png"), ("a4", a4, "pdf"))
+    }
+    for url, _ in running(store, AuthConfig(local_user="tester"), tmp_path / "cache"):
+        reviewer = Client(url)
+        for name in ("metres", "scan"):
+            inv = invoices[name]
+            status, page = reviewer.get(f"/invoice/{inv}")
+            assert status == 200
+            assert "page not shown" in page and "40 M pixels" in page, name
+            assert f'src="/invoice/{inv}/page/1.png"' not in page
+            status, body = reviewer.get(f"/invoice/{inv}/page/1.png")
+            assert status == 422 and "40 M pixels" in body, (name, body)
+        status, page = reviewer.get(f"/invoice/{invoices['a4']}")
+        assert "page not shown" not in page
+        with reviewer.opener.open(f"{url}/invoice/{invoices['a4']}/page/1.png", timeout=60) as drawn:
+            assert drawn.status == 200 and drawn.read().startswith(b"\x89PNG")
+
+
+def test_pages_are_drawn_in_the_sandbox_within_its_memory_bound(store: InvoiceStore, tmp_path: Path) -> None:
+    # 6,000 x 6,000 pixels: under the pixel bound, over a 200 MiB worker's memory.
+    inv = held_invoice(store, "acme", "INV-PG-MEM", ["negative_total: x"], (blank_pdf(4000, 4000), "pdf"))
+    small = PageRenderer(tmp_path / "cache", sandbox=Sandbox(SandboxLimits(memory_mib=200)))
+    app = create_app(store, AuthConfig(local_user="tester"), tmp_path / "cache", renderer=small)
+    try:
+        for url in serve_app(app):
+            reviewer = Client(url)
+            status, body = reviewer.get(f"/invoice/{inv}/page/1.png")
+            assert status == 422 and "200 MiB" in body, body
+            # Refused once, then known: the invoice page shows why instead of the image.
+            status, page = reviewer.get(f"/invoice/{inv}")
+            assert status == 200 and "200 MiB" in page
+            assert reviewer.get("/healthz") == (200, "ok")
+    finally:
+        small.sandbox.close()
