@@ -64,7 +64,7 @@ from invoice_pipeline.review_ui.auth import (
     unknown_user_hash,
 )
 from invoice_pipeline.review_ui.pages import DrawnBox, PageRefused, PageRenderer, drawn
-from invoice_pipeline.terminal import printable
+from invoice_pipeline.terminal import printable, printable_json
 
 HERE = Path(__file__).resolve().parent
 COOKIE = "invoice_review_session"
@@ -624,7 +624,7 @@ class ReviewUi:
             return self.error(ctx, 404, "no such organisation (or not one of yours)")
         data = export_layouts(self.store, org, include_disabled=request.query_params.get("all") == "1")
         # The text `review layouts export` writes.
-        text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+        text = printable_json(data) + "\n"
         disposition = f'attachment; filename="{_export_filename(org)}"'
         response = Response(text, media_type="application/json", headers={"Content-Disposition": disposition})
         return self.finish(response, ctx)
