@@ -72,9 +72,10 @@ COOKIE = "invoice_review_session"
 # messages (BrowserTokens); no state on the server.
 BROWSER_COOKIE = "invoice_review_browser"
 FLASH_COOKIE = "invoice_review_flash"
-# Password checks (scrypt, ~16 MiB and ~50 ms each) run in this many threads, off the event
-# loop; beyond LOGIN_QUEUE waiting ones a login is told to come back (503).
-LOGIN_THREADS = 2
+# Password checks (scrypt, ~16 MiB and ~50 ms of a core each) run in this many threads, off the
+# event loop, leaving at least half the cores to everything else; beyond LOGIN_QUEUE waiting ones
+# a login is told to come back (503).
+LOGIN_THREADS = max(1, (os.cpu_count() or 2) // 2)
 LOGIN_QUEUE = 16
 PAGE_SIZE = 50
 MAX_FORM_BYTES = 64 * 1024
