@@ -21,6 +21,7 @@ import json
 import os
 import re
 import socket
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -77,6 +78,8 @@ FLASH_COOKIE = "invoice_review_flash"
 # a login is told to come back (503).
 LOGIN_THREADS = max(1, (os.cpu_count() or 2) // 2)
 LOGIN_QUEUE = 16
+# How much lower than the page's own threads the login threads run (a nice increment).
+LOGIN_NICE = 10
 PAGE_SIZE = 50
 MAX_FORM_BYTES = 64 * 1024
 # A layouts export pasted into the import form: its JSON, and the form that carries it (URL
@@ -127,7 +130,9 @@ class ReviewUi:
         self.sessions = Sessions(self.auth.idle_seconds, self.auth.lifetime_seconds, self.auth.max_sessions)
         self.tokens = BrowserTokens()
         self.throttle = LoginThrottle()
-        self.login_pool = ThreadPoolExecutor(LOGIN_THREADS, thread_name_prefix="review-ui-login")
+        self.login_pool = ThreadPoolExecutor(
+            LOGIN_THREADS, thread_name_prefix="review-ui-login", initializer=_lower_priority
+        )
         self.env = Environment(
             loader=FileSystemLoader(str(HERE / "templates")),
             autoescape=select_autoescape(["html"]),
@@ -819,6 +824,15 @@ async def _in_thread(fn: Any, *args: Any) -> Response:
 
     result: Response = await run_in_threadpool(fn, *args)
     return result
+
+
+def _lower_priority() -> None:
+    """A login thread yields the CPU to the event loop: password checks wait, pages do not.
+    (Linux nice values are per thread; elsewhere, or without permission, it stays as it is.)"""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), LOGIN_NICE)
+    except (AttributeError, OSError):
+        pass
 
 
 def _until_free(attempt: Any) -> ActionOutcome:
