@@ -171,6 +171,8 @@ class PageRenderer:
         self.cache_dir = cache_dir
         self.scale = scale
         self.sandbox = sandbox or shared_sandbox(PAGE_SANDBOX_LIMITS)
+        # Its imports (~0.3 s) while the page starts, not on the first reviewer's first view.
+        self.sandbox.prestart()
         self._images: OrderedDict[tuple[str, int], bytes] = OrderedDict()
         self._sizes: dict[str, list[PageSize]] = {}
         # Pages refused (too large, or over a sandbox bound), and why: refused once, not per view.
