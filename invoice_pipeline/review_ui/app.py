@@ -34,6 +34,7 @@ from uuid import UUID
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
@@ -50,6 +51,8 @@ from invoice_pipeline.engine.review_page_records import QueueFilter, ReviewInvoi
 from invoice_pipeline.engine.review_records import Action, ActionOutcome
 from invoice_pipeline.engine.store import InvoiceStore, LayoutRow
 from invoice_pipeline.review_ui.auth import (
+    LOCKOUT_FAILURES,
+    LOCKOUT_SECONDS,
     AuthConfig,
     BrowserTokens,
     LoginThrottle,
@@ -280,11 +283,16 @@ class ReviewUi:
         finally:
             self._logins_waiting -= 1
         if reviewer is None:
-            if self.throttle.failed(account, address):
+            if self.throttle.failed(account, address) and account is not None:
                 log.warning(
-                    "review page: account %s locked after repeated wrong passwords (last from %s)",
-                    printable(name),
+                    "review page: account %s locked for %g s after %d wrong passwords (last from %s)",
+                    printable(account),
+                    LOCKOUT_SECONDS,
+                    LOCKOUT_FAILURES,
                     printable(address),
+                )
+                await run_in_threadpool(
+                    self.store.record_login_lockout, account, address, LOCKOUT_FAILURES, LOCKOUT_SECONDS
                 )
             return self.html(request, "login.html", ctx, 401, failed=True)
         self.throttle.succeeded(reviewer.name, address)

@@ -14,6 +14,7 @@ import time
 import urllib.error
 import urllib.parse
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.review_ui.app import LOGIN_THREADS, ReviewUi, create_app
 from invoice_pipeline.review_ui.auth import (
     LOCKOUT_FAILURES,
+    LOCKOUT_SECONDS,
     MAX_BACKOFF_SECONDS,
     AuthConfig,
     Reviewer,
@@ -212,7 +214,7 @@ def test_an_account_with_no_orgs_sees_no_org(store: InvoiceStore, tmp_path: Path
 
 
 def test_password_guessing_is_throttled_and_locks_the_account(
-    store: InvoiceStore, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    database_url: str, store: InvoiceStore, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     users = {name: Reviewer(name, None, hash_password(pw)) for name, pw in PASSWORDS.items()}
     caplog.set_level(logging.WARNING, logger="invoice_pipeline.review_ui.security")
@@ -262,6 +264,11 @@ def test_password_guessing_is_throttled_and_locks_the_account(
         )
         assert status == 429 and len(ui.sessions) == 0
         assert ui.throttle.wait("alice", "198.51.100.7") > 0  # from any address
+        # On the record, beyond the log (sql/0017).
+        assert sql(
+            database_url,
+            "SELECT reviewer, client_address, failures, locked_until - locked_at FROM review_login_lockouts",
+        ) == [("alice", "127.0.0.1", LOCKOUT_FAILURES, timedelta(seconds=LOCKOUT_SECONDS))]
         # bob, who did nothing wrong, logs in once this address's backoff is over.
         Client(url).login("bob")
         assert len(ui.sessions) == 1

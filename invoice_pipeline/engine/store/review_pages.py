@@ -97,6 +97,19 @@ class ReviewPageStore(ReviewStore):
         value = self._scalar(PAGES["review_page_version"], {"invoice_id": as_uuid(invoice_id)})
         return None if value is None else str(value)
 
+    def record_login_lockout(self, reviewer: str, client_address: str, failures: int, seconds: float) -> None:
+        """The review page locked `reviewer` after `failures` wrong passwords: on the record."""
+        with self.pool.connection() as conn:
+            conn.execute(
+                PAGES["record_login_lockout"],
+                {
+                    "reviewer": reviewer,
+                    "client_address": client_address,
+                    "failures": failures,
+                    "seconds": seconds,
+                },
+            )
+
     def document_content(self, sha256: str) -> bytes | None:
         value = self._scalar(PAGES["review_page_document"], {"sha256": sha256})
         return None if value is None else bytes(value)
