@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from invoice_pipeline.config import ConfigError, Settings
-from invoice_pipeline.terminal import printable
+from invoice_pipeline.terminal import printable, printable_json
 
 EXIT_OK = 0
 EXIT_NOT_FOUND = 1
@@ -113,7 +113,7 @@ def cmd_layouts_export(args: argparse.Namespace, settings: Settings) -> int:
         data = export_layouts(store, org, include_disabled=args.all)
     finally:
         store.close()
-    text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    text = printable_json(data) + "\n"
     if args.output in (None, "-"):
         sys.stdout.write(text)
     else:
@@ -140,7 +140,7 @@ def cmd_layouts_import(args: argparse.Namespace, settings: Settings) -> int:
     finally:
         store.close()
     for row in rows:
-        print(f"imported {row.vendor_key} as layout {row.id} v{row.version} in org {org}")
+        print(printable(f"imported {row.vendor_key} as layout {row.id} v{row.version} in org {org}"))
     print(f"{len(rows)} layout(s) imported")
     return EXIT_OK
 

@@ -32,6 +32,11 @@ ENV_REQUEST_TIMEOUT = "INVOICE_PIPELINE_REQUEST_TIMEOUT_SECONDS"
 ENV_DAGSTER_DATABASE_NAME = "INVOICE_PIPELINE_DAGSTER_DATABASE_NAME"
 ENV_CELERY_MAX_RUN = "INVOICE_PIPELINE_CELERY_MAX_RUN_SECONDS"
 ENV_CELERY_BROKER_HEARTBEAT = "INVOICE_PIPELINE_CELERY_BROKER_HEARTBEAT_SECONDS"
+# 1: the code location has the Launchpad review jobs (review_invoice, correct_invoice,
+# requeue_invoices); 0 leaves them out. Dagster's open-source webserver has no login, so a
+# Launchpad approval names whoever typed a name, for any org: a production deployment sets 0 and
+# approvals go through the review page behind authentication (docs/scale-out.md).
+ENV_REVIEW_JOBS = "INVOICE_PIPELINE_REVIEW_JOBS"
 
 DEFAULT_PG_PORT = 54329
 # The one place for defaults: Settings (the CLI) and the Dagster resource both read these.
@@ -152,6 +157,16 @@ def _int(env: dict[str, str], name: str, default: int, minimum: int = 0) -> int:
     return value
 
 
+def _switch(env: dict[str, str], name: str, default: bool) -> bool:
+    """A 0/1 setting; anything else is refused rather than guessed."""
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    if raw not in ("0", "1"):
+        raise ConfigError(f"{name} must be 0 or 1, got {raw!r}")
+    return raw == "1"
+
+
 @dataclass(frozen=True)
 class Settings:
     home: Path
@@ -170,6 +185,7 @@ class Settings:
     dagster_database_name: str | None
     celery_max_run: timedelta = timedelta(seconds=DEFAULT_CELERY_MAX_RUN_SECONDS)
     celery_broker_heartbeat: timedelta = timedelta(seconds=DEFAULT_CELERY_BROKER_HEARTBEAT_SECONDS)
+    review_jobs: bool = True
 
     @property
     def uses_embedded_postgres(self) -> bool:
@@ -222,4 +238,5 @@ class Settings:
                     env, ENV_CELERY_BROKER_HEARTBEAT, DEFAULT_CELERY_BROKER_HEARTBEAT_SECONDS, minimum=1
                 )
             ),
+            review_jobs=_switch(env, ENV_REVIEW_JOBS, True),
         )

@@ -5,12 +5,15 @@ ESC sequence in it can clear the screen, retitle the window or write the clipboa
 a C1 control does the same on terminals that honour 8-bit controls, and a bidi override makes
 "INV-1" display as something else. Every human-readable line the CLI prints passes its values
 through `printable`; the stored value stays as the sender wrote it, and JSON output stays JSON
-(`json.dumps` escapes everything outside ASCII).
+(`json.dumps` escapes everything outside ASCII; `printable_json` keeps other scripts readable
+and escapes only what a terminal would act on).
 """
 
 from __future__ import annotations
 
+import json
 import re
+from typing import Any
 
 # C0 controls (ESC, BEL, backspace, CR, newline, tab too: a value is printed on one line and must
 # not forge another), DEL, C1 controls (8-bit CSI/OSC), the bidi embeddings, overrides, isolates
@@ -37,3 +40,12 @@ def printable(value: object) -> str:
     on or a reader could not see becomes `\\x1b`, `\\u202e`, `\\n` and so on.
     """
     return _UNSAFE.sub(_escape, "" if value is None else str(value))
+
+
+def printable_json(value: Any) -> str:
+    """`value` as indented JSON, UTF-8 kept readable, with every character `printable` would
+    escape written as a JSON escape (`\\u0085`, `\\u202e`): the same document, safe on a terminal.
+    (Outside strings there is only the indentation's newlines, kept; inside them json.dumps has
+    escaped C0 already, and an escape means the same as the character.)"""
+    text = json.dumps(value, indent=2, ensure_ascii=False)
+    return _UNSAFE.sub(lambda m: m.group() if m.group() == "\n" else f"\\u{ord(m.group()):04x}", text)

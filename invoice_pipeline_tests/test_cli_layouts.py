@@ -67,3 +67,41 @@ def test_learn_list_show_export_import_disable(
     )
     assert disabled.returncode == 0, disabled.stderr
     assert store.list_layouts("globex") == [] and len(store.list_layouts("acme")) == 1
+
+
+def test_import_and_export_never_send_a_files_escapes_to_the_terminal(
+    env: dict[str, str], store: InvoiceStore, tmp_path: Path
+) -> None:
+    """A layouts file is someone else's text: its vendor key must not write the operator's
+    clipboard (OSC 52) when `import` names it, nor C1 or bidi controls reach the screen from
+    `export` (issue 41)."""
+    clipboard = "\x1b]52;c;cm0gLXJmIH4=\x07"
+    hostile = {
+        "format": "invoice-pipeline/vendor-layouts",
+        "format_version": 1,
+        "org_id": "elsewhere",
+        "layouts": [
+            {
+                "vendor_key": f"name:evil{clipboard}",
+                "seller_name": "Evil\u0085GmbH\u202eTXT.EXE",
+                "currency": "EUR",
+                "fingerprint": [],
+                "rules": [],
+                "enabled": True,
+            }
+        ],
+    }
+    path = tmp_path / "hostile.json"
+    path.write_text(json.dumps(hostile), encoding="utf-8")
+    imported = run_cli("review", "layouts", "import", str(path), "--org", "acme", env=env)
+    assert imported.returncode == 0, imported.stderr
+    assert "\x1b" not in imported.stdout and "\x07" not in imported.stdout
+    assert "name:evil\\x1b]52;c;cm0gLXJmIH4=\\x07" in imported.stdout
+    exported = run_cli("review", "layouts", "export", "--org", "acme", env=env)
+    assert exported.returncode == 0, exported.stderr
+    for ch in ("\x1b", "\x07", "\x85", "\u202e"):
+        assert ch not in exported.stdout, repr(ch)
+    # Still the same document, read back.
+    [layout] = json.loads(exported.stdout)["layouts"]
+    assert layout["vendor_key"] == f"name:evil{clipboard}"
+    assert layout["seller_name"] == "Evil\u0085GmbH\u202eTXT.EXE"

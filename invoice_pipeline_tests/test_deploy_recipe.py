@@ -13,6 +13,7 @@ import re
 import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
 
 from invoice_pipeline import config
@@ -95,3 +96,27 @@ def test_the_deployment_image_is_the_dockerfile_s_and_python_matches() -> None:
     for path in (DOCKERFILE, VALUES):
         head = path.read_text()[:1200]
         assert "NOT BUILT HERE" in head or "NOT RUN HERE" in head, path
+
+
+def test_the_production_code_location_has_no_launchpad_approvals(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dagster's webserver has no login: a Launchpad review job would let anyone who reaches it
+    approve any org's invoice under any name. The deployed code location leaves them out
+    (issue 41); a development one (the variable unset) keeps them."""
+    from invoice_pipeline.orchestration.definitions import make_definitions, make_resources
+    from invoice_pipeline.orchestration.review_jobs import CORRECT_INVOICE, REQUEUE_INVOICES, REVIEW_INVOICE
+
+    approvals = {REVIEW_INVOICE, CORRECT_INVOICE, REQUEUE_INVOICES}
+    values = yaml.safe_load(VALUES.read_text())
+    (deployment,) = values["dagster-user-deployments"]["deployments"]
+    deployed = {e["name"]: e["value"] for e in deployment["env"]}
+    launched = dict(v.split("=", 1) for v in values["runLauncher"]["config"]["k8sRunLauncher"]["envVars"])
+    for env in (deployed, launched):
+        assert config.Settings.from_env(env).review_jobs is False
+    monkeypatch.setenv(config.ENV_REVIEW_JOBS, deployed[config.ENV_REVIEW_JOBS])
+    jobs = {j.name for j in make_definitions(make_resources()).get_repository_def().get_all_jobs()}
+    assert "process_invoice" in jobs and not jobs & approvals
+    monkeypatch.delenv(config.ENV_REVIEW_JOBS)
+    jobs = {j.name for j in make_definitions(make_resources()).get_repository_def().get_all_jobs()}
+    assert approvals <= jobs
+    with pytest.raises(config.ConfigError):
+        config.Settings.from_env({config.ENV_REVIEW_JOBS: "false"})

@@ -365,6 +365,11 @@ class Sandbox:
         payload = json.dumps(extracted.to_json()).encode()
         return InvoiceFields.from_json(self._call({"op": "fields"}, payload))
 
+    def call(self, header: dict[str, Any], payload: bytes) -> Any:
+        """Another operation the worker knows (the review page's page images:
+        `review_ui.pages.sandboxed`), under the same bounds."""
+        return self._call(header, payload)
+
     def ping(self) -> int:
         """The pid of the worker that answered (tests and benchmarks use it to see replacement)."""
         return int(self._call({"op": "ping"}, b"")["pid"])

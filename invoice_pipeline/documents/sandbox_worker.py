@@ -70,6 +70,11 @@ def _handle(header: dict[str, Any], payload: bytes) -> dict[str, Any]:
         return extract_fields(ExtractedText.from_json(json.loads(payload))).to_json()
     if op == "ping":
         return {"pid": os.getpid()}
+    if op in ("page_sizes", "page_png"):
+        # The review page's page images, drawn here under the same bounds as any parse.
+        from invoice_pipeline.review_ui.pages import sandboxed
+
+        return sandboxed(header, payload)
     raise ValueError(f"unknown sandbox operation {op!r}")
 
 

@@ -18,6 +18,7 @@ Layouts are per organisation: every read and write names the invoice's own org.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -143,6 +144,12 @@ def learn_quietly(store: InvoiceStore, invoice_id: UUID | str, taught_by: str) -
 # -- export and import (docs/layouts.md) ---------------------------------------------------------
 
 
+# Layouts one import takes at most. An import locks each vendor (an advisory lock) until it
+# commits; PostgreSQL's shared lock table holds ~6,400 by default (max_locks_per_transaction 64
+# x max_connections 100), shared by every session: 1,000 leaves room for everyone else.
+MAX_IMPORT_LAYOUTS = 1000
+
+
 def export_layouts(store: InvoiceStore, org_id: str, *, include_disabled: bool = False) -> dict[str, Any]:
     rows = store.list_layouts(org_id, include_disabled=include_disabled)
     return {
@@ -164,8 +171,47 @@ def parse_export(data: Mapping[str, Any], org_id: str) -> list[VendorLayout]:
         )
     layouts = data.get("layouts")
     if not isinstance(layouts, list):
-        raise ValueError("'layouts' must be a list")
-    return [VendorLayout.from_json(item, org_id=org_id) for item in layouts]
+        raise ValueError("$.layouts: must be a list")
+    if len(layouts) > MAX_IMPORT_LAYOUTS:
+        raise ValueError(
+            f"$.layouts: {len(layouts):,} layouts, more than the {MAX_IMPORT_LAYOUTS:,} one import takes "
+            "(each vendor is locked until the import commits); split the export"
+        )
+    odd = _first_non_finite(layouts, "$.layouts")
+    if odd is not None:
+        raise ValueError(f"{odd}: not a finite number")
+    parsed = []
+    for index, item in enumerate(layouts):
+        where = f"$.layouts[{index}]"
+        if not isinstance(item, Mapping):
+            raise ValueError(f"{where}: must be an object")
+        if not isinstance(item.get("enabled", True), bool):
+            raise ValueError(f"{where}.enabled: must be true or false, not {item['enabled']!r}")
+        try:
+            parsed.append(VendorLayout.from_json(item, org_id=org_id))
+        except KeyError as exc:
+            raise ValueError(f"{where}: lacks the key {exc}") from None
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise ValueError(f"{where}: {exc}") from None
+    return parsed
+
+
+def _first_non_finite(value: Any, path: str) -> str | None:
+    """The JSON path of the first Infinity, -Infinity, NaN or overflowing number (1e999) in
+    `value`: Python's JSON reader accepts them, no layout field means them."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else path
+    if isinstance(value, Mapping):
+        items: Any = ((f"{path}.{key}", v) for key, v in value.items())
+    elif isinstance(value, list):
+        items = ((f"{path}[{i}]", v) for i, v in enumerate(value))
+    else:
+        return None
+    for where, inner in items:
+        found = _first_non_finite(inner, where)
+        if found is not None:
+            return found
+    return None
 
 
 def import_layouts(store: InvoiceStore, data: Mapping[str, Any], org_id: str, actor: str) -> list[LayoutRow]:

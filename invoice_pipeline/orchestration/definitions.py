@@ -48,9 +48,13 @@ def make_definitions(
     *,
     extra_jobs: Sequence[JobDefinition] = (),
     intake: SensorDefinition = new_invoices_sensor,
+    review: bool | None = None,
 ) -> Definitions:
     """Everything of a code location; `intake` is the one sensor that requests processing runs
-    (a location with two would request each invoice from both)."""
+    (a location with two would request each invoice from both). `review`: with the Launchpad
+    review jobs (default: INVOICE_PIPELINE_REVIEW_JOBS, 1 unless set; a production deployment
+    sets 0, see config.ENV_REVIEW_JOBS)."""
+    with_review = Settings.from_env().review_jobs if review is None else review
     return Definitions(
         assets=[*pipeline_assets, *report_assets, *review_queue_assets],
         asset_checks=[*invariant_checks, *review_queue_checks],
@@ -60,7 +64,7 @@ def make_definitions(
             *extra_jobs,
             refresh_reports,
             check_invariants,
-            *review_jobs,
+            *(review_jobs if with_review else ()),
         ],
         sensors=[intake],
         schedules=[

@@ -16,12 +16,15 @@ No JavaScript: forms and links. Every POST carries the session's CSRF token.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
 import socket
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -31,9 +34,11 @@ from uuid import UUID
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from invoice_pipeline.domain.corrections import CorrectionError, as_text
 from invoice_pipeline.domain.fields import FIELD_NAMES, InvoiceFields
@@ -46,21 +51,38 @@ from invoice_pipeline.engine.review_page_records import QueueFilter, ReviewInvoi
 from invoice_pipeline.engine.review_records import Action, ActionOutcome
 from invoice_pipeline.engine.store import InvoiceStore, LayoutRow
 from invoice_pipeline.review_ui.auth import (
+    LOCKOUT_FAILURES,
+    LOCKOUT_SECONDS,
     AuthConfig,
+    BrowserTokens,
+    LoginThrottle,
     Reviewer,
     Session,
     Sessions,
     audit_name,
     authenticate,
     csrf_ok,
+    host_allowed,
+    log,
     proxy_user,
     unknown_user_hash,
 )
-from invoice_pipeline.review_ui.pages import DrawnBox, PageRenderer, drawn
-from invoice_pipeline.terminal import printable
+from invoice_pipeline.review_ui.pages import DrawnBox, PageRefused, PageRenderer, drawn
+from invoice_pipeline.terminal import printable, printable_json
 
 HERE = Path(__file__).resolve().parent
 COOKIE = "invoice_review_session"
+# A browser without a session: a random nonce its CSRF token is signed over, and its flash
+# messages (BrowserTokens); no state on the server.
+BROWSER_COOKIE = "invoice_review_browser"
+FLASH_COOKIE = "invoice_review_flash"
+# Password checks (scrypt, ~16 MiB and ~50 ms of a core each) run in this many threads, off the
+# event loop, leaving at least half the cores to everything else; beyond LOGIN_QUEUE waiting ones
+# a login is told to come back (503).
+LOGIN_THREADS = max(1, (os.cpu_count() or 2) // 2)
+LOGIN_QUEUE = 16
+# How much lower than the page's own threads the login threads run (a nice increment).
+LOGIN_NICE = 10
 PAGE_SIZE = 50
 MAX_FORM_BYTES = 64 * 1024
 # A layouts export pasted into the import form: its JSON, and the form that carries it (URL
@@ -101,10 +123,19 @@ class ReviewUi:
     auth: AuthConfig
     renderer: PageRenderer
     sessions: Sessions = field(init=False)
+    tokens: BrowserTokens = field(init=False)
+    throttle: LoginThrottle = field(init=False)
+    login_pool: ThreadPoolExecutor = field(init=False)
     env: Environment = field(init=False)
+    _logins_waiting: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
-        self.sessions = Sessions(self.auth.idle_seconds, self.auth.lifetime_seconds)
+        self.sessions = Sessions(self.auth.idle_seconds, self.auth.lifetime_seconds, self.auth.max_sessions)
+        self.tokens = BrowserTokens()
+        self.throttle = LoginThrottle()
+        self.login_pool = ThreadPoolExecutor(
+            LOGIN_THREADS, thread_name_prefix="review-ui-login", initializer=_lower_priority
+        )
         self.env = Environment(
             loader=FileSystemLoader(str(HERE / "templates")),
             autoescape=select_autoescape(["html"]),
@@ -119,6 +150,7 @@ class ReviewUi:
 
     def html(self, request: Request, template: str, ctx: Ctx, status: int = 200, **values: Any) -> Response:
         flash, ctx.session.flash = ctx.session.flash, []
+        ctx.flash_shown = True
         body = self.env.get_template(template).render(
             reviewer=ctx.reviewer,
             who=audit_name(self.auth, ctx.reviewer),
@@ -132,36 +164,57 @@ class ReviewUi:
     def finish(self, response: Response, ctx: Ctx | None) -> Response:
         for name, value in SECURITY_HEADERS.items():
             response.headers.setdefault(name, value)
-        if ctx is not None and ctx.new_cookie:
-            response.set_cookie(
-                COOKIE,
-                ctx.session.sid,
-                httponly=True,
-                samesite="strict",
-                secure=self.auth.secure_cookie,
-                path="/",
-            )
+        if ctx is None:
+            return response
+        if ctx.new_cookie:
+            self._cookie(response, COOKIE, ctx.session.sid)
+        if ctx.new_nonce:
+            self._cookie(response, BROWSER_COOKIE, ctx.nonce)
+        # A browser without a session keeps its flash messages in a signed cookie.
+        if ctx.session.transient and ctx.session.flash:
+            self._cookie(response, FLASH_COOKIE, self.tokens.pack_flash(ctx.nonce, ctx.session.flash))
+        elif ctx.had_flash_cookie and ctx.flash_shown:
+            response.delete_cookie(FLASH_COOKIE, path="/")
         return response
+
+    def _cookie(self, response: Response, name: str, value: str) -> None:
+        response.set_cookie(
+            name, value, httponly=True, samesite="strict", secure=self.auth.secure_cookies, path="/"
+        )
 
     def error(self, ctx: Ctx | None, status: int, message: str) -> Response:
         return self.finish(PlainTextResponse(message, status), ctx)
 
     def context(self, request: Request) -> Ctx | Response:
-        """The session (made if missing) and the reviewer; a response when there is none."""
-        session = self.sessions.get(request.cookies.get(COOKIE))
-        new = session is None
-        if session is None:
-            session = self.sessions.new()
-        ctx = Ctx(session, None, new)
+        """The reviewer, and their session: the logged-in one (accounts mode), or else a
+        transient one kept in signed cookies (nothing is stored for a request without a login).
+        A response when the request may not be served."""
+        nonce = request.cookies.get(BROWSER_COOKIE)
+        new_nonce = not self.tokens.is_nonce(nonce)
+        if nonce is None or new_nonce:
+            nonce = self.tokens.new_nonce()
+        session = None
+        if self.auth.mode == "accounts":
+            session = self.sessions.get(request.cookies.get(COOKIE), self.auth.account)
+        reviewer: Reviewer | None = session.user if session is not None else None
         if self.auth.mode == "local":
-            ctx.reviewer = Reviewer(self.auth.local_user)
+            reviewer = Reviewer(self.auth.local_user)
         elif self.auth.mode == "proxy":
             client = request.client.host if request.client else None
-            ctx.reviewer = proxy_user(self.auth, client, request.headers.get(self.auth.proxy_header or ""))
-            if ctx.reviewer is None:
-                return self.error(ctx, 403, "this page is only served through the authenticating proxy")
-        else:
-            ctx.reviewer = session.user
+            reviewer = proxy_user(self.auth, client, request.headers.get(self.auth.proxy_header or ""))
+        had_flash = FLASH_COOKIE in request.cookies
+        if session is None:
+            now = time.monotonic()
+            who = reviewer.name if reviewer is not None else ""
+            flash = self.tokens.unpack_flash(nonce, request.cookies.get(FLASH_COOKIE))
+            session = Session("", self.tokens.csrf(nonce, who), now, now, reviewer, flash, transient=True)
+        ctx = Ctx(session, reviewer, False, nonce=nonce, new_nonce=new_nonce, had_flash_cookie=had_flash)
+        if self.auth.mode == "proxy" and reviewer is None:
+            return self.error(
+                ctx,
+                403,
+                "this page is only served through the authenticating proxy, to people its users file lists",
+            )
         return ctx
 
     async def checked_form(
@@ -174,7 +227,8 @@ class ReviewUi:
             return self.error(ctx, 413, f"refused: the form is larger than {limit // 1024} KiB")
         token = values.get("csrf") or ""
         # compare_digest raises on non-ASCII text: such a token is simply not this session's.
-        if ctx.new_cookie or not token.isascii() or not csrf_ok(ctx.session, token):
+        # A browser that came without its cookie cannot have a token of it.
+        if ctx.new_nonce or not token.isascii() or not csrf_ok(ctx.session, token):
             return self.error(
                 ctx,
                 403,
@@ -207,14 +261,45 @@ class ReviewUi:
             form = await self.checked_form(request, ctx)
             if isinstance(form, Response):
                 return form
-            reviewer = authenticate(self.auth, form.get("name", ""), form.get("password", ""))
-            if reviewer is None:
-                return self.html(request, "login.html", ctx, 401, failed=True)
-            # A new session on login: the id from before is not the logged-in one (fixation).
-            self.sessions.drop(ctx.session.sid)
-            ctx = Ctx(self.sessions.new(reviewer), reviewer, True)
-            return self.finish(RedirectResponse("/", 303), ctx)
+            return await self._log_in(request, ctx, form.get("name", ""), form.get("password", ""))
         return self.html(request, "login.html", ctx, failed=False)
+
+    async def _log_in(self, request: Request, ctx: Ctx, name: str, password: str) -> Response:
+        """Throttled per account and address (refused before any hashing while either waits);
+        the password checked in the bounded login pool, never on the event loop."""
+        address = request.client.host if request.client else "unknown"
+        account = name if self.auth.account(name) is not None else None
+        wait = self.throttle.wait(account, address)
+        if wait > 0:
+            response = self.html(request, "login.html", ctx, 429, failed=False, wait=int(wait) + 1)
+            response.headers["Retry-After"] = str(int(wait) + 1)
+            return response
+        if self._logins_waiting >= LOGIN_QUEUE:
+            return self.error(ctx, 503, "too many logins at once: try again in a moment")
+        self._logins_waiting += 1
+        try:
+            loop = asyncio.get_running_loop()
+            reviewer = await loop.run_in_executor(self.login_pool, authenticate, self.auth, name, password)
+        finally:
+            self._logins_waiting -= 1
+        if reviewer is None:
+            if self.throttle.failed(account, address) and account is not None:
+                log.warning(
+                    "review page: account %s locked for %g s after %d wrong passwords (last from %s)",
+                    printable(account),
+                    LOCKOUT_SECONDS,
+                    LOCKOUT_FAILURES,
+                    printable(address),
+                )
+                await run_in_threadpool(
+                    self.store.record_login_lockout, account, address, LOCKOUT_FAILURES, LOCKOUT_SECONDS
+                )
+            return self.html(request, "login.html", ctx, 401, failed=True)
+        self.throttle.succeeded(reviewer.name, address)
+        # A new session on login: no id from before becomes the logged-in one (fixation).
+        self.sessions.drop(ctx.session.sid)
+        ctx = Ctx(self.sessions.new(reviewer), reviewer, True, nonce=ctx.nonce, new_nonce=ctx.new_nonce)
+        return self.finish(RedirectResponse("/", 303), ctx)
 
     async def logout(self, request: Request) -> Response:
         got = self.context(request)
@@ -223,7 +308,8 @@ class ReviewUi:
         form = await self.checked_form(request, got)
         if isinstance(form, Response):
             return form
-        self.sessions.drop(got.session.sid)
+        if not got.session.transient:
+            self.sessions.drop(got.session.sid)
         response = RedirectResponse("/login" if self.auth.mode == "accounts" else "/", 303)
         response.delete_cookie(COOKIE, path="/")
         return self.finish(response, None)
@@ -372,7 +458,13 @@ class ReviewUi:
                     c.source.box,
                 )
         return [
-            {"number": n, "size": size, "boxes": boxes[n], "url": f"/invoice/{inv.invoice_id}/page/{n}.png"}
+            {
+                "number": n,
+                "size": size,
+                "boxes": boxes[n],
+                "url": f"/invoice/{inv.invoice_id}/page/{n}.png",
+                "refused": self.renderer.refused(sha, n, size),
+            }
             for n, size in enumerate(sizes, start=1)
         ]
 
@@ -385,9 +477,12 @@ class ReviewUi:
         if inv is None or not inv.sha256:
             return self.error(got, 404, "no such page")
         sha = inv.sha256
-        image = self.renderer.png(
-            sha, int(request.path_params["page"]), lambda: self.store.document_content(sha)
-        )
+        try:
+            image = self.renderer.png(
+                sha, int(request.path_params["page"]), lambda: self.store.document_content(sha)
+            )
+        except PageRefused as exc:
+            return self.error(got, 422, str(exc))
         if image is None:
             return self.error(got, 404, "no such page")
         response = Response(image, media_type="image/png", headers={"Cache-Control": "private, max-age=3600"})
@@ -543,7 +638,7 @@ class ReviewUi:
             return self.error(ctx, 404, "no such organisation (or not one of yours)")
         data = export_layouts(self.store, org, include_disabled=request.query_params.get("all") == "1")
         # The text `review layouts export` writes.
-        text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+        text = printable_json(data) + "\n"
         disposition = f'attachment; filename="{_export_filename(org)}"'
         response = Response(text, media_type="application/json", headers={"Content-Disposition": disposition})
         return self.finish(response, ctx)
@@ -646,7 +741,32 @@ class ReviewUi:
 class Ctx:
     session: Session
     reviewer: Reviewer | None
-    new_cookie: bool
+    new_cookie: bool  # set the session cookie (a login)
+    nonce: str = ""
+    new_nonce: bool = False  # the browser came without its nonce cookie: set one
+    had_flash_cookie: bool = False
+    flash_shown: bool = False
+
+
+class HostCheck:
+    """400 for a request whose Host header is not one of the page's names (AuthConfig.host_names):
+    a page served under another name that resolves to this server (DNS rebinding) could otherwise
+    read its forms and post them as the local reviewer."""
+
+    def __init__(self, app: ASGIApp, auth: AuthConfig) -> None:
+        self.app = app
+        self.auth = auth
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            host = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"host"), None)
+            if not host_allowed(self.auth, host):
+                response = PlainTextResponse(
+                    "refused: this page is not served under that host name", 400, headers=SECURITY_HEADERS
+                )
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 async def _form(request: Request, limit: int, errors: str) -> dict[str, str] | None:
@@ -714,6 +834,15 @@ async def _in_thread(fn: Any, *args: Any) -> Response:
     return result
 
 
+def _lower_priority() -> None:
+    """A login thread yields the CPU to the event loop: password checks wait, pages do not.
+    (Linux nice values are per thread; elsewhere, or without permission, it stays as it is.)"""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), LOGIN_NICE)
+    except (AttributeError, OSError):
+        pass
+
+
 def _until_free(attempt: Any) -> ActionOutcome:
     """The action; while another reviewer or a run holds the invoice's lock, again a little later
     (their decision then shows up as "decided meanwhile"), up to BUSY_WAIT_SECONDS."""
@@ -736,9 +865,12 @@ def _flash(outcome: ActionOutcome, moved: bool) -> tuple[str, str]:
     return "error", f"{outcome.action.replace('_', ' ')} refused: {outcome.message}"
 
 
-def create_app(store: InvoiceStore, auth: AuthConfig, cache_dir: Path | None) -> Starlette:
+def create_app(
+    store: InvoiceStore, auth: AuthConfig, cache_dir: Path | None, renderer: PageRenderer | None = None
+) -> Starlette:
     unknown_user_hash()  # before the first login, so that one costs what every other does
-    ui = ReviewUi(store, auth, PageRenderer(cache_dir))
+    ui = ReviewUi(store, auth, renderer or PageRenderer(cache_dir))
     app = Starlette(routes=ui.routes())
+    app.add_middleware(HostCheck, auth=auth)
     app.state.review_ui = ui
     return app

@@ -11,9 +11,16 @@ Three ways to run the review page, safe by default:
   (`--proxy-header X-Remote-User`); it is believed only from the proxy's own addresses
   (`--trusted-proxy`, default 127.0.0.1 and ::1). The audit records `review-ui:proxy:<name>`.
 
-Anything but loopback is refused unless accounts or the proxy header are configured (`check_bind`).
-Sessions live in the server's memory (a restart logs everyone out), expire after an idle time
-and an absolute lifetime, and each carries a CSRF token every POST must send back.
+Anything but loopback is refused unless accounts or the proxy header are configured, and the
+host names the page is served under are named (`check_bind`). Every request's Host header must be
+one of those names (loopback's in local mode): a page under another name that resolves here (DNS
+rebinding) gets 400 (`host_allowed`).
+
+Sessions are made at login only (accounts mode) and live in the server's memory (a restart logs
+everyone out): bounded in number, made in O(1), expired after an idle time and an absolute
+lifetime, and dropped when the account's entry in the users file changes. A browser without a
+session carries no server state: its CSRF token and flash messages are signed into cookies
+(`BrowserTokens`). Logins are throttled per account and per client address (`LoginThrottle`).
 """
 
 from __future__ import annotations
@@ -24,11 +31,14 @@ import hashlib
 import hmac
 import ipaddress
 import json
+import logging
 import os
 import re
 import secrets
 import threading
 import time
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -42,6 +52,14 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
 DEFAULT_IDLE_MINUTES = 30.0
 DEFAULT_LIFETIME_HOURS = 12.0
 DEFAULT_TRUSTED_PROXIES = ("127.0.0.1", "::1")
+# The Host names a page on loopback answers to in local mode (and in every mode, besides the
+# configured ones): what a browser on this machine sends for http://127.0.0.1:PORT and friends.
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+# At most this many logged-in sessions; a login beyond it ends the least recently used one.
+# A session is ~1 KB: 10,000 cost ~10 MB, whatever anonymous traffic comes.
+DEFAULT_MAX_SESSIONS = 10_000
+
+log = logging.getLogger("invoice_pipeline.review_ui.security")
 
 
 class BindRefused(ValueError):
@@ -109,8 +127,11 @@ class Reviewer:
         return self.orgs is None or org_id in self.orgs
 
 
-def load_users(path: Path) -> dict[str, Reviewer]:
-    """The users file: {"alice": {"password": "scrypt$...", "orgs": ["acme"]}, ...}."""
+def load_users(path: Path, *, passwords: bool = True) -> dict[str, Reviewer]:
+    """The users file: {"alice": {"password": "scrypt$...", "orgs": ["acme"]}, ...}.
+
+    `passwords=False` (proxy mode, where people log in at the proxy): an entry may have no
+    password; it then names who may act, and on which orgs. `"orgs": []` is no org at all."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -124,10 +145,14 @@ def load_users(path: Path) -> dict[str, Reviewer]:
         if not NAME_RE.match(str(name)) or not isinstance(account, dict):
             raise AuthError(f"users file {path}: bad account {name!r}")
         password = account.get("password")
-        if not isinstance(password, str) or not password.startswith("scrypt$"):
+        if password is None and not passwords:
+            password = ""
+        elif not isinstance(password, str) or not password.startswith("scrypt$"):
             raise AuthError(f"users file {path}: {name} has no scrypt password hash")
         orgs = account.get("orgs")
-        if orgs is not None and (not isinstance(orgs, list) or not all(isinstance(o, str) for o in orgs)):
+        if orgs is not None and (
+            not isinstance(orgs, list) or not all(isinstance(o, str) and o for o in orgs)
+        ):
             raise AuthError(f"users file {path}: {name}'s orgs must be a list of org ids")
         users[str(name)] = Reviewer(str(name), tuple(orgs) if orgs is not None else None, password)
     if not users:
@@ -147,6 +172,38 @@ def add_user(path: Path, name: str, password: str, orgs: list[str] | None) -> No
         json.dump(data, out, indent=2)
 
 
+class UsersFile:
+    """The users file as it is now: read again when it changes on disk (its size, mtime or
+    inode), so that a removed account or revoked org applies to the next request. A file that
+    cannot be read then holds nobody (fail closed), and says so in the log."""
+
+    def __init__(self, path: Path, users: dict[str, Reviewer], *, passwords: bool) -> None:
+        self.path = path
+        self.passwords = passwords
+        self._users = users
+        self._seen = self._stamp()
+        self._lock = threading.Lock()
+
+    def _stamp(self) -> tuple[int, int, int] | None:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+    def current(self) -> dict[str, Reviewer]:
+        stamp = self._stamp()
+        with self._lock:
+            if stamp != self._seen:
+                self._seen = stamp
+                try:
+                    self._users = load_users(self.path, passwords=self.passwords)
+                except AuthError as exc:
+                    log.error("review page: %s; nobody can act until it is fixed", exc)
+                    self._users = {}
+            return self._users
+
+
 # -- configuration and the bind rule ------------------------------------------------------------
 
 
@@ -160,6 +217,20 @@ class AuthConfig:
     # Mark the session cookie Secure (set when served over HTTPS, e.g. behind the proxy).
     secure_cookie: bool = False
     local_user: str = field(default_factory=lambda: _os_user())
+    # Where `users` came from: read again when it changes (UsersFile).
+    users_file: Path | None = None
+    # Host header names the page answers to besides loopback's (`--allowed-host`).
+    allowed_hosts: tuple[str, ...] = ()
+    max_sessions: int = DEFAULT_MAX_SESSIONS
+    # Served over HTTPS: by the page itself (--tls-cert/--tls-key) or by a proxy in front of it
+    # (--behind-tls-proxy). Cookies are then Secure.
+    tls: bool = False
+    _users_file: UsersFile | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.users_file is not None:
+            reader = UsersFile(self.users_file, self.users or {}, passwords=self.proxy_header is None)
+            object.__setattr__(self, "_users_file", reader)
 
     @property
     def mode(self) -> str:
@@ -170,6 +241,21 @@ class AuthConfig:
     @property
     def authenticates(self) -> bool:
         return self.mode != "local"
+
+    def current_users(self) -> dict[str, Reviewer]:
+        """The accounts as the users file holds them now."""
+        return self._users_file.current() if self._users_file is not None else (self.users or {})
+
+    def account(self, name: str) -> Reviewer | None:
+        return self.current_users().get(name)
+
+    @property
+    def secure_cookies(self) -> bool:
+        return self.secure_cookie or self.tls
+
+    @property
+    def host_names(self) -> frozenset[str]:
+        return frozenset(h.lower() for h in (*LOOPBACK_HOSTS, *self.allowed_hosts))
 
 
 def _os_user() -> str:
@@ -189,14 +275,42 @@ def is_loopback(host: str) -> bool:
 
 
 def check_bind(host: str, auth: AuthConfig) -> None:
-    """Refuse to listen beyond loopback when nobody has to log in."""
-    if is_loopback(host) or auth.authenticates:
+    """Refuse to listen beyond loopback when nobody has to log in, or when no host name is
+    named for the Host check (every request would be refused)."""
+    if is_loopback(host):
         return
-    raise BindRefused(
-        f"refusing to listen on {host}: without authentication anyone who can reach it could approve "
-        "payments. Bind to 127.0.0.1 (the default), or configure reviewer accounts (--users FILE, see "
-        "`invoice-pipeline review-ui-user add`) or a trusted reverse proxy (--proxy-header NAME)"
-    )
+    if not auth.authenticates:
+        raise BindRefused(
+            f"refusing to listen on {host}: without authentication anyone who can reach it could approve "
+            "payments. Bind to 127.0.0.1 (the default), or configure reviewer accounts (--users FILE, see "
+            "`invoice-pipeline review-ui-user add`) or a trusted reverse proxy (--proxy-header NAME)"
+        )
+    if auth.mode == "accounts" and not auth.tls:
+        raise BindRefused(
+            f"refusing to listen on {host} in accounts mode without TLS: passwords and session cookies "
+            "would cross the network in the clear. Give --tls-cert and --tls-key, or --behind-tls-proxy "
+            "when an HTTPS proxy in front of the page terminates TLS"
+        )
+    if not auth.allowed_hosts:
+        raise BindRefused(
+            f"refusing to listen on {host} without --allowed-host NAME: the page answers only to the "
+            "host names it is given (the name people type, e.g. review.example.com)"
+        )
+
+
+def host_allowed(auth: AuthConfig, host_header: str | None) -> bool:
+    """Is the request's Host one of the page's own names? (Port ignored; DNS rebinding sends
+    the attacker's name with this server's address.)"""
+    if not host_header:
+        return False
+    host = host_header.strip().lower()
+    if host.startswith("["):  # [::1]:3100
+        name, closed, rest = host[1:].partition("]")
+        if not closed or (rest and not rest.startswith(":")):
+            return False
+    else:
+        name, _, _ = host.partition(":")
+    return name.rstrip(".") in auth.host_names
 
 
 # -- sessions and CSRF ---------------------------------------------------------------------------
@@ -210,26 +324,43 @@ class Session:
     seen: float
     user: Reviewer | None = None
     flash: list[tuple[str, str]] = field(default_factory=list)
+    # Not kept by the server: a browser without a login, its token and flash in signed cookies.
+    transient: bool = False
 
 
 class Sessions:
-    """Server-side sessions by an unguessable id; idle and absolute expiry."""
+    """Logged-in sessions by an unguessable id; idle and absolute expiry; at most `max_sessions`.
 
-    def __init__(self, idle_seconds: float, lifetime_seconds: float) -> None:
+    Kept least recently seen first, so that making one is O(1): the idle-expired ones are at the
+    front, and past the bound the front one goes. A session whose account changed in the users
+    file (removed, new password, other orgs) is dropped when next seen."""
+
+    def __init__(
+        self, idle_seconds: float, lifetime_seconds: float, max_sessions: int = DEFAULT_MAX_SESSIONS
+    ) -> None:
         self.idle = idle_seconds
         self.lifetime = lifetime_seconds
-        self._by_id: dict[str, Session] = {}
+        self.max_sessions = max_sessions
+        self._by_id: OrderedDict[str, Session] = OrderedDict()
         self._lock = threading.Lock()
 
-    def new(self, user: Reviewer | None = None) -> Session:
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def new(self, user: Reviewer) -> Session:
         now = time.monotonic()
         session = Session(secrets.token_urlsafe(32), secrets.token_urlsafe(32), now, now, user)
         with self._lock:
-            self._expire(now)
+            while self._by_id:
+                oldest = next(iter(self._by_id.values()))
+                if len(self._by_id) < self.max_sessions and not self._expired(oldest, now):
+                    break
+                self._by_id.popitem(last=False)
             self._by_id[session.sid] = session
         return session
 
-    def get(self, sid: str | None) -> Session | None:
+    def get(self, sid: str | None, account: Callable[[str], Reviewer | None]) -> Session | None:
+        """The live session `sid`, if its user's account is still what it was at login."""
         if not sid:
             return None
         now = time.monotonic()
@@ -237,21 +368,132 @@ class Sessions:
             session = self._by_id.get(sid)
             if session is None:
                 return None
-            if now - session.seen > self.idle or now - session.created > self.lifetime:
+            if (
+                self._expired(session, now)
+                or session.user is None
+                or account(session.user.name) != session.user
+            ):
                 del self._by_id[sid]
                 return None
             session.seen = now
+            self._by_id.move_to_end(sid)
             return session
 
     def drop(self, sid: str) -> None:
         with self._lock:
             self._by_id.pop(sid, None)
 
-    def _expire(self, now: float) -> None:
-        for sid in [
-            s for s, v in self._by_id.items() if now - v.seen > self.idle or now - v.created > self.lifetime
-        ]:
-            del self._by_id[sid]
+    def _expired(self, session: Session, now: float) -> bool:
+        return now - session.seen > self.idle or now - session.created > self.lifetime
+
+
+class BrowserTokens:
+    """What a browser without a session needs, with no state on the server: a random nonce in a
+    cookie, the CSRF token as an HMAC of it (and of who is acting), and flash messages signed
+    into a cookie. The key is made at start, so a restart invalidates them like sessions."""
+
+    MAX_FLASH_CHARS = 1500  # a cookie holds ~4 KB
+
+    def __init__(self) -> None:
+        self._key = secrets.token_bytes(32)
+
+    @staticmethod
+    def new_nonce() -> str:
+        return secrets.token_urlsafe(24)
+
+    @staticmethod
+    def is_nonce(value: str | None) -> bool:
+        return bool(value) and len(value or "") == 32 and all(c.isalnum() or c in "-_" for c in value or "")
+
+    def _mac(self, *parts: str) -> str:
+        digest = hmac.new(self._key, "\0".join(parts).encode("utf-8"), hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+    def csrf(self, nonce: str, who: str) -> str:
+        return self._mac("csrf", nonce, who)
+
+    def pack_flash(self, nonce: str, flash: list[tuple[str, str]]) -> str:
+        kept = [(kind, text[: self.MAX_FLASH_CHARS]) for kind, text in flash][-3:]
+        body = base64.urlsafe_b64encode(json.dumps(kept).encode("utf-8")).decode()
+        return f"{body}.{self._mac('flash', nonce, body)}"
+
+    def unpack_flash(self, nonce: str, value: str | None) -> list[tuple[str, str]]:
+        body, _, mac = (value or "").partition(".")
+        if not body or not hmac.compare_digest(mac.encode(), self._mac("flash", nonce, body).encode()):
+            return []
+        try:
+            return [(str(kind), str(text)) for kind, text in json.loads(base64.urlsafe_b64decode(body))]
+        except (ValueError, TypeError):
+            return []
+
+
+# -- login throttling -------------------------------------------------------------------------------
+
+# Failures allowed before any wait; then each failure doubles the wait, up to MAX_BACKOFF_SECONDS.
+FREE_FAILURES = 3
+MAX_BACKOFF_SECONDS = 300.0
+# This many failures in a row lock an account for LOCKOUT_SECONDS, logged (a person should look).
+LOCKOUT_FAILURES = 10
+LOCKOUT_SECONDS = 15 * 60.0
+# Client addresses remembered at most (least recently failed forgotten first).
+MAX_TRACKED_ADDRESSES = 100_000
+
+
+@dataclass
+class _Failures:
+    count: int = 0
+    until: float = 0.0  # monotonic time before which this key may not try again
+
+
+class LoginThrottle:
+    """Login failures per account and per client address, with exponential backoff and an
+    account lockout. A throttled attempt is refused before its password is hashed, so guessing
+    costs the server nothing while it waits. Accounts are tracked only when they exist (bounded
+    by the users file); addresses in a bounded LRU."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._accounts: dict[str, _Failures] = {}
+        self._addresses: OrderedDict[str, _Failures] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def wait(self, account: str | None, address: str) -> float:
+        """Seconds until this account and address may try again (0: now)."""
+        now = self.clock()
+        with self._lock:
+            found = [self._accounts.get(account) if account else None, self._addresses.get(address)]
+            return max([0.0, *(f.until - now for f in found if f is not None)])
+
+    def failed(self, account: str | None, address: str) -> bool:
+        """Count a failure; True when it locked the account."""
+        now = self.clock()
+        with self._lock:
+            entry = self._addresses.pop(address, None) or _Failures()
+            self._addresses[address] = entry
+            while len(self._addresses) > MAX_TRACKED_ADDRESSES:
+                self._addresses.popitem(last=False)
+            self._count(entry, now)
+            if account is None:
+                return False
+            acc = self._accounts.setdefault(account, _Failures())
+            self._count(acc, now)
+            if acc.count >= LOCKOUT_FAILURES:
+                acc.until = max(acc.until, now + LOCKOUT_SECONDS)
+                acc.count = 0
+                return True
+            return False
+
+    def succeeded(self, account: str, address: str) -> None:
+        with self._lock:
+            self._accounts.pop(account, None)
+            self._addresses.pop(address, None)
+
+    @staticmethod
+    def _count(entry: _Failures, now: float) -> None:
+        entry.count += 1
+        if entry.count > FREE_FAILURES:
+            delay = min(MAX_BACKOFF_SECONDS, 2.0 ** (entry.count - FREE_FAILURES - 1))
+            entry.until = max(entry.until, now + delay)
 
 
 def csrf_ok(session: Session | None, token: str | None) -> bool:
@@ -259,23 +501,25 @@ def csrf_ok(session: Session | None, token: str | None) -> bool:
 
 
 def authenticate(auth: AuthConfig, name: str, password: str) -> Reviewer | None:
-    users = auth.users or {}
-    account = users.get(name)
-    if account is None:
+    """The account, when the password is its own. Costs one scrypt: run it off the event loop."""
+    account = auth.account(name)
+    if account is None or not account.password_hash:
         verify_password(password, unknown_user_hash())
         return None
     return account if verify_password(password, account.password_hash) else None
 
 
 def proxy_user(auth: AuthConfig, client_host: str | None, header_value: str | None) -> Reviewer | None:
-    """The reviewer the trusted proxy names; None when the request did not come through it."""
+    """The reviewer the trusted proxy names, as the users file lists them; None when the request
+    did not come through the proxy or names nobody the users file knows (fail closed: a name
+    missing from the file acts on no org, not on every org)."""
     if not auth.proxy_header or client_host is None or client_host not in auth.trusted_proxies:
         return None
     name = (header_value or "").strip()
     if not NAME_RE.match(name):
         return None
-    known = (auth.users or {}).get(name)
-    return Reviewer(name, known.orgs if known else None)
+    known = auth.account(name)
+    return Reviewer(name, known.orgs) if known is not None else None
 
 
 def audit_name(auth: AuthConfig, reviewer: Reviewer | None) -> str:

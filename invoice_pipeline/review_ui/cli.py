@@ -15,6 +15,7 @@ from typing import Any
 from invoice_pipeline.review_ui.auth import (
     DEFAULT_IDLE_MINUTES,
     DEFAULT_LIFETIME_HOURS,
+    DEFAULT_MAX_SESSIONS,
     DEFAULT_TRUSTED_PROXIES,
     AuthConfig,
     AuthError,
@@ -32,13 +33,27 @@ ENV_PROXY_HEADER = "INVOICE_PIPELINE_REVIEW_PROXY_HEADER"
 def auth_config(args: argparse.Namespace) -> AuthConfig:
     users_file = args.users or os.environ.get(ENV_USERS) or None
     proxy_header = args.proxy_header or os.environ.get(ENV_PROXY_HEADER) or None
+    if proxy_header and not users_file:
+        # Fail closed: without a list of who may act on which org, any name the proxy sent
+        # would act on every org.
+        raise AuthError(
+            "--proxy-header needs --users FILE: the people the proxy may name and their orgs "
+            '({"alice": {"orgs": ["acme"]}}; no password needed, they log in at the proxy)'
+        )
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise AuthError("--tls-cert and --tls-key go together")
+    tls = bool(args.tls_cert) or args.behind_tls_proxy
     return AuthConfig(
-        users=load_users(Path(users_file)) if users_file else None,
+        users=load_users(Path(users_file), passwords=not proxy_header) if users_file else None,
+        users_file=Path(users_file) if users_file else None,
         proxy_header=proxy_header,
         trusted_proxies=tuple(args.trusted_proxy or DEFAULT_TRUSTED_PROXIES),
         idle_seconds=args.session_idle_minutes * 60,
         lifetime_seconds=args.session_hours * 3600,
         secure_cookie=args.secure_cookie,
+        allowed_hosts=tuple(args.allowed_host or ()),
+        max_sessions=args.max_sessions,
+        tls=tls,
     )
 
 
@@ -59,11 +74,20 @@ def cmd_review_ui(args: argparse.Namespace, settings: Any) -> int:
     store = InvoiceStore(prepare_database(settings), max_size=8, lock_ttl=settings.lock_ttl)
     try:
         app = create_app(store, auth, Path(settings.home) / "review-ui-cache")
+        scheme = "https" if args.tls_cert else "http"
         print(
-            f"Review page on http://{args.host}:{args.port}  (authentication: {auth.mode})",
+            f"Review page on {scheme}://{args.host}:{args.port}  (authentication: {auth.mode})",
             flush=True,
         )
-        uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
+        uvicorn.run(
+            app,
+            host=args.host,
+            port=args.port,
+            log_level="warning",
+            access_log=False,
+            ssl_certfile=args.tls_cert,
+            ssl_keyfile=args.tls_key,
+        )
     finally:
         store.close()
     return 0
@@ -102,6 +126,22 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--session-idle-minutes", type=float, default=DEFAULT_IDLE_MINUTES)
     parser.add_argument("--session-hours", type=float, default=DEFAULT_LIFETIME_HOURS)
     parser.add_argument("--secure-cookie", action="store_true", help="served over HTTPS: Secure cookie")
+    parser.add_argument(
+        "--allowed-host",
+        action="append",
+        help="a host name the page is served under (repeatable; loopback's are always allowed); "
+        "any other Host header gets 400",
+    )
+    parser.add_argument(
+        "--max-sessions", type=int, default=DEFAULT_MAX_SESSIONS, help="logged-in sessions kept at most"
+    )
+    parser.add_argument("--tls-cert", help="serve HTTPS with this certificate (PEM)")
+    parser.add_argument("--tls-key", help="the certificate's private key (PEM)")
+    parser.add_argument(
+        "--behind-tls-proxy",
+        action="store_true",
+        help="an HTTPS proxy in front of the page terminates TLS: cookies are Secure",
+    )
 
 
 def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import uvicorn
+from starlette.applications import Starlette
 
 from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.review_ui.app import create_app
@@ -30,10 +31,12 @@ class ReviewServer:
 
 
 def serve(store: InvoiceStore, auth: AuthConfig, cache: Path) -> Iterator[str]:
+    yield from serve_app(create_app(store, auth, cache))
+
+
+def serve_app(app: Starlette) -> Iterator[str]:
     port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(store, auth, cache), host="127.0.0.1", port=port, log_level="warning")
-    )
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20
@@ -68,9 +71,8 @@ class Client:
 
     def __init__(self, base_url: str) -> None:
         self.base_url = base_url
-        self.opener = urllib.request.build_opener(
-            urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar())
-        )
+        self.cookies = http.cookiejar.CookieJar()
+        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.cookies))
 
     def get(self, path: str) -> tuple[int, str]:
         try:

@@ -28,11 +28,29 @@ def test_binding_beyond_loopback_without_authentication_is_refused(
     for host in ("0.0.0.0", "192.168.1.10", "::"):
         with pytest.raises(BindRefused):
             check_bind(host, AuthConfig())
-    check_bind("0.0.0.0", AuthConfig(users={"a": Reviewer("a", None, hash_password("pw"))}))
-    check_bind("0.0.0.0", AuthConfig(proxy_header="X-Remote-User"))
+    users = {"a": Reviewer("a", None, hash_password("pw"))}
+    named = ("review.example.com",)
+    check_bind("0.0.0.0", AuthConfig(users=users, tls=True, allowed_hosts=named))
+    check_bind("0.0.0.0", AuthConfig(proxy_header="X-Remote-User", allowed_hosts=named))
     # The command refuses before it touches the database.
     assert main(["review-ui", "--host", "0.0.0.0", "--port", "1"]) == 2
     assert "refusing to listen on 0.0.0.0" in capsys.readouterr().err
+
+
+def test_accounts_beyond_loopback_need_tls_and_named_hosts(capsys: pytest.CaptureFixture[str]) -> None:
+    users = {"a": Reviewer("a", None, hash_password("pw"))}
+    named = ("review.example.com",)
+    # Passwords in the clear: refused, unless the page or a proxy in front of it speaks HTTPS.
+    with pytest.raises(BindRefused, match="without TLS"):
+        check_bind("0.0.0.0", AuthConfig(users=users, allowed_hosts=named))
+    # Every Host header would be refused: say which names the page is served under.
+    with pytest.raises(BindRefused, match="--allowed-host"):
+        check_bind("0.0.0.0", AuthConfig(users=users, tls=True))
+    # On loopback neither is needed.
+    check_bind("127.0.0.1", AuthConfig(users=users))
+    # With TLS, cookies are Secure whatever --secure-cookie says.
+    assert AuthConfig(users=users, tls=True).secure_cookies
+    assert not AuthConfig(users=users).secure_cookies
 
 
 def test_passwords_are_scrypt_hashes() -> None:

@@ -21,7 +21,7 @@ from uuid import UUID
 
 import pytest
 
-from invoice_pipeline.engine.layouts import export_layouts, import_layouts
+from invoice_pipeline.engine.layouts import MAX_IMPORT_LAYOUTS, export_layouts, import_layouts
 from invoice_pipeline.engine.store import InvoiceStore, LayoutRow
 from invoice_pipeline.review_ui.app import MAX_IMPORT_BYTES, MAX_IMPORT_FORM_BYTES
 from invoice_pipeline.review_ui.auth import AuthConfig, Reviewer, hash_password
@@ -369,6 +369,12 @@ def test_import_needs_the_csrf_token_and_one_of_the_reviewers_orgs(org_server: R
     assert all_layouts(store) == before
 
 
+def with_dx(export: dict[str, Any], dx: Any) -> dict[str, Any]:
+    """The export's first layout with its first rule's dx set to `dx`."""
+    layout = export["layouts"][0]
+    return layout | {"rules": [layout["rules"][0] | {"dx": dx}, *layout["rules"][1:]]}
+
+
 def test_import_refuses_what_is_not_an_export_on_the_page_and_imports_nothing(
     org_server: ReviewServer,
 ) -> None:
@@ -385,12 +391,30 @@ def test_import_refuses_what_is_not_an_export_on_the_page_and_imports_nothing(
         "   ": "no export was pasted",
         json.dumps(good | {"format": "something/else"}): "not a vendor layout export (format must be",
         json.dumps(good | {"format_version": 2}): "unsupported format_version 2",
-        json.dumps(good | {"layouts": {"a": 1}}): "&#39;layouts&#39; must be a list",
+        json.dumps(good | {"layouts": {"a": 1}}): "$.layouts: must be a list",
         # A good layout first: the bad one after it still refuses the whole file.
         json.dumps(good | {"layouts": [*good["layouts"], bad_key]}): (
             "vendor_key must be vat:, iban: or name:, got &#39;&lt;script&gt;alert(1)&lt;/script&gt;&#39;"
         ),
-        json.dumps(good | {"layouts": [*good["layouts"], "a string"]}): "not in the export format",
+        json.dumps(good | {"layouts": [*good["layouts"], "a string"]}): "$.layouts[1]: must be an object",
+        # Numbers JSON has no word for, which Python reads anyway (issue 41): a 400 saying where.
+        json.dumps(
+            good | {"layouts": [with_dx(good, float("inf"))]}
+        ): "$.layouts[0].rules[0].dx: not a finite",
+        json.dumps(good | {"layouts": [with_dx(good, 7654321)]}).replace("7654321", "1e999"): (
+            "$.layouts[0].rules[0].dx: not a finite number"
+        ),
+        json.dumps(
+            good | {"layouts": [with_dx(good, float("nan"))]}
+        ): "$.layouts[0].rules[0].dx: not a finite",
+        # "false" is a string, and a string is true: only a JSON boolean says enabled.
+        json.dumps(good | {"layouts": [good["layouts"][0] | {"enabled": "false"}]}): (
+            "$.layouts[0].enabled: must be true or false, not &#39;false&#39;"
+        ),
+        # More vendors than one import may lock (the shared lock table holds ~6,400).
+        json.dumps(good | {"layouts": [{"vendor_key": "vat:X", "rules": []}] * (MAX_IMPORT_LAYOUTS + 1)}): (
+            "1,001 layouts, more than the 1,000 one import takes"
+        ),
         json.dumps(good | {"layouts": [{"vendor_key": "vat:X", "rules": [{"field": "x"}]}]}): (
             "lacks the key &#39;relation&#39;"
         ),

@@ -107,3 +107,8 @@ INSERT INTO review_actions (invoice_id, job_id, action, actor, note, from_status
 VALUES (%(invoice_id)s, %(job_id)s, 'correct', %(actor)s, %(note)s, %(from_status)s, %(to_status)s,
         %(review_reasons)s, %(detail)s, %(values_before)s, %(values_after)s)
 RETURNING id
+
+-- A login lockout of the review page, for the record (sql/0017).
+-- name: record_login_lockout
+INSERT INTO review_login_lockouts (reviewer, client_address, failures, locked_until)
+VALUES (%(reviewer)s, %(client_address)s, %(failures)s, now() + make_interval(secs => %(seconds)s))

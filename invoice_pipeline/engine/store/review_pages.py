@@ -73,7 +73,10 @@ class ReviewPageStore(ReviewStore):
     def review_org_counts(self, orgs: tuple[str, ...] | None) -> list[QueueCount]:
         with self.pool.connection() as conn:
             return self._all(
-                conn, QueueCount, PAGES["review_page_org_counts"], {"orgs": list(orgs) if orgs else None}
+                conn,
+                QueueCount,
+                PAGES["review_page_org_counts"],
+                {"orgs": list(orgs) if orgs is not None else None},
             )
 
     def review_invoice(self, invoice_id: UUID | str) -> ReviewInvoice | None:
@@ -93,6 +96,19 @@ class ReviewPageStore(ReviewStore):
         the reasons, the fields, and every review action."""
         value = self._scalar(PAGES["review_page_version"], {"invoice_id": as_uuid(invoice_id)})
         return None if value is None else str(value)
+
+    def record_login_lockout(self, reviewer: str, client_address: str, failures: int, seconds: float) -> None:
+        """The review page locked `reviewer` after `failures` wrong passwords: on the record."""
+        with self.pool.connection() as conn:
+            conn.execute(
+                PAGES["record_login_lockout"],
+                {
+                    "reviewer": reviewer,
+                    "client_address": client_address,
+                    "failures": failures,
+                    "seconds": seconds,
+                },
+            )
 
     def document_content(self, sha256: str) -> bytes | None:
         value = self._scalar(PAGES["review_page_document"], {"sha256": sha256})

@@ -118,17 +118,28 @@ def key_fields(number: str, total: str, po: str | None = None) -> InvoiceFields:
     )
 
 
-def held_invoice(store: InvoiceStore, org: str, number: str, reasons: list[str]) -> UUID:
-    """An invoice the way the pipeline leaves a business exception: decided original, held."""
-    return decided_invoice(store, org, key_fields(number, "-50.00"), number, reasons)
+def held_invoice(
+    store: InvoiceStore, org: str, number: str, reasons: list[str], document: tuple[bytes, str] | None = None
+) -> UUID:
+    """An invoice the way the pipeline leaves a business exception: decided original, held.
+    `document`: its file (content, extension) instead of a JSON invoice of the fields."""
+    return decided_invoice(store, org, key_fields(number, "-50.00"), number, reasons, document)
 
 
 def decided_invoice(
-    store: InvoiceStore, org: str, fields: InvoiceFields, name: str, reasons: list[str] | None
+    store: InvoiceStore,
+    org: str,
+    fields: InvoiceFields,
+    name: str,
+    reasons: list[str] | None,
+    document: tuple[bytes, str] | None = None,
 ) -> UUID:
     extra = {"po_number": fields.po_number} if fields.po_number else {}
-    content = json_invoice(fields.invoice_number or "", total=str(fields.payable_total), **extra)
-    invoice_id = store.store_document(content, org, f"{name}.json").invoice_id
+    content, suffix = document or (
+        json_invoice(fields.invoice_number or "", total=str(fields.payable_total), **extra),
+        "json",
+    )
+    invoice_id = store.store_document(content, org, f"{name}.{suffix}").invoice_id
     lease = store.acquire(invoice_id, 1, "test-setup")
     assert lease is not None
     store.save_fields(lease, fields)
