@@ -47,6 +47,7 @@ BENCHMARK_MODULES = (
     "benchmarks.layout_learning",
     "benchmarks.scale_out",
     "benchmarks.review_ui",
+    "benchmarks.metrics_scrape",
 )
 
 
