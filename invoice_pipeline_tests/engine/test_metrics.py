@@ -19,12 +19,11 @@ from typing import Any
 import psycopg
 from prometheus_client.parser import text_string_to_metric_families
 
-from invoice_pipeline.config import DEFAULT_MAX_DOCUMENT_BYTES
 from invoice_pipeline.db.sqlfiles import QueryFile
 from invoice_pipeline.engine.metrics import exposition, registry_for
-from invoice_pipeline.engine.stages import StageEnv, claim_chunk, process_chunk
+from invoice_pipeline.engine.stages import claim_chunk
 from invoice_pipeline.engine.store import InvoiceStore
-from invoice_pipeline.orchestration.resources import DocumentReader
+from invoice_pipeline_tests.support import process_now
 from pipeline_support.factories import json_invoice
 
 TTL = timedelta(minutes=5)
@@ -58,15 +57,7 @@ def test_the_counters_equal_a_recount_after_a_real_workload(database_url: str, s
         "eur2.json": json_invoice("INV-6001", total="80.50"),
     }
     ids = [store.store_document(content, "acme", name).invoice_id for name, content in docs.items()]
-    env = StageEnv(
-        store=store,
-        parser=DocumentReader(isolate=False),
-        max_document_bytes=DEFAULT_MAX_DOCUMENT_BYTES,
-        max_stage_seconds=120,
-        max_attempts=3,
-        retry_base=timedelta(minutes=1),
-    )
-    process_chunk(env, claim_chunk(store, [(i, None) for i in ids], "test-metrics", TTL))
+    process_now(store, ids, "test-metrics")
     # A lease whose holder died: claimed, its heartbeat back-dated past the TTL, swept.
     dead = store.store_document(json_invoice("INV-7000", total="10.00"), "acme", "dead.json").invoice_id
     claim_chunk(store, [(dead, None)], "test-metrics-dead", TTL)
