@@ -108,12 +108,18 @@ def run(ctx: BenchContext) -> BenchResult:
                 conn.execute(f"VACUUM ANALYZE {table}")
             generated = time.monotonic() - t0
             ctx.log(f"{label} invoices generated in {generated:.0f} s")
-            result.notes.append(f"Generating {label} invoices with their jobs and postings took {generated:.0f} s.")
+            result.notes.append(
+                f"Generating {label} invoices with their jobs and postings took {generated:.0f} s."
+            )
 
             t = time.perf_counter()
             folded = store.fold_metric_counts()
-            result.figure(f"first fold of the generated deltas @{label}", "ms").add((time.perf_counter() - t) * 1000)
-            result.notes.append(f"The first fold moved {folded:,} deltas (once; later scrapes fold what came since).")
+            result.figure(f"first fold of the generated deltas @{label}", "ms").add(
+                (time.perf_counter() - t) * 1000
+            )
+            result.notes.append(
+                f"The first fold moved {folded:,} deltas (once; later scrapes fold what came since)."
+            )
             conn.execute("VACUUM ANALYZE metric_count_deltas")
 
             registry = registry_for(store)

@@ -95,12 +95,20 @@ def ensure_base_image(env: dict[str, str]) -> bool:
     return True
 
 
+def pip_ca_secret() -> list[str]:
+    """The host's CA bundle as the build secret `pip-ca`: this machine reaches PyPI through a
+    TLS-intercepting proxy whose CA only the host trusts. A secret mount is not kept in the image."""
+    bundle = Path("/etc/ssl/certs/ca-certificates.crt")
+    return ["--secret", f"id=pip-ca,src={bundle}"] if bundle.exists() else []
+
+
 def build_image(env: dict[str, str], image: str = IMAGE) -> None:
     """deploy/Dockerfile on the Debian base, from the checkout (pip needs the network: host's)."""
     podman(
         env,
         "build",
         "--network=host",
+        *pip_ca_secret(),
         "--build-arg",
         f"BASE_IMAGE={BASE_IMAGE}",
         "-f",

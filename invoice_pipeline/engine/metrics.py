@@ -61,8 +61,8 @@ def families(snapshot: MetricsSnapshot) -> Iterator[Metric]:
         "Unfinished invoices (pending, processing, failed) by status and the last stage started.",
         labels=["status", "stage"],
     )
-    for row in snapshot.in_flight:
-        in_flight.add_metric([row.status, row.stage], row.n)
+    for flight in snapshot.in_flight:
+        in_flight.add_metric([flight.status, flight.stage], flight.n)
     yield in_flight
 
     yield GaugeMetricFamily(
@@ -86,8 +86,8 @@ def families(snapshot: MetricsSnapshot) -> Iterator[Metric]:
         "Invoices held for a person (needs_review), by reason code.",
         labels=["reason"],
     )
-    for row in snapshot.held:
-        held.add_metric([row.reason], row.n)
+    for reason in snapshot.held:
+        held.add_metric([reason.reason], reason.n)
     yield held
     yield GaugeMetricFamily(
         f"{PREFIX}_oldest_held_age_seconds",
