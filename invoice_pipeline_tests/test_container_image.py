@@ -90,6 +90,10 @@ def run_in_image(env: dict[str, str], image: str, database_url: str, *command: s
         f"INVOICE_PIPELINE_DATABASE_URL={database_url}",
         "-e",
         "INVOICE_PIPELINE_HOME=/tmp/home",
+        # `demo` and `process` write the dagster.yaml of their own instance: not over the
+        # image's production one (root's, read-only to the image's user).
+        "-e",
+        "DAGSTER_HOME=/tmp/home/dagster_home",
         image,
         *command,
     )

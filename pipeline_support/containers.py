@@ -7,6 +7,7 @@ default ulimits works).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -16,8 +17,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 BASE_IMAGE = "localhost/invoice-pipeline-base:bookworm"
 IMAGE = "localhost/invoice-pipeline:test"
-POSTGRES_IMAGE = "localhost/invoice-pipeline-test-postgres:15"
 POSTGRES_CONTAINERFILE = ROOT / "invoice_pipeline_tests" / "containers" / "postgres.Containerfile"
+# Tagged by the Containerfile's content: an edited recipe is a new image, built once.
+POSTGRES_IMAGE = (
+    "localhost/invoice-pipeline-test-postgres:"
+    + hashlib.sha256(POSTGRES_CONTAINERFILE.read_bytes()).hexdigest()[:12]
+)
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 # The base: Debian's python3 (3.11 on bookworm) with venv, the libraries opencv needs for OCR,
 # and CA certificates for pip. The Dockerfile installs nothing with apt, so it builds offline
