@@ -125,12 +125,23 @@ $$;
 CREATE TRIGGER step_events_metric AFTER INSERT ON step_events
     FOR EACH ROW WHEN (NEW.event = 'executed') EXECUTE FUNCTION metric_delta_of_stage();
 
--- Documents read by OCR and their pages (n = documents, amount = pages), each time one is read.
+-- Documents read by OCR and their pages (n = documents, amount = pages), each time one is read,
+-- and the OCR seconds its pages took (documents/ocr.py records them per page in `structured`).
+-- A layout that cannot be read counts no seconds: a metric never refuses the pipeline's write.
 CREATE FUNCTION metric_delta_of_ocr() RETURNS trigger
 LANGUAGE plpgsql
 AS $$
+DECLARE
+    v_seconds numeric := 0;
 BEGIN
     INSERT INTO metric_count_deltas (metric, n, amount) VALUES ('ocr', 1, coalesce(NEW.page_count, 0));
+    BEGIN
+        SELECT coalesce(sum((p ->> 'seconds')::numeric), 0) INTO v_seconds
+        FROM jsonb_array_elements(NEW.structured::jsonb -> 'ocr' -> 'pages') AS p;
+    EXCEPTION WHEN others THEN
+        v_seconds := 0;
+    END;
+    INSERT INTO metric_count_deltas (metric, amount) VALUES ('ocr_seconds', coalesce(v_seconds, 0));
     RETURN NULL;
 END;
 $$;

@@ -137,6 +137,9 @@ def families(snapshot: MetricsSnapshot) -> Iterator[Metric]:
     ocr_pages = CounterMetricFamily(f"{PREFIX}_ocr_pages", "Pages read by OCR.")
     ocr_pages.add_metric([], float(sum(t.amount for t in ocr)))
     yield ocr_pages
+    ocr_seconds = CounterMetricFamily(f"{PREFIX}_ocr_seconds", "Seconds of OCR, summed over the pages read.")
+    ocr_seconds.add_metric([], float(sum(t.amount for t in by_metric["ocr_seconds"])))
+    yield ocr_seconds
 
 
 def stage_histogram(rows: list[MetricTotal]) -> Iterator[Metric]:

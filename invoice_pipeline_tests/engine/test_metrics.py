@@ -161,3 +161,32 @@ def test_no_scrape_query_reads_a_growing_table_unbounded(database_url: str, stor
                 assert bounded, (
                     f"{name} reads {table} unbounded: {node['Node Type']} {node.get('Index Name')}"
                 )
+
+
+def test_ocr_pages_and_seconds_are_counted_and_a_bad_layout_is_no_refused_write(
+    database_url: str, store: InvoiceStore
+) -> None:
+    """OCR's own record of each page's seconds (documents/ocr.py `OcrLayout.to_structured`) is
+    summed; a layout that is not JSON counts its pages but no seconds, and is still written."""
+    ids = [store.store_document(json_invoice(f"OC-{n}"), "acme", f"{n}.png").invoice_id for n in range(3)]
+    (job,) = claim_chunk(store, [(ids[0], None)], "test-ocr", TTL)
+    layout = {
+        "ocr": {"engine": "rapidocr", "pages": [{"page": 1, "seconds": 2.25}, {"page": 2, "seconds": 1.5}]}
+    }
+    rows_written = [
+        (ids[0], "ocr-rapidocr", 2, json.dumps(layout)),
+        (ids[1], "ocr-rapidocr", 1, "not json at all"),
+        (ids[2], "pdf-text", 4, None),  # not OCR: not counted
+    ]
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        for invoice_id, method, pages, structured in rows_written:
+            conn.execute(
+                "INSERT INTO extracted_texts (invoice_id, job_id, format, method, page_count, text, structured) "
+                "VALUES (%s, %s, 'png', %s, %s, 'text', %s)",
+                (invoice_id, job.job_id, method, pages, structured),
+            )
+        assert rows(database_url, "SELECT count(*) FROM extracted_texts")[0][0] == 3
+    got = scrape(store)
+    assert got["invoice_pipeline_ocr_documents_total"][()] == 2
+    assert got["invoice_pipeline_ocr_pages_total"][()] == 3
+    assert got["invoice_pipeline_ocr_seconds_total"][()] == 3.75
