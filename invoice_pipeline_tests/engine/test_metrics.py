@@ -20,9 +20,11 @@ import psycopg
 from prometheus_client.parser import text_string_to_metric_families
 
 from invoice_pipeline.db.sqlfiles import QueryFile
+from invoice_pipeline.engine.maintenance import sweep
 from invoice_pipeline.engine.metrics import exposition, registry_for
 from invoice_pipeline.engine.stages import claim_chunk
 from invoice_pipeline.engine.store import InvoiceStore
+from invoice_pipeline.orchestration.resources import InvoiceDatabase
 from invoice_pipeline_tests.support import process_now
 from pipeline_support.factories import json_invoice
 
@@ -190,3 +192,15 @@ def test_ocr_pages_and_seconds_are_counted_and_a_bad_layout_is_no_refused_write(
     assert got["invoice_pipeline_ocr_documents_total"][()] == 2
     assert got["invoice_pipeline_ocr_pages_total"][()] == 3
     assert got["invoice_pipeline_ocr_seconds_total"][()] == 3.75
+
+
+def test_the_sweep_folds_the_deltas_where_nothing_scrapes(database_url: str, store: InvoiceStore) -> None:
+    """Without scrapes the deltas would grow with every write; the sweep (every sensor tick and
+    the schedule) folds them, and the totals are unchanged by the fold."""
+    for n in range(3):
+        store.store_document(json_invoice(f"SW-{n}"), "acme", f"sw-{n}.json")
+    assert rows(database_url, "SELECT count(*) FROM metric_count_deltas")[0][0] == 3
+    report = sweep(InvoiceDatabase(database_url=database_url), None)
+    assert report.metric_deltas_folded == 3 and not report.changed_anything
+    assert rows(database_url, "SELECT count(*) FROM metric_count_deltas")[0][0] == 0
+    assert scrape(store)["invoice_pipeline_invoices"][(("status", "pending"),)] == 3
