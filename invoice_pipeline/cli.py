@@ -339,7 +339,7 @@ def cmd_sweep(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_metrics(args: argparse.Namespace, settings: Settings) -> int:
     """Prometheus metrics read from the database: printed once (--once), or served on
     http://HOST:PORT/metrics until stopped (loopback unless told otherwise)."""
-    from wsgiref.simple_server import make_server
+    from wsgiref.simple_server import WSGIRequestHandler, make_server
 
     from prometheus_client import make_wsgi_app
 
@@ -351,7 +351,11 @@ def cmd_metrics(args: argparse.Namespace, settings: Settings) -> int:
         if args.once:
             sys.stdout.write(exposition(registry).decode())
             return 0
-        with make_server(args.host, args.port, make_wsgi_app(registry)) as server:
+        class Quiet(WSGIRequestHandler):
+            def log_message(self, format: str, *args: object) -> None:
+                """A line per scrape is noise: a failing scrape answers 500 and logs its traceback."""
+
+        with make_server(args.host, args.port, make_wsgi_app(registry), handler_class=Quiet) as server:
             print(f"metrics on http://{args.host}:{server.server_port}/metrics", flush=True)
             server.serve_forever()
     finally:
