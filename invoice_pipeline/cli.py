@@ -351,6 +351,7 @@ def cmd_metrics(args: argparse.Namespace, settings: Settings) -> int:
         if args.once:
             sys.stdout.write(exposition(registry).decode())
             return 0
+
         class Quiet(WSGIRequestHandler):
             def log_message(self, format: str, *args: object) -> None:
                 """A line per scrape is noise: a failing scrape answers 500 and logs its traceback."""
