@@ -48,6 +48,7 @@ BENCHMARK_MODULES = (
     "benchmarks.scale_out",
     "benchmarks.review_ui",
     "benchmarks.review_ui_attacks",
+    "benchmarks.metrics_scrape",
 )
 
 

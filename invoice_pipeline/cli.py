@@ -337,6 +337,34 @@ def cmd_sweep(args: argparse.Namespace, settings: Settings) -> int:
 # -- reading -------------------------------------------------------------------------------------
 
 
+def cmd_metrics(args: argparse.Namespace, settings: Settings) -> int:
+    """Prometheus metrics read from the database: printed once (--once), or served on
+    http://HOST:PORT/metrics until stopped (loopback unless told otherwise)."""
+    from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+    from prometheus_client import make_wsgi_app
+
+    from invoice_pipeline.engine.metrics import exposition, registry_for
+
+    store = _store(settings)
+    try:
+        registry = registry_for(store)
+        if args.once:
+            sys.stdout.write(exposition(registry).decode())
+            return 0
+
+        class Quiet(WSGIRequestHandler):
+            def log_message(self, format: str, *args: object) -> None:
+                """A line per scrape is noise: a failing scrape answers 500 and logs its traceback."""
+
+        with make_server(args.host, args.port, make_wsgi_app(registry), handler_class=Quiet) as server:
+            print(f"metrics on http://{args.host}:{server.server_port}/metrics", flush=True)
+            server.serve_forever()
+    finally:
+        store.close()
+    return 0
+
+
 # How many of the longest waiting held invoices `status` names (the rest are counted).
 STATUS_OLDEST_HELD = 5
 
@@ -1031,6 +1059,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("sweep", help="sweep stale locks, reconcile dead runs, schedule retries").set_defaults(
         func=cmd_sweep
     )
+    metrics = sub.add_parser(
+        "metrics", help="serve Prometheus metrics read from the database (or print them --once)"
+    )
+    metrics.add_argument("--host", default="127.0.0.1")
+    metrics.add_argument("--port", type=int, default=9464)
+    metrics.add_argument("--once", action="store_true", help="print one scrape to stdout and exit")
+    metrics.set_defaults(func=cmd_metrics)
     status = sub.add_parser("status", help="counts, locks, duplicates, what needs attention")
     status.add_argument("--json", action="store_true")
     status.set_defaults(func=cmd_status)

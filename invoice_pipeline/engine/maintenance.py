@@ -71,6 +71,9 @@ class MaintenanceReport:
     rescheduled: list[Rescheduled] = field(default_factory=list)
     expired_requests: int = 0
     released_requests: list[Rescheduled] = field(default_factory=list)
+    # Metric counter deltas folded (sql/0018_metrics.sql): bookkeeping, so it is neither in the
+    # summary nor a change; folding here bounds the deltas where nothing scrapes the metrics.
+    metric_deltas_folded: int = 0
 
     @property
     def changed_anything(self) -> bool:
@@ -163,4 +166,5 @@ def sweep(db: SweepSettings, runs: RunsView | None) -> MaintenanceReport:
     rescheduled = db.store.reschedule_orphans(max_attempts=db.max_attempts, retry_base=timedelta(0))
     released = release_abandoned_requests(db, runs) if runs is not None else []
     expired = expire_lost_requests(db, runs) if runs is not None else []
-    return MaintenanceReport(swept, reconciled, rescheduled + expired, len(expired), released)
+    folded = db.store.fold_metric_counts()
+    return MaintenanceReport(swept, reconciled, rescheduled + expired, len(expired), released, folded)

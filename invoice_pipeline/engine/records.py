@@ -337,3 +337,46 @@ class CurrencyTotal:
     currency: str
     invoices: int
     total: Decimal
+
+
+@dataclass(frozen=True)
+class MetricTotal:
+    """One maintained counter series (sql/0018_metrics.sql): `le` is a histogram bucket's upper
+    bound (inf for a plain counter), `n` the count, `amount` its sum (money, seconds, pages)."""
+
+    metric: str
+    label: str
+    le: float
+    n: int
+    amount: Decimal
+
+
+@dataclass(frozen=True)
+class InFlightCount:
+    status: str
+    stage: str
+    n: int
+
+
+@dataclass(frozen=True)
+class HeldCount:
+    reason: str
+    n: int
+
+
+@dataclass(frozen=True)
+class QueueGauges:
+    due: int
+    oldest_due_seconds: float
+    oldest_held_seconds: float
+    leases_running: int
+
+
+@dataclass(frozen=True)
+class MetricsSnapshot:
+    """What one scrape read, all from the database, so every host reports the same numbers."""
+
+    totals: list[MetricTotal]
+    in_flight: list[InFlightCount]
+    held: list[HeldCount]
+    queue: QueueGauges

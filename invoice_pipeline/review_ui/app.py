@@ -33,6 +33,7 @@ from urllib.parse import parse_qsl, urlencode
 from uuid import UUID
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -46,6 +47,7 @@ from invoice_pipeline.domain.review import reason_code
 from invoice_pipeline.engine.corrections import correct_invoice
 from invoice_pipeline.engine.ingest import org_problem
 from invoice_pipeline.engine.layouts import export_layouts, import_layouts
+from invoice_pipeline.engine.metrics import exposition, registry_for
 from invoice_pipeline.engine.review import DECIDED_MEANWHILE, REQUEUE_STATUSES, Actor, act, parse_age
 from invoice_pipeline.engine.review_page_records import QueueFilter, ReviewInvoice
 from invoice_pipeline.engine.review_records import Action, ActionOutcome
@@ -719,6 +721,11 @@ class ReviewUi:
             headers={"Cache-Control": "max-age=3600"},
         )
 
+    def metrics(self, request: Request) -> Response:
+        """Prometheus metrics, the same as `invoice-pipeline metrics` serves (engine/metrics.py):
+        totals across organisations, no invoice's data, and no login (a scraper has none)."""
+        return Response(exposition(registry_for(self.store)), media_type=CONTENT_TYPE_LATEST)
+
     def routes(self) -> list[Route]:
         return [
             Route("/", self.queue),
@@ -734,6 +741,7 @@ class ReviewUi:
             Route("/layouts/{layout_id}/disable", self.layout_disable, methods=["POST"]),
             Route("/static/{name}", self.static),
             Route("/healthz", lambda r: PlainTextResponse("ok")),
+            Route("/metrics", self.metrics),
         ]
 
 

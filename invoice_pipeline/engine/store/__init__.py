@@ -10,6 +10,7 @@ One class, composed of parts by concern. Each part reads its own file in sql/que
     review_pages.py the review page's reads and the correction of fields                   review_ui.sql
     maintenance.py  the sweep: stale locks, orphans, abandoned and lost requests          maintenance.sql
     reporting.py    read-only: status, overviews, report frames, invariant checks         reporting.sql
+    metrics.py      the Prometheus scrape: maintained counters, small live sets           metrics.sql
     layouts.py      vendor layouts learnt from decisions, per organisation                layouts.sql
     vendors.py      the org's own identity and its vendor registry                         vendors.sql
     step_outputs.py what a run's steps pass each other across hosts (celery)                step_outputs.sql
@@ -28,6 +29,7 @@ from invoice_pipeline.engine.store.dedupe import DedupeStore, MatchFunction
 from invoice_pipeline.engine.store.documents import DocumentsStore
 from invoice_pipeline.engine.store.layouts import LayoutRow, LayoutsStore
 from invoice_pipeline.engine.store.maintenance import MaintenanceStore
+from invoice_pipeline.engine.store.metrics import MetricsStore
 from invoice_pipeline.engine.store.reporting import ReportingStore
 from invoice_pipeline.engine.store.review import ReviewStore
 from invoice_pipeline.engine.store.review_pages import ReviewPageStore
@@ -43,6 +45,7 @@ class InvoiceStore(
     DocumentsStore,
     DedupeStore,
     ReportingStore,
+    MetricsStore,
     LayoutsStore,
     StepOutputsStore,
 ):
@@ -58,6 +61,7 @@ __all__ = [
     "LayoutsStore",
     "MaintenanceStore",
     "MatchFunction",
+    "MetricsStore",
     "ReportingStore",
     "VendorImportResult",
     "VendorImportRow",
