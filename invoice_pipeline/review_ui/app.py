@@ -43,6 +43,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from invoice_pipeline.domain.corrections import CorrectionError, as_text
 from invoice_pipeline.domain.fields import FIELD_NAMES, InvoiceFields
+from invoice_pipeline.domain.identity import IDENTIFIER_KINDS
 from invoice_pipeline.domain.review import reason_code
 from invoice_pipeline.engine.corrections import correct_invoice
 from invoice_pipeline.engine.ingest import org_problem
@@ -424,6 +425,7 @@ class ReviewUi:
             actions=actions,
             can_correct=inv.status == "needs_review" and fields is not None,
             field_names=FIELD_NAMES,
+            posting=self.store.load_ledger_posting(inv.invoice_id) if inv.posted_amount is not None else None,
         )
 
     def _pages(
@@ -711,6 +713,63 @@ class ReviewUi:
             ctx.session.flash.append(("error", f"layout {row.id} is not enabled: nothing to disable"))
         return self.finish(RedirectResponse(f"/layouts/{row.id}", 303), ctx)
 
+    def _vendor_orgs(self, request: Request, reviewer: Reviewer) -> list[str]:
+        """The orgs the vendors page shows: the reviewer's own, or for a reviewer allowed every
+        org, the one named in `?org=`."""
+        if reviewer.orgs is not None:
+            return sorted(reviewer.orgs)
+        org = self._permitted_org(reviewer, request.query_params.get("org"))
+        return [org] if org else []
+
+    def vendors(self, request: Request) -> Response:
+        got = self._require(request)
+        if isinstance(got, Response):
+            return got
+        assert got.reviewer is not None
+        orgs = self._vendor_orgs(request, got.reviewer)
+        profiles = self.store.org_profiles(orgs)
+        return self.html(
+            request,
+            "vendors.html",
+            got,
+            orgs=[
+                {"org": org, "profile": profiles[org], "vendors": self.store.list_vendors(org)}
+                for org in orgs
+            ],
+            any_org=got.reviewer.orgs is None,
+            kinds=IDENTIFIER_KINDS,
+        )
+
+    async def org_profile_add(self, request: Request) -> Response:
+        return await self._form_post(request, self._org_profile_add)
+
+    def _org_profile_add(self, ctx: Ctx, form: dict[str, str]) -> Response:
+        assert ctx.reviewer is not None
+        org = self._permitted_org(ctx.reviewer, form.get("org"))
+        if org is None:
+            return self.error(ctx, 404, "no such organisation (or not one of yours)")
+        kind, value = form.get("kind", ""), form.get("value", "").strip()[:MAX_REASON_CHARS]
+        if kind not in IDENTIFIER_KINDS or not value:
+            return self.error(ctx, 400, f"give a kind ({', '.join(IDENTIFIER_KINDS)}) and a value")
+        try:
+            added = self.store.add_org_identity(
+                org,
+                kind,
+                value,
+                source="set on the review page",
+                added_by=audit_name(self.auth, ctx.reviewer),
+            )
+        except ValueError as exc:
+            return self.error(ctx, 400, str(exc))
+        ctx.session.flash.append(
+            (
+                "done",
+                f"{org}: {kind} {value} "
+                + ("added to its profile" if added else "was in its profile already"),
+            )
+        )
+        return self.finish(RedirectResponse("/vendors?" + urlencode({"org": org}), 303), ctx)
+
     def static(self, request: Request) -> Response:
         name = request.path_params["name"]
         if name != "review.css":
@@ -739,6 +798,8 @@ class ReviewUi:
             Route("/layouts/import", self.layouts_import, methods=["POST"]),
             Route("/layouts/{layout_id}", self.layout),
             Route("/layouts/{layout_id}/disable", self.layout_disable, methods=["POST"]),
+            Route("/vendors", self.vendors),
+            Route("/vendors/profile", self.org_profile_add, methods=["POST"]),
             Route("/static/{name}", self.static),
             Route("/healthz", lambda r: PlainTextResponse("ok")),
             Route("/metrics", self.metrics),
