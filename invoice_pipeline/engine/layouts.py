@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 from uuid import UUID
 
+from invoice_pipeline.documents.reading.layout_export import EXPORT_FORMAT, check_export
 from invoice_pipeline.documents.reading.layouts import (
     FORMAT_VERSION,
     PAGE_FORMATS,
@@ -37,8 +38,6 @@ from invoice_pipeline.documents.reading.layouts import (
 from invoice_pipeline.engine.store import InvoiceStore, LayoutRow, as_uuid
 
 log = logging.getLogger(__name__)
-
-EXPORT_FORMAT = "invoice-pipeline/vendor-layouts"
 
 
 @dataclass(frozen=True)
@@ -155,17 +154,10 @@ def export_layouts(store: InvoiceStore, org_id: str, *, include_disabled: bool =
 
 
 def parse_export(data: Mapping[str, Any], org_id: str) -> list[VendorLayout]:
-    """The layouts of an export, for `org_id` (whatever org they were exported from)."""
-    if data.get("format") != EXPORT_FORMAT:
-        raise ValueError(f"not a vendor layout export (format must be {EXPORT_FORMAT!r})")
-    if int(data.get("format_version") or 0) != FORMAT_VERSION:
-        raise ValueError(
-            f"unsupported format_version {data.get('format_version')!r} (this version reads {FORMAT_VERSION})"
-        )
-    layouts = data.get("layouts")
-    if not isinstance(layouts, list):
-        raise ValueError("'layouts' must be a list")
-    return [VendorLayout.from_json(item, org_id=org_id) for item in layouts]
+    """The layouts of an export, for `org_id` (whatever org they were exported from), once the
+    whole document passed `vendor_layouts.schema.json` (ExportRefused, a ValueError, otherwise)."""
+    check_export(data)
+    return [VendorLayout.from_json(item, org_id=org_id) for item in data["layouts"]]
 
 
 def import_layouts(store: InvoiceStore, data: Mapping[str, Any], org_id: str, actor: str) -> list[LayoutRow]:
