@@ -698,14 +698,10 @@ def _merge(
         updates[name] = got.value
         sources[name] = src
 
-    # The vendor: the page prints its key (read_with_layout checked), so its names are the vendor's.
-    kind, _, key_value = layout.vendor_key.partition(":")
-    if layout.seller_name:
-        updates["seller_name"] = layout.seller_name
-        sources["seller_name"] = FieldSource(f"{label}:vendor {layout.vendor_key}", 0.95)
-    if layout.seller_vat_id and kind == "vat":
-        updates["seller_vat_id"] = layout.seller_vat_id
-        sources["seller_vat_id"] = FieldSource(f"{label}:vendor VAT id printed on the page", 0.95)
+    # Who the seller is never comes from a layout: its seller_name / seller_vat_id are what a person
+    # (or an import) said, and an import may say anything. The page reader's values stand (the
+    # vendor registry confirms them); a layout that could rename the seller could also hide a
+    # re-sent copy from the duplicate check.
     if _currency_on_page(page, layout.currency):
         updates["currency"] = layout.currency
         sources["currency"] = FieldSource(f"{label}:the vendor's currency, printed on the page", 0.9)
