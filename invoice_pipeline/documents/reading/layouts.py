@@ -2,8 +2,11 @@
 
 A `VendorLayout` says, for one organisation and one vendor, how that vendor's page is read:
 
-* the vendor: its key (`vat:<id>`, `iban:<iban>` or `name:<normalised name>`), which must be
-  printed on a page for the layout to apply to it (a different vendor's similar page never is);
+* the vendor: its key (`vat:<id>` or `iban:<iban>`), which must be the identifier printed in the
+  seller's position of a page for the layout to apply to it (`seller_keys`): a different vendor's
+  similar page never is, even when it prints this vendor's VAT id as the buyer's or in a
+  reference. (`name:` keys of earlier versions are kept but never apply: a name proves nothing.)
+  A layout never says who the seller is: its `seller_name` / `seller_vat_id` are informational;
 * a fingerprint: the stable words of the page (segments without digits) and their columns; a
   page matches when enough of them are there again, wherever the lines moved;
 * per field, a `FieldRule`: the anchor text near the value (a label) and where the value stands
@@ -36,7 +39,7 @@ from ...domain.fields import FieldSource, InvoiceFields
 from ...domain.validation import KNOWN_CURRENCIES
 from ..extracted import ExtractedText
 from ..ocr import MIN_FIELD_CONFIDENCE, OcrLayout
-from ..text_fields import fields_labelled, find_dates, first_identifier, labelled_date
+from ..text_fields import fields_labelled, find_dates, first_identifier, labelled_date, seller_position_vat
 from .amounts import EXEMPT, Found, Kind, amount_label, ends_in_amount, find_amounts, numbers_in, resolve
 from .parties import LEGAL_MARKERS
 from .words import PageGeometry, Segment, TextBoxes, segments, union
@@ -272,33 +275,51 @@ def fingerprint_score(page: Page, words: Sequence[StableWord]) -> float:
     return hits / len(words)
 
 
+def seller_keys(page: Page) -> frozenset[str]:
+    """Who issued the page, by an identifier printed in the seller's position: the VAT id of the
+    legal footer, the seller's block or a line naming the seller (`text_fields.seller_position_vat`,
+    as the page reader places the seller), else the page's one IBAN (the payment block) when no VAT
+    id stands in the seller's position. A VAT id in the buyer's block, a reference or an item
+    line is not the seller's; a name never says who the seller is (it may appear anywhere)."""
+    cached = _SELLER_KEYS.get(page.text)
+    if cached is not None:
+        return cached
+    keys: frozenset[str] = frozenset()
+    if (vat := seller_position_vat(page.text)) is not None and len(vat) >= 8:
+        keys = frozenset({f"vat:{vat}"})
+    elif len(ibans := set(ibans_on(page.flat))) == 1:
+        keys = frozenset({f"iban:{ibans.pop()}"})
+    if len(_SELLER_KEYS) >= 256:
+        _SELLER_KEYS.clear()
+    _SELLER_KEYS[page.text] = keys
+    return keys
+
+
+# A page is read once per layout tried: its seller is placed once (bounded, per process).
+_SELLER_KEYS: dict[str, frozenset[str]] = {}
+
+
 def vendor_on_page(page: Page, vendor_key: str) -> bool:
-    """The vendor the layout belongs to is printed on the page (its VAT id, IBAN or name)."""
+    """The page's seller is the layout's vendor: its key is the identifier printed in the seller's
+    position (`seller_keys`). Printed anywhere else, it binds nothing; a `name:` key never binds."""
     kind, _, value = vendor_key.partition(":")
-    if not value:
-        return False
-    if kind in ("vat", "iban"):
-        return value in norm_id(page.flat)
-    if kind == "name":
-        return f" {value} " in f" {norm_name(page.flat)} "
-    return False
+    if kind not in ("vat", "iban") or not value or value not in norm_id(page.flat):
+        return False  # not printed at all: no need to place the seller
+    return vendor_key in seller_keys(page)
 
 
 def vendor_key_of(fields: InvoiceFields, page: Page) -> str | None:
-    """Who the vendor is: the seller's VAT id, else an IBAN on the page, else its normalised name.
-
-    A key is only taken when the page prints it: a layout must be able to recognise its vendor.
-    """
-    if fields.seller_vat_id and (vat := norm_id(fields.seller_vat_id)) and len(vat) >= 8:
-        if vendor_on_page(page, f"vat:{vat}"):
+    """Who the vendor is, for a layout learnt from this page: the identifier printed in the
+    seller's position (`seller_keys`), and, when a person confirmed the seller's VAT id, only that
+    one. None when the page prints no identifier of the seller there: no layout could recognise
+    its vendor, so none is learnt."""
+    keys = seller_keys(page)
+    if fields.seller_vat_id and (vat := norm_id(fields.seller_vat_id)):
+        if f"vat:{vat}" in keys:
             return f"vat:{vat}"
-    ibans = list(dict.fromkeys(ibans_on(page.flat)))
-    if len(ibans) == 1:
-        return f"iban:{ibans[0]}"
-    if fields.seller_name and (name := norm_name(fields.seller_name)) and len(name) >= 3:
-        if vendor_on_page(page, f"name:{name}"):
-            return f"name:{name}"
-    return None
+        if any(k.startswith("vat:") for k in keys):
+            return None  # the page places another VAT id as the seller's: not this vendor's page
+    return next((k for k in sorted(keys) if k.startswith("iban:")), None)
 
 
 # ---------------------------------------------------------------- values in a segment
