@@ -410,3 +410,48 @@ def test_a_name_keyed_layout_never_applies() -> None:
         learn(invoices[0]), vendor_key=f"name:{L.norm_name(invoices[0].case.seller_name)}"
     )
     assert not _used_layout(_read_text(read(invoices[1]).text, layout))
+
+
+# -- nothing taught outranks the page's own labels (issue 37) -------------------------------------
+
+_W = " " * 17
+ITEM_ROWS_PAGE = "\n".join(
+    [
+        f"{_W}Contoso Ltd - VAT Reg. No.: GB123456782",
+        f"{_W}Bill to:",
+        f"{_W}Fabrikam Inc",
+        f"{_W}{'':40}Invoice no.:   INV-2025-0042",
+        f"{_W}{'':40}Date:          2025-03-14",
+        "",
+        f"{_W}Consulting{'':40}400.00",
+        f"{_W}Travel    {'':40}100.00",
+        f"{_W}Materials {'':40}500.00",
+        f"{_W}Balance due{'':39}600.00 GBP",
+    ]
+)
+
+
+def _rule_right_of(page: L.Page, field: str, anchor: str) -> L.FieldRule:
+    seg = next(s for s in page.segs() if L.norm_text(s.text) == anchor)
+    value = next(s for s in page.lines[seg.line] if s.col > seg.col)
+    return L.FieldRule(field, anchor, seg.col, "right", value.col - seg.col, 0, None, value.end - seg.col)
+
+
+def test_an_amount_a_layout_places_against_the_pages_own_label_holds_the_invoice() -> None:
+    """A layout (imported with its roles moved) places the due on an item row, 500.00, and the net
+    and tax on two others that add up to it; the page's own label says "Balance due 600.00".
+    The arithmetic alone would confirm 500.00: the label holds the invoice, both readings shown."""
+    page = L.Page.of(ITEM_ROWS_PAGE)
+    rules = (
+        _rule_right_of(page, "amount:net", "consulting"),
+        _rule_right_of(page, "amount:tax", "travel"),
+        _rule_right_of(page, "amount:due", "materials"),
+    )
+    layout = L.VendorLayout("acme", "vat:GB123456782", None, None, "GBP", L.fingerprint_of(page), rules, id=9)
+    fields = _read_text(ITEM_ROWS_PAGE, layout)
+    assert fields.sources["payable_total"].source.startswith("layout:9:")  # it was read with it
+    check = fields.amount_check
+    assert check is not None and not check.confirmed, check
+    assert "'Balance due' 600.00" in check.rule and "places due 500.00" in check.rule, check.rule
+    reasons = review_reasons(fields, DEFAULT_POLICY)
+    assert any(r.startswith("amount_unconfirmed") and "600.00" in r and "500.00" in r for r in reasons)

@@ -777,6 +777,20 @@ def _merge(
                     f"not confirmed although {resolution.check.rule}",
                 ),
             )
+        disagree = labels_disagreeing(placed, found, label)
+        if disagree:
+            # The page's own label outranks what anyone taught: a layout (learnt wrong, or imported
+            # with its roles moved) may point at an item row that the arithmetic happens to
+            # confirm. Both readings are shown; a person decides.
+            resolution = replace(
+                resolution,
+                check=replace(
+                    resolution.check,
+                    confirmed=False,
+                    rule=f"the page's own labels disagree with {label}: {'; '.join(disagree)}: not confirmed"
+                    + (f" although {resolution.check.rule}" if resolution.check.confirmed else ""),
+                ),
+            )
         for name, chosen in (("payable_total", resolution.payable), ("net_total", resolution.net)):
             if chosen is not None:
                 updates[name] = chosen.amount
@@ -825,6 +839,24 @@ def unexplained_amounts(
                 label = " ".join(s.text for s in row if s.col < seg.col) or seg.text
                 out.append(f"{label.strip()!r} on line {line + 1}")
     return out
+
+
+# The amounts whose own label on a page is compared with what a layout placed: one of each is
+# printed (a tax is often printed per rate, so it is left to the arithmetic).
+CHECKED_AGAINST_LABELS: tuple[Kind, ...] = ("due", "gross", "net")
+
+
+def labels_disagreeing(placed: Sequence[Found], found: Sequence[Found], label: str) -> list[str]:
+    """Each amount a layout placed that a label of the page's own (a dictionary label, read
+    template-free) contradicts: "Balance due 600.00" where the layout places the due at 500.00."""
+    own = [f for f in found if f not in placed and not f.rate_row and f.kind in CHECKED_AGAINST_LABELS]
+    return [
+        f"the page says {f.label!r} {f.amount} (line {f.value_seg.line + 1}) where {label} places "
+        f"{p.kind} {p.amount} (line {p.value_seg.line + 1})"
+        for p in placed
+        for f in own
+        if f.kind == p.kind and abs(f.amount) != abs(p.amount)
+    ]
 
 
 def contradictions(read: LayoutRead, confirmed: InvoiceFields) -> list[str]:
