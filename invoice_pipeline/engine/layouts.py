@@ -1,18 +1,20 @@
 """Vendor layouts in the loop: learnt from a person's decision, managed, exported and imported.
 
-`learn_from_decision` runs after a person corrected a page-read invoice (`engine.corrections.
-correct_invoice`) or approved one (`engine.review.act`, action approve), once that decision has
-committed. It never changes the decision: learning is a consequence of it, and a failure to
+`learn_from_decision` runs after a person approved a page-read invoice (`engine.review.act`,
+action approve; after a correction, it is the approval that teaches, from the approved values),
+once that decision has committed; a correction saved teaches nothing by itself. It never changes the decision: learning is a consequence of it, and a failure to
 learn is reported, not raised. It reads the invoice's stored page and its fields as the person
 left them, and then, for that organisation and vendor:
 
 * no layout of the vendor matches the page: a new version is learnt (the vendor may use two
   templates; the older one stays enabled until it stops matching anything or a person disables it);
-* a matching layout reads what the person confirmed: it is confirmed (counted, not rewritten);
+* a matching layout reads what the person confirmed: it is confirmed (counted, not rewritten), and
+  a version in shadow becomes active (a person approved an invoice read with it);
 * a matching layout reads something else, or fewer fields than the page now teaches: a new
   version, and the old one is disabled as superseded by it.
 
-Layouts are per organisation: every read and write names the invoice's own org.
+A new version starts in shadow. A rejection undoes what the rejected invoice taught
+(`unlearn_quietly`). Layouts are per organisation: every read and write names the invoice's own org.
 """
 
 from __future__ import annotations
@@ -82,11 +84,12 @@ def learn_from_decision(store: InvoiceStore, invoice_id: UUID | str, taught_by: 
         wrong = contradictions(read, fields)
         more = sorted({r.field for r in learnt.rules} - set(read.values))
         if not wrong and not more:
-            store.confirm_layout(state.org_id, row.id)
+            activated = store.confirm_layout(state.org_id, row.id, invoice_id=invoice_id, actor=taught_by)
             return Learnt(
                 invoice_id,
                 "confirmed",
-                f"layout {row.id} v{row.version} read it as decided",
+                f"layout {row.id} v{row.version} read it as decided"
+                + ("; it was in shadow and is now active" if activated else ""),
                 row.id,
                 row.version,
             )
@@ -131,11 +134,28 @@ def teach_layout(store: InvoiceStore, invoice_id: UUID | str, taught_by: str) ->
 
 
 def learn_quietly(store: InvoiceStore, invoice_id: UUID | str, taught_by: str) -> Learnt | None:
-    """`learn_from_decision` after a decision that has committed: a failure is logged, never raised."""
+    """`learn_from_decision` after an approval that has committed: a failure is logged, never raised."""
     try:
         return learn_from_decision(store, invoice_id, taught_by)
     except Exception:  # the decision stands whatever learning does
         log.exception("learning a vendor layout from invoice %s failed", invoice_id)
+        return None
+
+
+def unlearn_quietly(store: InvoiceStore, invoice_id: UUID | str, actor: str, why: str) -> list[str] | None:
+    """After a rejection has committed: the versions the rejected invoice taught are disabled and
+    the versions they superseded read again (`store.undo_taught_by`, recorded in
+    vendor_layout_events). Since learning happens on approval only, an invoice teaches and is
+    rejected only when it taught before this rule (by a correction) or was vouched for; the
+    undo is what makes a rejection final either way. A failure is logged, never raised."""
+    invoice_id = as_uuid(invoice_id)
+    try:
+        state = store.invoice_state(invoice_id)
+        if state is None:
+            return None
+        return store.undo_taught_by(state.org_id, invoice_id, actor, why)
+    except Exception:  # the rejection stands whatever undoing does
+        log.exception("undoing the vendor layouts invoice %s taught failed", invoice_id)
         return None
 
 

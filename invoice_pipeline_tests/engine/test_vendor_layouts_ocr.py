@@ -13,6 +13,7 @@ import random
 from uuid import UUID
 
 from invoice_pipeline.engine.corrections import correct_invoice
+from invoice_pipeline.engine.review import act
 from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.samples.scans import degrade, encode, render_pages
 from invoice_pipeline.samples.vendor_series import SeriesInvoice
@@ -85,6 +86,7 @@ def test_scans_are_read_with_the_layout_a_text_pdf_or_a_scan_taught(store: Invoi
     [scan_id] = run_documents(store, "globex", [scanned(first, "clean")])
     assert store.invoice_state(scan_id).status == "needs_review"  # type: ignore[union-attr]
     assert correct_invoice(store, scan_id, corrections(first), ALICE).done
+    assert act(store, "approve", scan_id, ALICE).done
     [learnt] = store.list_layouts("globex")
     assert learnt.learnt_from == scan_id
     [read] = run_documents(store, "globex", [scanned(fourth, "greyscale")])

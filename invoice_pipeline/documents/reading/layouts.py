@@ -181,6 +181,10 @@ class VendorLayout:
     taught_by: str | None = None
     taught_at: str | None = None
     enabled: bool = True
+    # In shadow until a person approved an invoice read with it: read beside template-free
+    # reading, never used; a disagreement holds the invoice (`fields_with_layouts`). Not
+    # exported: an imported layout always starts in shadow.
+    shadow: bool = False
 
     @property
     def label(self) -> str:
