@@ -862,7 +862,9 @@ def seller_position_vat(text: str) -> str | None:
     placed = [
         c
         for c in _vat_candidates(doc, seller, buyer, footer)
-        if c[0] > 0 or (c[0] == 0 and on_sellers_line(c[2]))
+        # A line that names the seller is the seller's own, even right under the buyer's block
+        # (which the block rule would take it for); never one among the customer's references.
+        if c[0] > 0 or (on_sellers_line(c[2]) and not _among_customer_references(doc, c[2]))
     ]
     if not placed:
         return None

@@ -38,6 +38,10 @@ CURRENCY_UNKNOWN = "currency_unknown"
 DUPLICATE_CHECK_IMPOSSIBLE = "duplicate_check_impossible"
 # A person corrected fields (domain/corrections.py): held until a person approves what they typed.
 CORRECTED = "corrected"
+# A vendor layout in shadow read the page differently from the page reader (docs/layouts.md).
+LAYOUT_DISAGREES = "layout_disagrees"
+# The source entry where a layout in shadow leaves that disagreement (not a field of its own).
+SHADOW_SOURCE = "layout_shadow"
 
 # Every code a reason can start with, for argument validation and the docs.
 REASON_CODES: tuple[str, ...] = (
@@ -51,6 +55,7 @@ REASON_CODES: tuple[str, ...] = (
     CURRENCY_UNKNOWN,
     DUPLICATE_CHECK_IMPOSSIBLE,
     CORRECTED,
+    LAYOUT_DISAGREES,
 )
 
 _CODE = re.compile(r"^[a-z][a-z0-9_]*")
@@ -140,6 +145,12 @@ def review_reasons(fields: InvoiceFields, policy: ReviewPolicy, *, today: date |
                 f"{STALE_INVOICE}: issued {issue}, more than {policy.stale_after_days} day(s) ago; "
                 "check it was not paid already"
             )
+    shadow = fields.sources.get(SHADOW_SOURCE)
+    if shadow is not None and shadow.reason:
+        out.append(
+            f"{LAYOUT_DISAGREES}: {shadow.reason}; correct what is wrong and approve: approving a page "
+            "the layout reads as approved makes it active"
+        )
     return out
 
 

@@ -50,6 +50,16 @@ def right_but_the_name(store: InvoiceStore, invoice_id: UUID, inv: SeriesInvoice
     ) == want
 
 
+def activate_with_scan(store: InvoiceStore, org: str, inv: SeriesInvoice) -> None:
+    """A new layout runs in shadow: a person approves one scan read with it (held, put right),
+    and it becomes active (issue 37)."""
+    [scan] = run_documents(store, org, [scanned(inv, "clean")])
+    assert store.invoice_state(scan).status == "needs_review"  # type: ignore[union-attr]
+    assert correct_invoice(store, scan, corrections(inv), ALICE).done
+    assert act(store, "approve", scan, ALICE).done
+    assert [r.state for r in store.list_layouts(org)] == ["active"]
+
+
 def sources(store: InvoiceStore, invoice_id: UUID) -> dict[str, str]:
     fields = store.load_fields(invoice_id)
     assert fields is not None
@@ -67,6 +77,7 @@ def test_scans_are_read_with_the_layout_a_text_pdf_or_a_scan_taught(store: Invoi
     # Taught by a correction of the text PDF, read on scans, degraded too.
     teach(store, "acme", first)
     [row] = store.list_layouts("acme")
+    activate_with_scan(store, "acme", fourth)
     for inv, degradation in ((second, "clean"), (third, "skewed"), (second, "noisy")):
         [read] = run_documents(store, "acme", [scanned(inv, degradation)])
         state = store.invoice_state(read)
@@ -89,6 +100,7 @@ def test_scans_are_read_with_the_layout_a_text_pdf_or_a_scan_taught(store: Invoi
     assert act(store, "approve", scan_id, ALICE).done
     [learnt] = store.list_layouts("globex")
     assert learnt.learnt_from == scan_id
+    activate_with_scan(store, "globex", third)
     [read] = run_documents(store, "globex", [scanned(fourth, "greyscale")])
     assert store.invoice_state(read).status == "processed"  # type: ignore[union-attr]
     assert right_but_the_name(store, read, fourth) and sources(store, read)["payable_total"].startswith(

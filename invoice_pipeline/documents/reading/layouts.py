@@ -36,6 +36,7 @@ from functools import lru_cache
 from typing import Any, Literal
 
 from ...domain.fields import FieldSource, InvoiceFields
+from ...domain.review import SHADOW_SOURCE
 from ...domain.validation import KNOWN_CURRENCIES
 from ..extracted import ExtractedText
 from ..ocr import MIN_FIELD_CONFIDENCE, OcrLayout
@@ -679,8 +680,50 @@ def fields_with_layouts(
             for name, src in template_free.sources.items()
         }
         return replace(template_free, sources=sources)
-    best = max(matched, key=lambda r: (r.score, len(r.values), r.layout.version))
-    return _merge(page, best, template_free, confidence_of, min_confidence)
+    # An active layout is read with; one in shadow only when no active one matches.
+    best = max(matched, key=lambda r: (not r.layout.shadow, r.score, len(r.values), r.layout.version))
+    merged = _merge(page, best, template_free, confidence_of, min_confidence)
+    return shadow_reading(best.layout, merged, template_free) if best.layout.shadow else merged
+
+
+# What a layout in shadow is compared on with the template-free reading.
+SHADOW_COMPARED = (
+    "invoice_number",
+    "issue_date",
+    "due_date",
+    "currency",
+    "payable_total",
+    "net_total",
+    "tax_total",
+)
+
+
+def shadow_reading(
+    layout: VendorLayout, with_layout: InvoiceFields, template_free: InvoiceFields
+) -> InvoiceFields:
+    """A layout in shadow (imported or newly learnt, not yet seen right by a person): its values
+    are never used, the template-free reading stands. Where the two disagree, the invoice is held
+    (`domain.review`, `layout_disagrees`) with both readings; where they agree, each field's
+    source says so. Approving an invoice the layout reads as approved makes it active
+    (`engine.layouts.learn_from_decision`)."""
+    note = f"{layout.label} v{layout.version} in shadow"
+    names = [n for n in SHADOW_COMPARED if getattr(with_layout, n) != getattr(template_free, n)]
+    differ = [
+        f"{n} {getattr(with_layout, n)} (layout) / {getattr(template_free, n)} (page reader)" for n in names
+    ]
+    checked = with_layout.amount_check
+    if checked is not None and not checked.confirmed and with_layout.payable_total is not None:
+        # The layout's own reading would be held (a page label disagrees, a row it never saw).
+        differ.append(f"the layout's amounts are not confirmed ({checked.rule})")
+    sources = {
+        name: _annotated(src, f"{note}: {'reads it differently' if name in names else 'reads the same'}")
+        for name, src in template_free.sources.items()
+    }
+    if differ:
+        sources[SHADOW_SOURCE] = FieldSource(
+            f"{note}", 0.0, f"{note} reads this page differently from the page reader: {'; '.join(differ)}"
+        )
+    return replace(template_free, sources=sources)
 
 
 def _merge(
@@ -881,12 +924,7 @@ def contradictions(read: LayoutRead, confirmed: InvoiceFields) -> list[str]:
             # The layout reads a payable where the person says there is none of that kind.
             if read.values[f"amount:{role}"].value != confirmed.payable_total:
                 out.append(f"amount:{role}")
-    if (
-        read.layout.seller_name
-        and confirmed.seller_name
-        and norm_name(read.layout.seller_name) != norm_name(confirmed.seller_name)
-    ):
-        out.append("seller_name")
+    # (The seller's name is not compared: a layout never says who the seller is.)
     if read.layout.currency and confirmed.currency and read.layout.currency != confirmed.currency:
         out.append("currency")
     return out
