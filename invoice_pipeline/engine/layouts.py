@@ -194,6 +194,7 @@ def describe_rows(rows: Sequence[LayoutRow]) -> list[str]:
     """One line per layout, as `review layouts list` prints them."""
     return [
         f"{r.id:>5}  {r.org_id}  {r.vendor_key}  v{r.version}  "
+        f"{(r.state + ' ') if r.enabled else ''}"
         f"{'enabled' if r.enabled else 'disabled: ' + (r.disabled_reason or '')}  "
         f"learnt from {r.learnt_from or '(imported)'} by {r.taught_by} at {r.taught_at:%Y-%m-%d %H:%M}  "
         f"confirmed {r.confirmations}x"
