@@ -5,14 +5,18 @@ functions, on PostgreSQL."""
 from __future__ import annotations
 
 import dataclasses
-from decimal import Decimal
 
-from invoice_pipeline.domain.review import DEFAULT_POLICY
 from invoice_pipeline.engine.corrections import correct_invoice
 from invoice_pipeline.engine.layouts import learn_from_decision
 from invoice_pipeline.engine.review import act
 from invoice_pipeline.engine.store import InvoiceStore
-from invoice_pipeline_tests.engine.test_vendor_layouts_store import ALICE, corrections, house_vendor, run
+from invoice_pipeline_tests.engine.test_vendor_layouts_store import (
+    ALICE,
+    corrected_to_a_number_not_printed,
+    corrections,
+    house_vendor,
+    run,
+)
 
 BOB = dataclasses.replace(ALICE, name="os-user:bob", owner="review:bob@test:1")
 
@@ -50,12 +54,7 @@ def test_a_rejection_undoes_what_the_invoice_taught_and_restores_what_it_superse
     assert correct_invoice(store, first_id, corrections(first), ALICE).done
     assert act(store, "approve", first_id, ALICE).done
     [v1] = store.list_layouts("acme")
-    store.set_review_policy(
-        "acme", dataclasses.replace(DEFAULT_POLICY, auto_approve_limit=Decimal("0.01")), "t"
-    )
-    [second_id] = run(store, "acme", [second])
-    assert store.invoice_state(second_id).status == "needs_review"  # type: ignore[union-attr]
-    assert correct_invoice(store, second_id, {"invoice_number": "NOT-PRINTED-1"}, ALICE).done
+    second_id = corrected_to_a_number_not_printed(store, "acme", second)
     taught = learn_from_decision(store, second_id, ALICE.name)  # what a correction used to do
     assert taught.outcome == "new_version", taught.detail
     assert [(r.version, r.enabled) for r in store.list_layouts("acme", include_disabled=True)] == [

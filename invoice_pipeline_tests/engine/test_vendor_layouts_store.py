@@ -133,17 +133,21 @@ def test_another_vendors_similar_page_is_read_template_free(store: InvoiceStore)
     assert not any(s.source.startswith("layout:") for s in fields.sources.values())
 
 
+def corrected_to_a_number_not_printed(store: InvoiceStore, org: str, inv: SeriesInvoice) -> UUID:
+    """`inv` held (the org's policy holds everything) and corrected to a number its page does not
+    print: a decision that contradicts the vendor's layout."""
+    store.set_review_policy(org, dataclasses.replace(DEFAULT_POLICY, auto_approve_limit=Decimal("0.01")), "t")
+    [invoice_id] = run(store, org, [inv])
+    assert store.invoice_state(invoice_id).status == "needs_review"  # type: ignore[union-attr]
+    assert correct_invoice(store, invoice_id, {"invoice_number": "NOT-PRINTED-1"}, ALICE).done
+    return invoice_id
+
+
 def test_a_contradicting_correction_makes_a_new_version(store: InvoiceStore) -> None:
     first, second, *_ = house_vendor()
     teach(store, "acme", first)
     [v1] = store.list_layouts("acme")
-    # Hold everything, so the layout-read invoice waits for a person.
-    store.set_review_policy(
-        "acme", dataclasses.replace(DEFAULT_POLICY, auto_approve_limit=Decimal("0.01")), "t"
-    )
-    [second_id] = run(store, "acme", [second])
-    assert store.invoice_state(second_id).status == "needs_review"  # type: ignore[union-attr]
-    assert correct_invoice(store, second_id, {"invoice_number": "NOT-PRINTED-1"}, ALICE).done
+    second_id = corrected_to_a_number_not_printed(store, "acme", second)
     assert act(store, "approve", second_id, ALICE).done
     rows = store.list_layouts("acme", include_disabled=True)
     assert [(r.version, r.enabled) for r in rows] == [(1, False), (2, True)]

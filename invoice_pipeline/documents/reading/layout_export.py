@@ -13,14 +13,11 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ..json_schema import DuplicateKey, first_error, json_path, unique_keys
 from .layouts import FORMAT_VERSION
-
-if TYPE_CHECKING:
-    import jsonschema
 
 SCHEMA_PATH = Path(__file__).with_name("vendor_layouts.schema.json")
 EXPORT_FORMAT = "invoice-pipeline/vendor-layouts"
@@ -44,28 +41,21 @@ def _no_constant(name: str) -> Any:
     raise ExportRefused(f"{name} is not a number JSON allows (NaN and Infinity are refused)")
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            # Parsers disagree on which of two values counts: the document says two things.
-            raise ExportRefused(f"an object has the key {key[:60]!r} more than once")
-        out[key] = value
-    return out
-
-
 def parse_export_text(text: str) -> dict[str, Any]:
     """The export's JSON, parsed with the guards above; ExportRefused saying why it is not one."""
     if not text.strip():
         raise ExportRefused("no export was given")
     try:
         data = json.loads(
-            text, parse_float=_finite_float, parse_constant=_no_constant, object_pairs_hook=_unique_keys
+            text, parse_float=_finite_float, parse_constant=_no_constant, object_pairs_hook=unique_keys
         )
     except json.JSONDecodeError as exc:
         raise ExportRefused(f"the export is not JSON ({exc})") from None
     except RecursionError:
         raise ExportRefused("the export's JSON is nested too deeply") from None
+    except DuplicateKey as exc:
+        # Parsers disagree on which of two values counts: the document says two things.
+        raise ExportRefused(f"an object has the key {exc.key[:60]!r} more than once") from None
     except ExportRefused:
         raise
     except ValueError:
@@ -74,19 +64,6 @@ def parse_export_text(text: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ExportRefused("not a vendor layout export (the JSON is not an object)")
     return data
-
-
-@lru_cache(maxsize=1)
-def _validator() -> jsonschema.Draft202012Validator:
-    import jsonschema  # 0.1 s to import: only when a person imports layouts
-
-    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
-    jsonschema.Draft202012Validator.check_schema(schema)
-    return jsonschema.Draft202012Validator(schema)
-
-
-def json_path(parts: Any) -> str:
-    return "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts)
 
 
 def check_export(data: Mapping[str, Any]) -> None:
@@ -100,9 +77,7 @@ def check_export(data: Mapping[str, Any]) -> None:
         raise ExportRefused(
             f"unsupported format_version {data.get('format_version')!r} (this version reads {FORMAT_VERSION})"
         )
-    from jsonschema.exceptions import best_match
-
-    error = best_match(_validator().iter_errors(data))
+    error = first_error(data, SCHEMA_PATH)
     if error is not None:
         message = error.message
         if len(message) > MAX_MESSAGE_CHARS:
