@@ -72,7 +72,7 @@ def learn_from_decision(store: InvoiceStore, invoice_id: UUID | str, taught_by: 
         extracted.text, boxes, fields, org_id=state.org_id, learnt_from=str(invoice_id), taught_by=taught_by
     )
     if learnt is None:
-        return skipped("the page prints neither the seller's VAT id, an IBAN nor the seller's name")
+        return skipped("the page prints no VAT id or IBAN of the seller in the seller's position")
     if not learnt.rules:
         return skipped("no confirmed value was found on the page next to a label")
     page = Page.of(extracted.text, boxes)

@@ -479,7 +479,7 @@ def learn_layout(
     taught_by: str | None = None,
 ) -> VendorLayout | None:
     """A layout from one page and the values a person confirmed; None when the page does not say
-    who the vendor is (no VAT id, IBAN or name of the seller printed on it)."""
+    who the vendor is (no VAT id or IBAN of the seller printed in the seller's position)."""
     page = Page.of(text, boxes)
     key = vendor_key_of(confirmed, page)
     if key is None:
