@@ -10,12 +10,15 @@ functions (`engine.corrections.correct_invoice`, `engine.review.act` approve, an
 1. the first invoice is processed in the group's organisation. If it is held, a person corrects
    the fields that are wrong (the number of fields typed is "corrections needed") and approves
    it; if the pipeline posted it, the person checks it and vouches for it (`review layouts
-   learn`). Either teaches the vendor's layout;
+   learn`). The approval (or the vouching) teaches the vendor's layout, which starts in shadow
+   (issue 37): its values are not used until a person approves an invoice it reads as approved;
 2. the later invoices are processed twice: in a control organisation with no layouts ("before")
-   and in the group's organisation ("after"): key fields right, held, posted with a wrong amount;
+   and in the group's organisation ("after", all in one batch, so the layout is still in shadow
+   for all of them): key fields right, held, posted with a wrong amount;
 3. "as a person works": in a third organisation taught the same way, the later invoices arrive
-   one by one and the person corrects each one that is held as it comes (so a row the vendor
-   prints for the first time, a prepayment say, is taught once): fields right as first read,
+   one by one and the person corrects and approves each one that is held as it comes (the first
+   one read with the layout in shadow activates it; a row the vendor prints for the first time,
+   a prepayment say, is taught once): fields right as first read,
    held, and fields typed;
 4. a different vendor's similar-looking page (the same layout and wording, another seller) is
    processed in the group's organisation: every field read with a layout there is a leak.

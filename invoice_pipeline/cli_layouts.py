@@ -124,16 +124,14 @@ def cmd_layouts_export(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_layouts_import(args: argparse.Namespace, settings: Settings) -> int:
     from invoice_pipeline.cli import _store
+    from invoice_pipeline.documents.reading.layout_export import parse_export_text
     from invoice_pipeline.engine.layouts import import_layouts
     from invoice_pipeline.engine.review import Actor
 
     org = _org(args.org)
     assert org is not None
     text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{args.file} is not JSON: {exc}") from None
+    data = parse_export_text(text)  # ExportRefused (a ValueError): the CLI prints why, exit 2
     store = _store(settings)
     try:
         rows = import_layouts(store, data, org, Actor.os_user().name)

@@ -4,51 +4,17 @@ from __future__ import annotations
 
 import json
 from decimal import Decimal
-from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..domain.fields import InvoiceFields
 from .collect import FieldCollector
 from .errors import BadDocument
+from .json_schema import DuplicateKey, first_error, json_path, unique_keys
 from .values import iso_date, strict_decimal, unparseable
-
-if TYPE_CHECKING:
-    import jsonschema
 
 JSON_SCHEMA_PATH = Path(__file__).with_name("invoice.schema.json")
 MAX_DEPTH_REASON = "JSON is nested too deeply to be an invoice"
-
-
-class _DuplicateKey(ValueError):
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """An object whose keys are unique; a repeated key is refused.
-
-    Parsers disagree on `{"payable_total": "10", "payable_total": "10000"}` (Python keeps the
-    last, others the first), so one document could say two things to two systems.
-    """
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _DuplicateKey(key)
-        out[key] = value
-    return out
-
-
-@lru_cache(maxsize=1)
-def _validator() -> jsonschema.Draft202012Validator:
-    # Imported on the first JSON document: jsonschema costs 0.1 s to import, which every command
-    # and every document sandbox paid, though most never read a JSON invoice.
-    import jsonschema
-
-    schema = json.loads(JSON_SCHEMA_PATH.read_text(encoding="utf-8"))
-    jsonschema.Draft202012Validator.check_schema(schema)
-    return jsonschema.Draft202012Validator(schema)
 
 
 def decode_json_text(content: bytes) -> str:
@@ -66,12 +32,12 @@ def load_invoice_json(text: str) -> dict[str, Any]:
     try:
         # Decimal keeps amounts exact; NaN/Infinity literals become Decimal too so that
         # validation can reject them with "bad_amount" like any other format.
-        data = json.loads(text, parse_float=Decimal, parse_constant=Decimal, object_pairs_hook=_unique_keys)
+        data = json.loads(text, parse_float=Decimal, parse_constant=Decimal, object_pairs_hook=unique_keys)
     except json.JSONDecodeError as exc:
         raise BadDocument(
             "malformed_json", f"JSON syntax error at line {exc.lineno} column {exc.colno}: {exc.msg}"
         ) from None
-    except _DuplicateKey as exc:
+    except DuplicateKey as exc:
         raise BadDocument(
             "json_duplicate_key",
             f"JSON object has the key {exc.key[:60]!r} more than once; systems disagree on which value "
@@ -91,11 +57,9 @@ def load_invoice_json(text: str) -> dict[str, Any]:
         raise BadDocument(
             "json_schema", f"JSON top level must be an object with invoice fields, got {type(data).__name__}"
         )
-    from jsonschema.exceptions import best_match
-
-    error = best_match(_validator().iter_errors(data))
+    error = first_error(data, JSON_SCHEMA_PATH)
     if error is not None:
-        where = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+        where = json_path(error.absolute_path)
         # The message quotes the offending value, which may be megabytes long.
         message = error.message if len(error.message) <= 300 else error.message[:300] + "..."
         raise BadDocument("json_schema", f"JSON does not match invoice.schema.json at {where}: {message}")

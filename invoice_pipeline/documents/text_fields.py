@@ -758,30 +758,7 @@ def fields_from_text(
             currency_hit = Hit(code, first_line[code], "most frequent currency next to amounts", 0.6)
     put("currency", currency_hit, "no currency code or symbol next to the amounts")
 
-    sender = _sender_line(doc, top_limit)
-    seller: Hit[str] | None = None
-    if sender is not None:
-        first = _clean_name(_SENDER_SEPARATORS.split(sender.text)[0])
-        if first:
-            seller = Hit(first, sender.line, "sender line", 0.8)
-    seller = seller or _role_block_name(doc, SELLER_ROLE, n_lines)
-    buyer = _name_below_sender(doc, sender) if sender is not None else None
-    buyer = buyer or _role_block_name(doc, BUYER_ROLE, n_lines)
-    footer = footer_lines(doc.lines)
-    if seller is None and (owner := footer_seller(doc.lines, footer)) is not None:
-        seller = Hit(owner.name, owner.line, "legal footer", 0.7 if owner.repeated else 0.55)
-    if seller is None:
-        for seg in doc.segs():
-            if seg.line >= top_limit:
-                break
-            if (
-                LEGAL_FORM.search(seg.text)
-                and (buyer is None or seg.text != buyer.value)
-                and not _looks_like_label(seg.text)
-            ):
-                if company := _clean_name(seg.text):
-                    seller = Hit(company, seg.line, "company name with legal form", 0.5)
-                    break
+    seller, buyer, footer = parties(doc, top_limit, n_lines)
     if ocr and seller is not None:
         seller = _fullest_spelling(doc, seller, ocr_layout)
     put("seller_name", seller, "no sender line, seller block or company name with a legal form found")
@@ -806,6 +783,37 @@ def fields_from_text(
     return replace(c.build(), amount_check=resolution.check)
 
 
+def parties(doc: TextDoc, top_limit: int, n_lines: int) -> tuple[Hit[str] | None, Hit[str] | None, set[int]]:
+    """Who issued the page and who it is addressed to, as the reader places them: the seller's
+    name (sender line, seller block, legal footer, a company name with a legal form near the
+    top), the buyer's (address window or buyer block), and the legal footer's lines."""
+    sender = _sender_line(doc, top_limit)
+    seller: Hit[str] | None = None
+    if sender is not None:
+        first = _clean_name(_SENDER_SEPARATORS.split(sender.text)[0])
+        if first:
+            seller = Hit(first, sender.line, "sender line", 0.8)
+    seller = seller or _role_block_name(doc, SELLER_ROLE, n_lines)
+    buyer = _name_below_sender(doc, sender) if sender is not None else None
+    buyer = buyer or _role_block_name(doc, BUYER_ROLE, n_lines)
+    footer = footer_lines(doc.lines)
+    if seller is None and (owner := footer_seller(doc.lines, footer)) is not None:
+        seller = Hit(owner.name, owner.line, "legal footer", 0.7 if owner.repeated else 0.55)
+    if seller is None:
+        for seg in doc.segs():
+            if seg.line >= top_limit:
+                break
+            if (
+                LEGAL_FORM.search(seg.text)
+                and (buyer is None or seg.text != buyer.value)
+                and not _looks_like_label(seg.text)
+            ):
+                if company := _clean_name(seg.text):
+                    seller = Hit(company, seg.line, "company name with legal form", 0.5)
+                    break
+    return seller, buyer, footer
+
+
 _CUSTOMER_REFERENCE = re.compile(
     r"^(?:kunden|customer|client|debitor|account)\s*-?\s*(?:nummer|nr|no|number|id|n[°º])|^(?:your|ihre|vos|votre)\b",
     _I,
@@ -822,6 +830,53 @@ def seller_vat(
     listed among the customer's references ("Kundennummer", "USt-IdNr." below it); then the
     label's strength; then page order.
     """
+    candidates = _vat_candidates(doc, seller, buyer, footer)
+    if not candidates:
+        return None
+    return max(candidates, key=lambda c: (c[0], c[1], -c[2].line))[2]
+
+
+# A legal form in any case: what OCR makes of "B.V." or "GmbH" on a seller's own line.
+_COMPANY_ANY_CASE = re.compile(LEGAL_FORM.pattern, re.IGNORECASE)
+
+
+def seller_position_vat(text: str) -> str | None:
+    """The VAT id printed in the seller's position (legal footer, seller block, a line naming the
+    seller), letters and
+    digits only; None when the page prints none there. One in the buyer's block, among the
+    customer's references, or anywhere else does not say who the seller is: a vendor layout is
+    bound to this (`reading.layouts`), never to a VAT id merely printed on the page."""
+    doc = TextDoc(text)
+    n_lines = len(doc.lines)
+    seller, buyer, footer = parties(doc, max(25, n_lines // 2), n_lines)
+
+    def on_sellers_line(hit: Hit[str]) -> bool:
+        # "Halvorsen Metaalwerk B.V. - VAT Reg. No.: GB585738843": the seller names itself, as the
+        # reader found it or as a company (OCR reads "B.v." as often as "B.V.").
+        line = " ".join(s.text for s in doc.lines[hit.line])
+        before = line[: max(0, line.find(hit.label))]
+        return (seller is not None and seller.value in line) or (
+            _COMPANY_ANY_CASE.search(before) is not None and (buyer is None or buyer.value not in before)
+        )
+
+    placed = [
+        c
+        for c in _vat_candidates(doc, seller, buyer, footer)
+        # A line that names the seller is the seller's own, even right under the buyer's block
+        # (which the block rule would take it for); never one among the customer's references.
+        if c[0] > 0 or (on_sellers_line(c[2]) and not _among_customer_references(doc, c[2]))
+    ]
+    if not placed:
+        return None
+    best = max(placed, key=lambda c: (c[0], c[1], -c[2].line))[2]
+    return re.sub(r"[^0-9A-Z]", "", best.value.upper())
+
+
+def _vat_candidates(
+    doc: TextDoc, seller: Hit[str] | None, buyer: Hit[str] | None, footer: set[int]
+) -> list[tuple[int, int, Hit[str]]]:
+    """Every labelled VAT id with its place score (footer +2, seller block +1, buyer block or
+    customer references -2) and its label's tier."""
     candidates: list[tuple[int, int, Hit[str]]] = []
     for tier, (pattern, value_of) in enumerate(((VAT_LABELS[0], vat_value), (VAT_LABELS[1], vat_id_value))):
         for hit in label_hits(
@@ -835,9 +890,7 @@ def seller_vat(
             if (buyer is not None and _in_block(doc, buyer, hit)) or _among_customer_references(doc, hit):
                 score -= 2
             candidates.append((score, -tier, hit))
-    if not candidates:
-        return None
-    return max(candidates, key=lambda c: (c[0], c[1], -c[2].line))[2]
+    return candidates
 
 
 def _label_seg(doc: TextDoc, hit: Hit[Any]) -> Seg:

@@ -45,6 +45,10 @@ CORRECTED = "corrected"
 # a person reads it off the page and types it (`review correct`), instead of the file being
 # quarantined as unusable.
 FIELD_UNREAD = "field_unread"
+# A vendor layout in shadow read the page differently from the page reader (docs/layouts.md).
+LAYOUT_DISAGREES = "layout_disagrees"
+# The source entry where a layout in shadow leaves that disagreement (not a field of its own).
+SHADOW_SOURCE = "layout_shadow"
 
 # Every code a reason can start with, for argument validation and the docs.
 REASON_CODES: tuple[str, ...] = (
@@ -61,6 +65,7 @@ REASON_CODES: tuple[str, ...] = (
     FIELD_UNREAD,
     VENDOR_UNCONFIRMED,
     BANK_DETAILS_CHANGED,
+    LAYOUT_DISAGREES,
 )
 
 _CODE = re.compile(r"^[a-z][a-z0-9_]*")
@@ -154,6 +159,12 @@ def review_reasons(fields: InvoiceFields, policy: ReviewPolicy, *, today: date |
                 f"{STALE_INVOICE}: issued {issue}, more than {policy.stale_after_days} day(s) ago; "
                 "check it was not paid already"
             )
+    shadow = fields.sources.get(SHADOW_SOURCE)
+    if shadow is not None and shadow.reason:
+        out.append(
+            f"{LAYOUT_DISAGREES}: {shadow.reason}; correct what is wrong and approve: approving a page "
+            "the layout reads as approved makes it active"
+        )
     return out
 
 

@@ -20,7 +20,6 @@ from invoice_pipeline.domain.corrections import CORRECTED, apply_changes, descri
 from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.identity import matching_vendor, vendor_reasons
 from invoice_pipeline.domain.review import ReviewPolicy
-from invoice_pipeline.engine.layouts import learn_quietly
 from invoice_pipeline.engine.records import MatchOutcome
 from invoice_pipeline.engine.review import Actor, _match, decide_under_lock
 from invoice_pipeline.engine.review_records import ActionOutcome
@@ -103,9 +102,8 @@ def correct_invoice(
         ),
         refused,
     )
-    if outcome.done:
-        # The correction committed: the vendor's layout learns where the values are (issue 23).
-        learn_quietly(store, invoice_id, actor.name)
+    # A correction teaches no layout: the approval that follows does, from the approved values
+    # (a second reviewer may still reject what was typed; issue 37).
     return outcome
 
 

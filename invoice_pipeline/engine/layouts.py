@@ -1,30 +1,32 @@
 """Vendor layouts in the loop: learnt from a person's decision, managed, exported and imported.
 
-`learn_from_decision` runs after a person corrected a page-read invoice (`engine.corrections.
-correct_invoice`) or approved one (`engine.review.act`, action approve), once that decision has
-committed. It never changes the decision: learning is a consequence of it, and a failure to
+`learn_from_decision` runs after a person approved a page-read invoice (`engine.review.act`,
+action approve; after a correction, it is the approval that teaches, from the approved values),
+once that decision has committed; a correction saved teaches nothing by itself. It never changes the decision: learning is a consequence of it, and a failure to
 learn is reported, not raised. It reads the invoice's stored page and its fields as the person
 left them, and then, for that organisation and vendor:
 
 * no layout of the vendor matches the page: a new version is learnt (the vendor may use two
   templates; the older one stays enabled until it stops matching anything or a person disables it);
-* a matching layout reads what the person confirmed: it is confirmed (counted, not rewritten);
+* a matching layout reads what the person confirmed: it is confirmed (counted, not rewritten), and
+  a version in shadow becomes active (a person approved an invoice read with it);
 * a matching layout reads something else, or fewer fields than the page now teaches: a new
   version, and the old one is disabled as superseded by it.
 
-Layouts are per organisation: every read and write names the invoice's own org.
+A new version starts in shadow. A rejection undoes what the rejected invoice taught
+(`unlearn_quietly`). Layouts are per organisation: every read and write names the invoice's own org.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 from uuid import UUID
 
+from invoice_pipeline.documents.reading.layout_export import EXPORT_FORMAT, check_export
 from invoice_pipeline.documents.reading.layouts import (
     FORMAT_VERSION,
     PAGE_FORMATS,
@@ -38,8 +40,6 @@ from invoice_pipeline.documents.reading.layouts import (
 from invoice_pipeline.engine.store import InvoiceStore, LayoutRow, as_uuid
 
 log = logging.getLogger(__name__)
-
-EXPORT_FORMAT = "invoice-pipeline/vendor-layouts"
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ def learn_from_decision(store: InvoiceStore, invoice_id: UUID | str, taught_by: 
         extracted.text, boxes, fields, org_id=state.org_id, learnt_from=str(invoice_id), taught_by=taught_by
     )
     if learnt is None:
-        return skipped("the page prints neither the seller's VAT id, an IBAN nor the seller's name")
+        return skipped("the page prints no VAT id or IBAN of the seller in the seller's position")
     if not learnt.rules:
         return skipped("no confirmed value was found on the page next to a label")
     page = Page.of(extracted.text, boxes)
@@ -84,11 +84,12 @@ def learn_from_decision(store: InvoiceStore, invoice_id: UUID | str, taught_by: 
         wrong = contradictions(read, fields)
         more = sorted({r.field for r in learnt.rules} - set(read.values))
         if not wrong and not more:
-            store.confirm_layout(state.org_id, row.id)
+            activated = store.confirm_layout(state.org_id, row.id, invoice_id=invoice_id, actor=taught_by)
             return Learnt(
                 invoice_id,
                 "confirmed",
-                f"layout {row.id} v{row.version} read it as decided",
+                f"layout {row.id} v{row.version} read it as decided"
+                + ("; it was in shadow and is now active" if activated else ""),
                 row.id,
                 row.version,
             )
@@ -133,7 +134,7 @@ def teach_layout(store: InvoiceStore, invoice_id: UUID | str, taught_by: str) ->
 
 
 def learn_quietly(store: InvoiceStore, invoice_id: UUID | str, taught_by: str) -> Learnt | None:
-    """`learn_from_decision` after a decision that has committed: a failure is logged, never raised."""
+    """`learn_from_decision` after an approval that has committed: a failure is logged, never raised."""
     try:
         return learn_from_decision(store, invoice_id, taught_by)
     except Exception:  # the decision stands whatever learning does
@@ -141,12 +142,30 @@ def learn_quietly(store: InvoiceStore, invoice_id: UUID | str, taught_by: str) -
         return None
 
 
+def unlearn_quietly(store: InvoiceStore, invoice_id: UUID | str, actor: str, why: str) -> list[str] | None:
+    """After a rejection has committed: the versions the rejected invoice taught are disabled and
+    the versions they superseded read again (`store.undo_taught_by`, recorded in
+    vendor_layout_events). Since learning happens on approval only, an invoice teaches and is
+    rejected only when it taught before this rule (by a correction) or was vouched for; the
+    undo is what makes a rejection final either way. A failure is logged, never raised."""
+    invoice_id = as_uuid(invoice_id)
+    try:
+        state = store.invoice_state(invoice_id)
+        if state is None:
+            return None
+        return store.undo_taught_by(state.org_id, invoice_id, actor, why)
+    except Exception:  # the rejection stands whatever undoing does
+        log.exception("undoing the vendor layouts invoice %s taught failed", invoice_id)
+        return None
+
+
 # -- export and import (docs/layouts.md) ---------------------------------------------------------
 
 
-# Layouts one import takes at most. An import locks each vendor (an advisory lock) until it
-# commits; PostgreSQL's shared lock table holds ~6,400 by default (max_locks_per_transaction 64
-# x max_connections 100), shared by every session: 1,000 leaves room for everyone else.
+# Layouts one import takes at most (the schema's `maxItems` for `layouts`, checked by a test). An
+# import locks each vendor (an advisory lock) until it commits; PostgreSQL's shared lock table
+# holds ~6,400 by default (max_locks_per_transaction 64 x max_connections 100), shared by every
+# session: 1,000 leaves room for everyone else.
 MAX_IMPORT_LAYOUTS = 1000
 
 
@@ -162,56 +181,10 @@ def export_layouts(store: InvoiceStore, org_id: str, *, include_disabled: bool =
 
 
 def parse_export(data: Mapping[str, Any], org_id: str) -> list[VendorLayout]:
-    """The layouts of an export, for `org_id` (whatever org they were exported from)."""
-    if data.get("format") != EXPORT_FORMAT:
-        raise ValueError(f"not a vendor layout export (format must be {EXPORT_FORMAT!r})")
-    if int(data.get("format_version") or 0) != FORMAT_VERSION:
-        raise ValueError(
-            f"unsupported format_version {data.get('format_version')!r} (this version reads {FORMAT_VERSION})"
-        )
-    layouts = data.get("layouts")
-    if not isinstance(layouts, list):
-        raise ValueError("$.layouts: must be a list")
-    if len(layouts) > MAX_IMPORT_LAYOUTS:
-        raise ValueError(
-            f"$.layouts: {len(layouts):,} layouts, more than the {MAX_IMPORT_LAYOUTS:,} one import takes "
-            "(each vendor is locked until the import commits); split the export"
-        )
-    odd = _first_non_finite(layouts, "$.layouts")
-    if odd is not None:
-        raise ValueError(f"{odd}: not a finite number")
-    parsed = []
-    for index, item in enumerate(layouts):
-        where = f"$.layouts[{index}]"
-        if not isinstance(item, Mapping):
-            raise ValueError(f"{where}: must be an object")
-        if not isinstance(item.get("enabled", True), bool):
-            raise ValueError(f"{where}.enabled: must be true or false, not {item['enabled']!r}")
-        try:
-            parsed.append(VendorLayout.from_json(item, org_id=org_id))
-        except KeyError as exc:
-            raise ValueError(f"{where}: lacks the key {exc}") from None
-        except (ValueError, TypeError, OverflowError) as exc:
-            raise ValueError(f"{where}: {exc}") from None
-    return parsed
-
-
-def _first_non_finite(value: Any, path: str) -> str | None:
-    """The JSON path of the first Infinity, -Infinity, NaN or overflowing number (1e999) in
-    `value`: Python's JSON reader accepts them, no layout field means them."""
-    if isinstance(value, float):
-        return None if math.isfinite(value) else path
-    if isinstance(value, Mapping):
-        items: Any = ((f"{path}.{key}", v) for key, v in value.items())
-    elif isinstance(value, list):
-        items = ((f"{path}[{i}]", v) for i, v in enumerate(value))
-    else:
-        return None
-    for where, inner in items:
-        found = _first_non_finite(inner, where)
-        if found is not None:
-            return found
-    return None
+    """The layouts of an export, for `org_id` (whatever org they were exported from), once the
+    whole document passed `vendor_layouts.schema.json` (ExportRefused, a ValueError, otherwise)."""
+    check_export(data)
+    return [VendorLayout.from_json(item, org_id=org_id) for item in data["layouts"]]
 
 
 def import_layouts(store: InvoiceStore, data: Mapping[str, Any], org_id: str, actor: str) -> list[LayoutRow]:
@@ -228,6 +201,7 @@ def describe_rows(rows: Sequence[LayoutRow]) -> list[str]:
     """One line per layout, as `review layouts list` prints them."""
     return [
         f"{r.id:>5}  {r.org_id}  {r.vendor_key}  v{r.version}  "
+        f"{(r.state + ' ') if r.enabled else ''}"
         f"{'enabled' if r.enabled else 'disabled: ' + (r.disabled_reason or '')}  "
         f"learnt from {r.learnt_from or '(imported)'} by {r.taught_by} at {r.taught_at:%Y-%m-%d %H:%M}  "
         f"confirmed {r.confirmations}x"

@@ -28,7 +28,7 @@ from uuid import UUID
 from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.matching import MatchCandidate, find_match
 from invoice_pipeline.domain.review import REASON_CODES
-from invoice_pipeline.engine.layouts import learn_quietly
+from invoice_pipeline.engine.layouts import learn_quietly, unlearn_quietly
 from invoice_pipeline.engine.leases import LeaseLost
 from invoice_pipeline.engine.records import Lease, MatchOutcome
 from invoice_pipeline.engine.review_records import ACTION_FROM, Action, ActionOutcome, ReviewTarget
@@ -170,8 +170,11 @@ def act(
         refused,
     )
     if action == "approve" and outcome.done:
-        # Approved unchanged: the page was read right; its vendor's layout learns (issue 23).
+        # Approved (as read, or as corrected): its vendor's layout learns from it (issues 23, 37).
         learn_quietly(store, invoice_id, actor.name)
+    elif action == "reject" and outcome.done:
+        # Rejected: whatever the invoice taught is undone (issue 37).
+        unlearn_quietly(store, invoice_id, actor.name, note or "")
     return outcome
 
 

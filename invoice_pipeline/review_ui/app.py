@@ -17,7 +17,6 @@ No JavaScript: forms and links. Every POST carries the session's CSRF token.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import re
 import socket
@@ -41,6 +40,7 @@ from starlette.responses import HTMLResponse, PlainTextResponse, RedirectRespons
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from invoice_pipeline.documents.reading.layout_export import parse_export_text
 from invoice_pipeline.domain.corrections import CorrectionError, as_text
 from invoice_pipeline.domain.fields import FIELD_NAMES, InvoiceFields
 from invoice_pipeline.domain.identity import IDENTIFIER_KINDS
@@ -867,15 +867,8 @@ def _export_document(text: str) -> dict[str, Any]:
         raise ValueError(f"the export is larger than {MAX_IMPORT_BYTES // (1024 * 1024)} MiB")
     if not text.strip():
         raise ValueError("no export was pasted")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"the export is not JSON ({exc})") from None
-    except RecursionError:
-        raise ValueError("the export's JSON is nested too deeply") from None
-    if not isinstance(data, dict):
-        raise ValueError("not a vendor layout export (the JSON is not an object)")
-    return data
+    # The command line's parser (guards, then the schema in import_layouts): one check for both.
+    return parse_export_text(text)
 
 
 def _import_problem(exc: Exception) -> str:

@@ -345,3 +345,113 @@ def test_a_row_the_layout_never_saw_right_above_the_legal_footer_still_holds_the
     )
     assert fields.amount_check is not None and not fields.amount_check.confirmed, fields.amount_check
     assert "does not know" in fields.amount_check.rule
+
+
+# -- binding: only the identifier in the seller's position (issue 37) ----------------------------
+
+
+def _insert_after(text: str, line_text: str, new_line: str) -> str:
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.strip() == line_text) + 1
+    return "\n".join([*lines[:at], new_line, *lines[at:]])
+
+
+def _read_text(text: str, layout: L.VendorLayout) -> InvoiceFields:
+    return L.fields_with_layouts(text, None, fields_from_text(text), [layout], org_id="acme")
+
+
+def _used_layout(fields: InvoiceFields) -> bool:
+    return any(s.source.startswith("layout:") for s in fields.sources.values())
+
+
+def test_a_layout_is_refused_for_another_vendor_that_prints_its_vat_id_as_the_buyers_or_in_a_reference() -> (
+    None
+):
+    """Vendor B's invoices come from the same software as vendor A's (same layout, same wording)
+    and print A's VAT id: as the buyer's, in a reference, in an item line. A's layout is bound to
+    the VAT id in the seller's position, which on B's page is B's (or none): never applied."""
+    invoices = house_vendor()
+    layout = learn(invoices[0])
+    a_vat = invoices[0].case.seller_vat_id
+    assert layout.vendor_key == f"vat:{a_vat}"
+    indent = " " * 17
+    b = twin(invoices[1], 1)
+    b_text = read(b).text
+    b_own_line = f"{b.case.seller_name} - VAT Reg. No.: {b.case.seller_vat_id}"
+    assert b_own_line in b_text
+    pages = {
+        "A's VAT id in B's buyer block": _insert_after(
+            b_text, "Hotel Zonneweide", f"{indent}VAT No.: {a_vat}"
+        ),
+        "in a reference": _insert_after(b_text, "INVOICE", f"{indent}Your reference: VAT {a_vat}"),
+        "in an item line": b_text.replace("1. Service item 1", f"1. Service item 1 for VAT {a_vat}"),
+    }
+    # B printing no VAT id of its own: A's, in the buyer's block, is still not the seller's.
+    pages["B prints none of its own"] = pages["A's VAT id in B's buyer block"].replace(b_own_line, "")
+    for what, text in pages.items():
+        assert a_vat in text
+        fields = _read_text(text, layout)
+        assert not _used_layout(fields), (what, fields.sources)
+        # (Who the seller is, on a page printing no VAT id of its own, is the vendor registry's
+        # question, not a layout's: the template-free reader's answer stands, as read.)
+    # The control: A's own later page, which prints its buyer's VAT id too, is read with it.
+    a_text = _insert_after(
+        read(invoices[1]).text, "Hotel Zonneweide", f"{indent}VAT No.: {b.case.seller_vat_id}"
+    )
+    fields = _read_text(a_text, layout)
+    assert _used_layout(fields) and fields.invoice_number == invoices[1].case.invoice_number
+
+
+def test_a_name_keyed_layout_never_applies() -> None:
+    """`name:` keys (stored by earlier versions) bind nothing: a name can be printed anywhere,
+    in an item line of another vendor's page."""
+    invoices = house_vendor()
+    layout = dataclasses.replace(
+        learn(invoices[0]), vendor_key=f"name:{L.norm_name(invoices[0].case.seller_name)}"
+    )
+    assert not _used_layout(_read_text(read(invoices[1]).text, layout))
+
+
+# -- nothing taught outranks the page's own labels (issue 37) -------------------------------------
+
+_W = " " * 17
+ITEM_ROWS_PAGE = "\n".join(
+    [
+        f"{_W}Contoso Ltd - VAT Reg. No.: GB123456782",
+        f"{_W}Bill to:",
+        f"{_W}Fabrikam Inc",
+        f"{_W}{'':40}Invoice no.:   INV-2025-0042",
+        f"{_W}{'':40}Date:          2025-03-14",
+        "",
+        f"{_W}Consulting{'':40}400.00",
+        f"{_W}Travel    {'':40}100.00",
+        f"{_W}Materials {'':40}500.00",
+        f"{_W}Balance due{'':39}600.00 GBP",
+    ]
+)
+
+
+def _rule_right_of(page: L.Page, field: str, anchor: str) -> L.FieldRule:
+    seg = next(s for s in page.segs() if L.norm_text(s.text) == anchor)
+    value = next(s for s in page.lines[seg.line] if s.col > seg.col)
+    return L.FieldRule(field, anchor, seg.col, "right", value.col - seg.col, 0, None, value.end - seg.col)
+
+
+def test_an_amount_a_layout_places_against_the_pages_own_label_holds_the_invoice() -> None:
+    """A layout (imported with its roles moved) places the due on an item row, 500.00, and the net
+    and tax on two others that add up to it; the page's own label says "Balance due 600.00".
+    The arithmetic alone would confirm 500.00: the label holds the invoice, both readings shown."""
+    page = L.Page.of(ITEM_ROWS_PAGE)
+    rules = (
+        _rule_right_of(page, "amount:net", "consulting"),
+        _rule_right_of(page, "amount:tax", "travel"),
+        _rule_right_of(page, "amount:due", "materials"),
+    )
+    layout = L.VendorLayout("acme", "vat:GB123456782", None, None, "GBP", L.fingerprint_of(page), rules, id=9)
+    fields = _read_text(ITEM_ROWS_PAGE, layout)
+    assert fields.sources["payable_total"].source.startswith("layout:9:")  # it was read with it
+    check = fields.amount_check
+    assert check is not None and not check.confirmed, check
+    assert "'Balance due' 600.00" in check.rule and "places due 500.00" in check.rule, check.rule
+    reasons = review_reasons(fields, DEFAULT_POLICY)
+    assert any(r.startswith("amount_unconfirmed") and "600.00" in r and "500.00" in r for r in reasons)

@@ -5,21 +5,21 @@
 -- What the field-extraction stage tries first, once per chunk: the orgs' enabled layouts.
 -- name: enabled_layouts
 SELECT id, org_id, vendor_key, version, layout, learnt_from, taught_by, taught_at, enabled,
-       disabled_reason, superseded_by, confirmations, last_confirmed_at
+       disabled_reason, superseded_by, confirmations, last_confirmed_at, state
 FROM vendor_layouts
 WHERE org_id = ANY(%(org_ids)s::text[]) AND enabled
 ORDER BY org_id, vendor_key, version
 
 -- name: layouts_of_vendor
 SELECT id, org_id, vendor_key, version, layout, learnt_from, taught_by, taught_at, enabled,
-       disabled_reason, superseded_by, confirmations, last_confirmed_at
+       disabled_reason, superseded_by, confirmations, last_confirmed_at, state
 FROM vendor_layouts
 WHERE org_id = %(org_id)s AND vendor_key = %(vendor_key)s
 ORDER BY version
 
 -- name: list_layouts
 SELECT id, org_id, vendor_key, version, layout, learnt_from, taught_by, taught_at, enabled,
-       disabled_reason, superseded_by, confirmations, last_confirmed_at
+       disabled_reason, superseded_by, confirmations, last_confirmed_at, state
 FROM vendor_layouts
 WHERE (%(org_id)s::text IS NULL OR org_id = %(org_id)s::text)
   AND (%(all)s OR enabled)
@@ -27,7 +27,7 @@ ORDER BY org_id, vendor_key, version
 
 -- name: layout_by_id
 SELECT id, org_id, vendor_key, version, layout, learnt_from, taught_by, taught_at, enabled,
-       disabled_reason, superseded_by, confirmations, last_confirmed_at
+       disabled_reason, superseded_by, confirmations, last_confirmed_at, state
 FROM vendor_layouts WHERE id = %(id)s
 
 -- Versions of one vendor's layout are numbered in turn; the caller holds lock_vendor.
@@ -47,9 +47,39 @@ SET enabled = false, superseded_by = %(by)s,
     disabled_reason = 'superseded by version ' || %(version)s || ': ' || %(why)s
 WHERE id = %(id)s AND org_id = %(org_id)s
 
+-- A decision read as the layout reads it: counted, and a shadow version becomes active. Returns
+-- the state it had, so the activation is recorded once (vendor_layout_events).
 -- name: confirm_layout
-UPDATE vendor_layouts SET confirmations = confirmations + 1, last_confirmed_at = now()
+UPDATE vendor_layouts v
+SET confirmations = v.confirmations + 1, last_confirmed_at = now(), state = 'active'
+FROM (SELECT id, state FROM vendor_layouts
+      WHERE id = %(id)s AND org_id = %(org_id)s AND enabled FOR UPDATE) AS before
+WHERE v.id = before.id
+RETURNING before.state
+
+-- name: layout_event
+INSERT INTO vendor_layout_events (layout_id, org_id, event, invoice_id, actor, detail)
+VALUES (%(layout_id)s, %(org_id)s, %(event)s, %(invoice_id)s, %(actor)s, %(detail)s)
+
+-- name: layout_events
+SELECT layout_id, org_id, event, invoice_id, actor, at, detail
+FROM vendor_layout_events WHERE org_id = %(org_id)s ORDER BY at, id
+
+-- The enabled versions an invoice taught, to undo when it is rejected.
+-- name: layouts_learnt_from
+SELECT id, vendor_key FROM vendor_layouts
+WHERE org_id = %(org_id)s AND learnt_from = %(invoice_id)s AND enabled
+ORDER BY vendor_key, version
+
+-- name: undo_layout
+UPDATE vendor_layouts SET enabled = false, disabled_reason = %(reason)s
 WHERE id = %(id)s AND org_id = %(org_id)s AND enabled
+
+-- The version an undone one had superseded is read again, as it was (its state kept).
+-- name: restore_superseded
+UPDATE vendor_layouts SET enabled = true, superseded_by = NULL, disabled_reason = NULL
+WHERE org_id = %(org_id)s AND superseded_by = %(id)s
+RETURNING id
 
 -- name: disable_layout
 UPDATE vendor_layouts SET enabled = false, disabled_reason = %(reason)s

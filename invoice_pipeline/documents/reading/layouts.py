@@ -2,8 +2,11 @@
 
 A `VendorLayout` says, for one organisation and one vendor, how that vendor's page is read:
 
-* the vendor: its key (`vat:<id>`, `iban:<iban>` or `name:<normalised name>`), which must be
-  printed on a page for the layout to apply to it (a different vendor's similar page never is);
+* the vendor: its key (`vat:<id>` or `iban:<iban>`), which must be the identifier printed in the
+  seller's position of a page for the layout to apply to it (`seller_keys`): a different vendor's
+  similar page never is, even when it prints this vendor's VAT id as the buyer's or in a
+  reference. (`name:` keys of earlier versions are kept but never apply: a name proves nothing.)
+  A layout never says who the seller is: its `seller_name` / `seller_vat_id` are informational;
 * a fingerprint: the stable words of the page (segments without digits) and their columns; a
   page matches when enough of them are there again, wherever the lines moved;
 * per field, a `FieldRule`: the anchor text near the value (a label) and where the value stands
@@ -33,10 +36,11 @@ from functools import lru_cache
 from typing import Any, Literal
 
 from ...domain.fields import FieldSource, InvoiceFields
+from ...domain.review import SHADOW_SOURCE
 from ...domain.validation import KNOWN_CURRENCIES
 from ..extracted import ExtractedText
 from ..ocr import MIN_FIELD_CONFIDENCE, OcrLayout
-from ..text_fields import fields_labelled, find_dates, first_identifier, labelled_date
+from ..text_fields import fields_labelled, find_dates, first_identifier, labelled_date, seller_position_vat
 from .amounts import EXEMPT, Found, Kind, amount_label, ends_in_amount, find_amounts, numbers_in, resolve
 from .parties import LEGAL_MARKERS
 from .words import PageGeometry, Segment, TextBoxes, segments, union
@@ -178,6 +182,10 @@ class VendorLayout:
     taught_by: str | None = None
     taught_at: str | None = None
     enabled: bool = True
+    # In shadow until a person approved an invoice read with it: read beside template-free
+    # reading, never used; a disagreement holds the invoice (`fields_with_layouts`). Not
+    # exported: an imported layout always starts in shadow.
+    shadow: bool = False
 
     @property
     def label(self) -> str:
@@ -272,33 +280,51 @@ def fingerprint_score(page: Page, words: Sequence[StableWord]) -> float:
     return hits / len(words)
 
 
+def seller_keys(page: Page) -> frozenset[str]:
+    """Who issued the page, by an identifier printed in the seller's position: the VAT id of the
+    legal footer, the seller's block or a line naming the seller (`text_fields.seller_position_vat`,
+    as the page reader places the seller), else the page's one IBAN (the payment block) when no VAT
+    id stands in the seller's position. A VAT id in the buyer's block, a reference or an item
+    line is not the seller's; a name never says who the seller is (it may appear anywhere)."""
+    cached = _SELLER_KEYS.get(page.text)
+    if cached is not None:
+        return cached
+    keys: frozenset[str] = frozenset()
+    if (vat := seller_position_vat(page.text)) is not None and len(vat) >= 8:
+        keys = frozenset({f"vat:{vat}"})
+    elif len(ibans := set(ibans_on(page.flat))) == 1:
+        keys = frozenset({f"iban:{ibans.pop()}"})
+    if len(_SELLER_KEYS) >= 256:
+        _SELLER_KEYS.clear()
+    _SELLER_KEYS[page.text] = keys
+    return keys
+
+
+# A page is read once per layout tried: its seller is placed once (bounded, per process).
+_SELLER_KEYS: dict[str, frozenset[str]] = {}
+
+
 def vendor_on_page(page: Page, vendor_key: str) -> bool:
-    """The vendor the layout belongs to is printed on the page (its VAT id, IBAN or name)."""
+    """The page's seller is the layout's vendor: its key is the identifier printed in the seller's
+    position (`seller_keys`). Printed anywhere else, it binds nothing; a `name:` key never binds."""
     kind, _, value = vendor_key.partition(":")
-    if not value:
-        return False
-    if kind in ("vat", "iban"):
-        return value in norm_id(page.flat)
-    if kind == "name":
-        return f" {value} " in f" {norm_name(page.flat)} "
-    return False
+    if kind not in ("vat", "iban") or not value or value not in norm_id(page.flat):
+        return False  # not printed at all: no need to place the seller
+    return vendor_key in seller_keys(page)
 
 
 def vendor_key_of(fields: InvoiceFields, page: Page) -> str | None:
-    """Who the vendor is: the seller's VAT id, else an IBAN on the page, else its normalised name.
-
-    A key is only taken when the page prints it: a layout must be able to recognise its vendor.
-    """
-    if fields.seller_vat_id and (vat := norm_id(fields.seller_vat_id)) and len(vat) >= 8:
-        if vendor_on_page(page, f"vat:{vat}"):
+    """Who the vendor is, for a layout learnt from this page: the identifier printed in the
+    seller's position (`seller_keys`), and, when a person confirmed the seller's VAT id, only that
+    one. None when the page prints no identifier of the seller there: no layout could recognise
+    its vendor, so none is learnt."""
+    keys = seller_keys(page)
+    if fields.seller_vat_id and (vat := norm_id(fields.seller_vat_id)):
+        if f"vat:{vat}" in keys:
             return f"vat:{vat}"
-    ibans = list(dict.fromkeys(ibans_on(page.flat)))
-    if len(ibans) == 1:
-        return f"iban:{ibans[0]}"
-    if fields.seller_name and (name := norm_name(fields.seller_name)) and len(name) >= 3:
-        if vendor_on_page(page, f"name:{name}"):
-            return f"name:{name}"
-    return None
+        if any(k.startswith("vat:") for k in keys):
+            return None  # the page places another VAT id as the seller's: not this vendor's page
+    return next((k for k in sorted(keys) if k.startswith("iban:")), None)
 
 
 # ---------------------------------------------------------------- values in a segment
@@ -453,7 +479,7 @@ def learn_layout(
     taught_by: str | None = None,
 ) -> VendorLayout | None:
     """A layout from one page and the values a person confirmed; None when the page does not say
-    who the vendor is (no VAT id, IBAN or name of the seller printed on it)."""
+    who the vendor is (no VAT id or IBAN of the seller printed in the seller's position)."""
     page = Page.of(text, boxes)
     key = vendor_key_of(confirmed, page)
     if key is None:
@@ -654,8 +680,50 @@ def fields_with_layouts(
             for name, src in template_free.sources.items()
         }
         return replace(template_free, sources=sources)
-    best = max(matched, key=lambda r: (r.score, len(r.values), r.layout.version))
-    return _merge(page, best, template_free, confidence_of, min_confidence)
+    # An active layout is read with; one in shadow only when no active one matches.
+    best = max(matched, key=lambda r: (not r.layout.shadow, r.score, len(r.values), r.layout.version))
+    merged = _merge(page, best, template_free, confidence_of, min_confidence)
+    return shadow_reading(best.layout, merged, template_free) if best.layout.shadow else merged
+
+
+# What a layout in shadow is compared on with the template-free reading.
+SHADOW_COMPARED = (
+    "invoice_number",
+    "issue_date",
+    "due_date",
+    "currency",
+    "payable_total",
+    "net_total",
+    "tax_total",
+)
+
+
+def shadow_reading(
+    layout: VendorLayout, with_layout: InvoiceFields, template_free: InvoiceFields
+) -> InvoiceFields:
+    """A layout in shadow (imported or newly learnt, not yet seen right by a person): its values
+    are never used, the template-free reading stands. Where the two disagree, the invoice is held
+    (`domain.review`, `layout_disagrees`) with both readings; where they agree, each field's
+    source says so. Approving an invoice the layout reads as approved makes it active
+    (`engine.layouts.learn_from_decision`)."""
+    note = f"{layout.label} v{layout.version} in shadow"
+    names = [n for n in SHADOW_COMPARED if getattr(with_layout, n) != getattr(template_free, n)]
+    differ = [
+        f"{n} {getattr(with_layout, n)} (layout) / {getattr(template_free, n)} (page reader)" for n in names
+    ]
+    checked = with_layout.amount_check
+    if checked is not None and not checked.confirmed and with_layout.payable_total is not None:
+        # The layout's own reading would be held (a page label disagrees, a row it never saw).
+        differ.append(f"the layout's amounts are not confirmed ({checked.rule})")
+    sources = {
+        name: _annotated(src, f"{note}: {'reads it differently' if name in names else 'reads the same'}")
+        for name, src in template_free.sources.items()
+    }
+    if differ:
+        sources[SHADOW_SOURCE] = FieldSource(
+            f"{note}", 0.0, f"{note} reads this page differently from the page reader: {'; '.join(differ)}"
+        )
+    return replace(template_free, sources=sources)
 
 
 def _merge(
@@ -698,14 +766,10 @@ def _merge(
         updates[name] = got.value
         sources[name] = src
 
-    # The vendor: the page prints its key (read_with_layout checked), so its names are the vendor's.
-    kind, _, key_value = layout.vendor_key.partition(":")
-    if layout.seller_name:
-        updates["seller_name"] = layout.seller_name
-        sources["seller_name"] = FieldSource(f"{label}:vendor {layout.vendor_key}", 0.95)
-    if layout.seller_vat_id and kind == "vat":
-        updates["seller_vat_id"] = layout.seller_vat_id
-        sources["seller_vat_id"] = FieldSource(f"{label}:vendor VAT id printed on the page", 0.95)
+    # Who the seller is never comes from a layout: its seller_name / seller_vat_id are what a person
+    # (or an import) said, and an import may say anything. The page reader's values stand (the
+    # vendor registry confirms them); a layout that could rename the seller could also hide a
+    # re-sent copy from the duplicate check.
     if _currency_on_page(page, layout.currency):
         updates["currency"] = layout.currency
         sources["currency"] = FieldSource(f"{label}:the vendor's currency, printed on the page", 0.9)
@@ -760,6 +824,20 @@ def _merge(
                     f"not confirmed although {resolution.check.rule}",
                 ),
             )
+        disagree = labels_disagreeing(placed, found, label)
+        if disagree:
+            # The page's own label outranks what anyone taught: a layout (learnt wrong, or imported
+            # with its roles moved) may point at an item row that the arithmetic happens to
+            # confirm. Both readings are shown; a person decides.
+            resolution = replace(
+                resolution,
+                check=replace(
+                    resolution.check,
+                    confirmed=False,
+                    rule=f"the page's own labels disagree with {label}: {'; '.join(disagree)}: not confirmed"
+                    + (f" although {resolution.check.rule}" if resolution.check.confirmed else ""),
+                ),
+            )
         for name, chosen in (("payable_total", resolution.payable), ("net_total", resolution.net)):
             if chosen is not None:
                 updates[name] = chosen.amount
@@ -810,6 +888,24 @@ def unexplained_amounts(
     return out
 
 
+# The amounts whose own label on a page is compared with what a layout placed: one of each is
+# printed (a tax is often printed per rate, so it is left to the arithmetic).
+CHECKED_AGAINST_LABELS: tuple[Kind, ...] = ("due", "gross", "net")
+
+
+def labels_disagreeing(placed: Sequence[Found], found: Sequence[Found], label: str) -> list[str]:
+    """Each amount a layout placed that a label of the page's own (a dictionary label, read
+    template-free) contradicts: "Balance due 600.00" where the layout places the due at 500.00."""
+    own = [f for f in found if f not in placed and not f.rate_row and f.kind in CHECKED_AGAINST_LABELS]
+    return [
+        f"the page says {f.label!r} {f.amount} (line {f.value_seg.line + 1}) where {label} places "
+        f"{p.kind} {p.amount} (line {p.value_seg.line + 1})"
+        for p in placed
+        for f in own
+        if f.kind == p.kind and abs(f.amount) != abs(p.amount)
+    ]
+
+
 def contradictions(read: LayoutRead, confirmed: InvoiceFields) -> list[str]:
     """The fields a layout read differently from what a person confirmed (a new version is due)."""
     out: list[str] = []
@@ -828,12 +924,7 @@ def contradictions(read: LayoutRead, confirmed: InvoiceFields) -> list[str]:
             # The layout reads a payable where the person says there is none of that kind.
             if read.values[f"amount:{role}"].value != confirmed.payable_total:
                 out.append(f"amount:{role}")
-    if (
-        read.layout.seller_name
-        and confirmed.seller_name
-        and norm_name(read.layout.seller_name) != norm_name(confirmed.seller_name)
-    ):
-        out.append("seller_name")
+    # (The seller's name is not compared: a layout never says who the seller is.)
     if read.layout.currency and confirmed.currency and read.layout.currency != confirmed.currency:
         out.append("currency")
     return out

@@ -43,6 +43,8 @@ class LayoutRow:
     superseded_by: int | None
     confirmations: int
     last_confirmed_at: datetime | None
+    # 'shadow' until a person approved an invoice read with it, then 'active' (0015).
+    state: str = "active"
 
     def vendor_layout(self) -> VendorLayout:
         data = self.layout if isinstance(self.layout, dict) else json.loads(self.layout)
@@ -55,7 +57,21 @@ class LayoutRow:
             taught_by=self.taught_by,
             taught_at=self.taught_at.isoformat(),
             enabled=self.enabled,
+            shadow=self.state == "shadow",
         )
+
+
+@dataclass(frozen=True)
+class LayoutEvent:
+    """An approval that activated a version, a rejection that undid one or restored one."""
+
+    layout_id: int
+    org_id: str
+    event: str
+    invoice_id: UUID | None
+    actor: str
+    at: datetime
+    detail: str
 
 
 class LayoutsStore(StoreBase):
@@ -157,9 +173,80 @@ class LayoutsStore(StoreBase):
         assert stored is not None
         return stored
 
-    def confirm_layout(self, org_id: str, layout_id: int) -> None:
+    def confirm_layout(
+        self, org_id: str, layout_id: int, *, invoice_id: UUID | None = None, actor: str = "system"
+    ) -> bool:
+        """A decision read as the layout reads it: counted; a shadow version becomes active, and
+        that is recorded with the invoice and the person. True when it was activated."""
+
+        def confirm() -> bool:
+            with self._transaction() as conn:
+                row = conn.execute(LAYOUTS["confirm_layout"], {"id": layout_id, "org_id": org_id}).fetchone()
+                if row is None or row[0] != "shadow":
+                    return False
+                conn.execute(
+                    LAYOUTS["layout_event"],
+                    {
+                        "layout_id": layout_id,
+                        "org_id": org_id,
+                        "event": "activated",
+                        "invoice_id": invoice_id,
+                        "actor": actor,
+                        "detail": f"{actor} approved invoice {invoice_id}, read with it in shadow as decided",
+                    },
+                )
+                return True
+
+        return self._retrying(confirm, "confirming a vendor layout")
+
+    def undo_taught_by(self, org_id: str, invoice_id: UUID, actor: str, why: str) -> list[str]:
+        """A rejected invoice teaches nothing: the enabled versions learnt from it are disabled,
+        and the versions they had superseded are read again; each step is recorded. One
+        transaction; returns what was done, one line each."""
+
+        def undo() -> list[str]:
+            done: list[str] = []
+            with self._transaction() as conn:
+                rows = conn.execute(
+                    LAYOUTS["layouts_learnt_from"], {"org_id": org_id, "invoice_id": invoice_id}
+                ).fetchall()
+                for layout_id, vendor_key in rows:
+                    conn.execute(LAYOUTS["lock_vendor"], {"org_id": org_id, "vendor_key": vendor_key})
+                    reason = f"undone: invoice {invoice_id} it was learnt from was rejected by {actor}: {why}"
+                    conn.execute(
+                        LAYOUTS["undo_layout"], {"id": layout_id, "org_id": org_id, "reason": reason}
+                    )
+                    events = [(layout_id, "undone", reason)]
+                    for (restored,) in conn.execute(
+                        LAYOUTS["restore_superseded"], {"org_id": org_id, "id": layout_id}
+                    ).fetchall():
+                        events.append(
+                            (
+                                restored,
+                                "restored",
+                                f"read again: layout {layout_id} that superseded it was undone",
+                            )
+                        )
+                    for event_layout, event, detail in events:
+                        conn.execute(
+                            LAYOUTS["layout_event"],
+                            {
+                                "layout_id": event_layout,
+                                "org_id": org_id,
+                                "event": event,
+                                "invoice_id": invoice_id,
+                                "actor": actor,
+                                "detail": detail,
+                            },
+                        )
+                        done.append(f"layout {event_layout} {event}")
+            return done
+
+        return self._retrying(undo, "undoing what a rejected invoice taught")
+
+    def layout_events(self, org_id: str) -> list[LayoutEvent]:
         with self.pool.connection() as conn:
-            conn.execute(LAYOUTS["confirm_layout"], {"id": layout_id, "org_id": org_id})
+            return self._all(conn, LayoutEvent, LAYOUTS["layout_events"], {"org_id": org_id})
 
     def disable_layout(self, layout_id: int, reason: str, org_id: str | None = None) -> bool:
         """Disable one layout (it is kept, and shown, but no longer read with)."""

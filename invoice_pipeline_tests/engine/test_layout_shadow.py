@@ -1,0 +1,69 @@
+"""Shadow mode (issue 37): an imported or newly learnt layout is read beside the page reader but
+its values are never used until a person approved one invoice read with it. Meanwhile a
+disagreement holds the invoice with both readings; the approval makes it active, recorded."""
+
+from __future__ import annotations
+
+from invoice_pipeline.documents import extract_text
+from invoice_pipeline.documents.reading import layouts as L
+from invoice_pipeline.domain.review import SHADOW_SOURCE
+from invoice_pipeline.engine.corrections import correct_invoice
+from invoice_pipeline.engine.layouts import export_layouts, import_layouts
+from invoice_pipeline.engine.review import act
+from invoice_pipeline.engine.store import InvoiceStore
+from invoice_pipeline_tests.documents.test_vendor_layouts import truth
+from invoice_pipeline_tests.engine.test_vendor_layouts_store import (
+    ALICE,
+    corrections,
+    house_vendor,
+    right,
+    run,
+)
+
+
+def test_an_imported_layout_runs_in_shadow_until_a_person_approves_an_invoice_read_with_it(
+    store: InvoiceStore,
+) -> None:
+    first, second, third, *_ = house_vendor()
+    text = extract_text(first.pdf())
+    boxes, _ = L.page_of(text)
+    layout = L.learn_layout(text.text, boxes, truth(first.case), org_id="elsewhere")
+    assert layout is not None
+    [row] = import_layouts(store, export_layouts(store, "x") | {"layouts": [layout.to_json()]}, "acme", "bob")
+    assert row.state == "shadow"
+
+    # In shadow: the page reader's values stand, and where the layout reads otherwise (the house
+    # wording's net, tax and due date, which the page reader does not find) the invoice is held,
+    # both readings shown.
+    [held] = run(store, "acme", [second])
+    assert store.invoice_state(held).status == "needs_review"  # type: ignore[union-attr]
+    fields = store.load_fields(held)
+    assert fields is not None
+    read_with = {
+        k for k, s in fields.sources.items() if s.source.startswith("layout:") and k != SHADOW_SOURCE
+    }
+    assert read_with == set(), fields.sources
+    [why] = [r for r in store.review_reasons(held) or () if r.startswith("layout_disagrees")]
+    assert f"layout:{row.id} v1 in shadow" in why
+    assert f"net_total {second.case.net} (layout) / None (page reader)" in why, why
+    assert store.layout_events("acme") == []
+
+    # A person puts it right and approves: the layout read it as approved, so it is active now.
+    assert correct_invoice(store, held, corrections(second), ALICE).done
+    assert act(store, "approve", held, ALICE).done
+    [active] = store.list_layouts("acme")
+    assert (active.id, active.state) == (row.id, "active")
+    [event] = store.layout_events("acme")
+    assert (event.layout_id, event.event, event.invoice_id, event.actor) == (
+        row.id,
+        "activated",
+        held,
+        ALICE.name,
+    )
+
+    # Active: the vendor's next invoice is read with it and posted.
+    [later] = run(store, "acme", [third])
+    fields = store.load_fields(later)
+    assert fields is not None and right(store, later, third)
+    assert fields.sources["invoice_number"].source.startswith(f"layout:{row.id}:")
+    assert store.invoice_state(later).status == "processed"  # type: ignore[union-attr]
