@@ -82,8 +82,8 @@ def test_import_and_export_never_send_a_files_escapes_to_the_terminal(
         "org_id": "elsewhere",
         "layouts": [
             {
-                "vendor_key": f"name:evil{clipboard}",
-                "seller_name": "Evil\u0085GmbH\u202eTXT.EXE",
+                "vendor_key": f"vat:DE123456789{clipboard}",
+                "seller_name": f"Evil\u0085GmbH\u202eTXT.EXE{clipboard}",
                 "currency": "EUR",
                 "fingerprint": [],
                 "rules": [],
@@ -93,15 +93,22 @@ def test_import_and_export_never_send_a_files_escapes_to_the_terminal(
     }
     path = tmp_path / "hostile.json"
     path.write_text(json.dumps(hostile), encoding="utf-8")
+    # A key with an escape in it is no vendor key: refused, and the refusal names it escaped.
+    refused = run_cli("review", "layouts", "import", str(path), "--org", "acme", env=env)
+    assert refused.returncode != 0 and "vendor_key" in refused.stderr, refused.stderr
+    for ch in ("\x1b", "\x07"):
+        assert ch not in refused.stdout + refused.stderr, repr(ch)
+    # A valid key with a hostile seller name is imported; nothing of the name reaches the screen raw.
+    hostile["layouts"][0]["vendor_key"] = "vat:DE123456789"  # type: ignore[index]
+    path.write_text(json.dumps(hostile), encoding="utf-8")
     imported = run_cli("review", "layouts", "import", str(path), "--org", "acme", env=env)
     assert imported.returncode == 0, imported.stderr
     assert "\x1b" not in imported.stdout and "\x07" not in imported.stdout
-    assert "name:evil\\x1b]52;c;cm0gLXJmIH4=\\x07" in imported.stdout
-    exported = run_cli("review", "layouts", "export", "--org", "acme", env=env)
+    exported = run_cli("review", "layouts", "export", "--org", "acme", "--all", env=env)
     assert exported.returncode == 0, exported.stderr
     for ch in ("\x1b", "\x07", "\x85", "\u202e"):
         assert ch not in exported.stdout, repr(ch)
     # Still the same document, read back.
     [layout] = json.loads(exported.stdout)["layouts"]
-    assert layout["vendor_key"] == f"name:evil{clipboard}"
-    assert layout["seller_name"] == "Evil\u0085GmbH\u202eTXT.EXE"
+    assert layout["vendor_key"] == "vat:DE123456789"
+    assert layout["seller_name"] == f"Evil\u0085GmbH\u202eTXT.EXE{clipboard}"

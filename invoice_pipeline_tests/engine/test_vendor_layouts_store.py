@@ -16,12 +16,13 @@ from uuid import UUID
 import pytest
 
 from invoice_pipeline.config import DEFAULT_MAX_DOCUMENT_BYTES
+from invoice_pipeline.domain.identity import Identifier, normalise
 from invoice_pipeline.domain.review import DEFAULT_POLICY
 from invoice_pipeline.engine.corrections import correct_invoice
 from invoice_pipeline.engine.layouts import export_layouts, import_layouts, teach_layout
 from invoice_pipeline.engine.review import Actor, act
 from invoice_pipeline.engine.stages import StageEnv, claim_chunk, process_chunk
-from invoice_pipeline.engine.store import InvoiceStore
+from invoice_pipeline.engine.store import InvoiceStore, VendorImportRow
 from invoice_pipeline.orchestration.resources import DocumentReader
 from invoice_pipeline.samples.vendor_series import SeriesInvoice, due_date_of, vendor_series
 
@@ -34,7 +35,23 @@ def house_vendor() -> tuple[SeriesInvoice, ...]:
 
 
 def run(store: InvoiceStore, org: str, invoices: list[SeriesInvoice]) -> list[UUID]:
+    """The invoices worked through every stage as one chunk, their sellers in the org's vendor
+    registry first (as its vendor master would have them): what these tests teach is layouts,
+    not who is paid (engine/test_vendors.py)."""
+    register_sellers(store, org, invoices)
     return run_documents(store, org, [(inv.pdf(), f"{inv.case.name}.pdf") for inv in invoices])
+
+
+def register_sellers(store: InvoiceStore, org: str, invoices: list[SeriesInvoice]) -> None:
+    rows = {
+        inv.case.seller_vat_id: VendorImportRow(
+            inv.case.seller_name,
+            (Identifier("vat", normalise("vat", inv.case.seller_vat_id), inv.case.seller_vat_id),),
+        )
+        for inv in invoices
+        if inv.case.seller_vat_id
+    }
+    store.import_vendors(org, list(rows.values()), "test: vendor master")
 
 
 def run_documents(store: InvoiceStore, org: str, documents: list[tuple[bytes, str]]) -> list[UUID]:
