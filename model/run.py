@@ -53,7 +53,12 @@ RUNS = (
         ("-m2000000", "-w28", "-k3"),
         budget_s=60,
     ),
-    Run("liveness under weak fairness (2 workers, 2 copies, 1 fault)", SMALL, (), ("-a", "-f", "-m2000000", "-w24")),
+    Run(
+        "liveness under weak fairness (2 workers, 2 copies, 1 fault)",
+        SMALL,
+        ("-DNFAIR=3",),  # weak fairness over the 6 processes (init, 2 workers, sweeper, clock, faults)
+        ("-a", "-f", "-m2000000", "-w24"),
+    ),
 )
 MUTANTS = ("NO_FENCE", "NO_ADVISORY", "SWEEP_NO_RECHECK", "HB_QUEUED", "NO_INDEX")
 # Breadth-first, so that each counterexample is a shortest one (what the replay drives).
@@ -72,7 +77,9 @@ def ensure_tools() -> None:
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
         subprocess.run(["apt-get", "install", "-y", *packages], check=True, env=env)
         return
-    sys.exit(f"make model needs {' and '.join(missing)}: install them (apt-get install -y {' '.join(packages)})")
+    sys.exit(
+        f"make model needs {' and '.join(missing)}: install them (apt-get install -y {' '.join(packages)})"
+    )
 
 
 def verify(run: Run, work: Path) -> tuple[bool, str]:
@@ -80,7 +87,9 @@ def verify(run: Run, work: Path) -> tuple[bool, str]:
     shutil.copy(MODEL, work / MODEL.name)
     defines = [f"-D{d}" for d in run.defines]
     subprocess.run(["spin", *defines, "-a", MODEL.name], cwd=work, check=True, capture_output=True)
-    subprocess.run(["cc", "-O2", *run.cflags, "-o", "pan", "pan.c"], cwd=work, check=True, capture_output=True)
+    subprocess.run(
+        ["cc", "-O2", *run.cflags, "-o", "pan", "pan.c"], cwd=work, check=True, capture_output=True
+    )
     pan = subprocess.Popen(["./pan", *run.pan_args], cwd=work, stdout=subprocess.PIPE, text=True)
     try:
         out, _ = pan.communicate(timeout=run.budget_s)
@@ -103,7 +112,9 @@ def keep_trail(run: Run, work: Path) -> Path:
     replay = subprocess.run(
         ["spin", "-t", *defines, MODEL.name], cwd=work, capture_output=True, text=True, check=True
     ).stdout
-    steps = [line.strip()[len("@@ step=") :] for line in replay.splitlines() if line.strip().startswith("@@ step=")]
+    steps = [
+        line.strip()[len("@@ step=") :] for line in replay.splitlines() if line.strip().startswith("@@ step=")
+    ]
     violated = re.search(r"text of failed assertion: (.*)", replay)
     lines = [
         f"# Counterexample of model/protocol.pml with -D{' -D'.join(run.defines)}, written by `make model`",

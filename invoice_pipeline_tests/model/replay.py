@@ -157,7 +157,8 @@ class RealWorker:
     def claim(self, i: int, j: int, out: Outcome) -> None:
         conn = self._c()
         rows = conn.execute(
-            CLAIMS["acquire_locks"], {"invoice_ids": [self.invoices[i]], "attempts": [None], "owner": f"w{self.w}"}
+            CLAIMS["acquire_locks"],
+            {"invoice_ids": [self.invoices[i]], "attempts": [None], "owner": f"w{self.w}"},
         ).fetchall()
         decided = conn.execute(DEDUPE["load_duplicate_decision"], {"invoice_id": self.invoices[i]}).fetchone()
         conn.commit()
@@ -243,7 +244,13 @@ class RealWorker:
         if decided is not None and decided[1] == "original":
             conn.execute(
                 DOCUMENTS["post_to_ledger"],
-                {"invoice_id": self.invoices[i], "job_id": self.lease, "org_id": ORG, "amount": 10, "currency": "EUR"},
+                {
+                    "invoice_id": self.invoices[i],
+                    "job_id": self.lease,
+                    "org_id": ORG,
+                    "amount": 10,
+                    "currency": "EUR",
+                },
             )
             out.did = "posted"
         else:
@@ -291,7 +298,8 @@ class Replay:
         with psycopg.connect(self.url, autocommit=True) as admin:
             for n in range(2):
                 row = admin.execute(
-                    "INSERT INTO invoices (org_id, fields) VALUES (%s, %s) RETURNING id", (ORG, f'{{"copy": {n}}}')
+                    "INSERT INTO invoices (org_id, fields) VALUES (%s, %s) RETURNING id",
+                    (ORG, f'{{"copy": {n}}}'),
                 ).fetchone()
                 assert row is not None
                 self.invoices.append(row[0])
@@ -352,7 +360,9 @@ class Replay:
             out.did = "ticked"
         elif step.name == "release_stale_locks":
             before = self._running(admin)
-            admin.execute(MAINTENANCE["release_stale_locks"], {"invoice_id": None, "stale_after": STALE_AFTER})
+            admin.execute(
+                MAINTENANCE["release_stale_locks"], {"invoice_id": None, "stale_after": STALE_AFTER}
+            )
             self.swept[index] = before - self._running(admin)
             out.did = f"released {len(self.swept[index])}"
         elif step.name == "reschedule_failed":
@@ -360,7 +370,12 @@ class Replay:
                 locked = [row[0] for row in admin.execute(MAINTENANCE["lock_orphans"]).fetchall()]
                 admin.execute(
                     CLAIMS["reschedule_failed"],
-                    {"invoice_ids": locked, "max_attempts": MAX_ATTEMPTS, "retry_base": timedelta(0), "error": None},
+                    {
+                        "invoice_ids": locked,
+                        "max_attempts": MAX_ATTEMPTS,
+                        "retry_base": timedelta(0),
+                        "error": None,
+                    },
                 )
             out.did = "rescheduled"
         elif step.name in ("crash", "idle_timeout") and worker is not None:
@@ -399,7 +414,10 @@ class Replay:
             admin.execute("SELECT pg_terminate_backend(%s)", (worker.pid,))
 
     def _tick(
-        self, admin: psycopg.Connection[Any], workers: list[RealWorker], keepers: list[psycopg.Connection[Any]]
+        self,
+        admin: psycopg.Connection[Any],
+        workers: list[RealWorker],
+        keepers: list[psycopg.Connection[Any]],
     ) -> None:
         admin.execute(
             "UPDATE processing_jobs SET heartbeat_at = heartbeat_at - %s WHERE id IN "

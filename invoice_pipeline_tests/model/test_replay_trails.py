@@ -23,7 +23,9 @@ def real_invariants(url: str) -> dict[str, Any]:
             "SELECT coalesce(max(n), 0) FROM (SELECT count(*) AS n FROM processing_jobs "
             "WHERE status = 'running' GROUP BY invoice_id) r"
         ).fetchone()
-        originals = conn.execute("SELECT count(*) FROM invoices WHERE duplicate_status = 'original'").fetchone()
+        originals = conn.execute(
+            "SELECT count(*) FROM invoices WHERE duplicate_status = 'original'"
+        ).fetchone()
         postings = conn.execute("SELECT count(*) FROM ledger_postings").fetchone()
     assert running and originals and postings
     return {"max_running": running[0], "originals": originals[0], "postings": postings[0]}
