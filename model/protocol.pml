@@ -15,6 +15,7 @@
  *   HB_QUEUED        heartbeats sent where the work waits, so they queue behind a blocked write
  *   NO_INDEX         acquire_processing_locks without the partial unique index (the snapshot's
  *                    NOT EXISTS is all that is left)
+ *   NO_RESCHEDULE    the sweep without lock_orphans + reschedule_failed (liveness must fail)
  */
 
 #ifndef W
@@ -363,6 +364,7 @@ end_sweep:
 #endif
        /* lock_orphans (SKIP LOCKED) + reschedule_failed: an invoice left processing with no
         * running job is retried, or dead-lettered once its attempts are spent. */
+#ifndef NO_RESCHEDULE
        atomic {
            r = 0;
            do
@@ -381,6 +383,9 @@ end_sweep:
            od;
            r = 0
        }
+#else
+       skip
+#endif
     od
 }
 

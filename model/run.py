@@ -62,8 +62,16 @@ RUNS = (
 )
 MUTANTS = ("NO_FENCE", "NO_ADVISORY", "SWEEP_NO_RECHECK", "HB_QUEUED", "NO_INDEX")
 # Breadth-first, so that each counterexample is a shortest one (what the replay drives).
-MUTANT_RUNS = tuple(
-    Run(f"mutant {m}", (*SMALL, m), (*SAFETY, "-DBFS"), ("-w24",), must_fail=True) for m in MUTANTS
+MUTANT_RUNS = (
+    *(Run(f"mutant {m}", (*SMALL, m), (*SAFETY, "-DBFS"), ("-w24",), must_fail=True) for m in MUTANTS),
+    # The liveness property's mutant: an acceptance cycle (a lasso), kept but not replayed.
+    Run(
+        "mutant NO_RESCHEDULE (liveness)",
+        (*SMALL, "NO_RESCHEDULE"),
+        ("-DNFAIR=3",),
+        ("-a", "-f", "-m2000000", "-w24"),
+        must_fail=True,
+    ),
 )
 
 
@@ -112,15 +120,18 @@ def keep_trail(run: Run, work: Path) -> Path:
     replay = subprocess.run(
         ["spin", "-t", *defines, MODEL.name], cwd=work, capture_output=True, text=True, check=True
     ).stdout
-    steps = [
-        line.strip()[len("@@ step=") :] for line in replay.splitlines() if line.strip().startswith("@@ step=")
-    ]
+    steps = []
+    for line in replay.splitlines():
+        if line.strip().startswith("@@ step="):
+            steps.append(line.strip()[len("@@ step=") :])
+        elif "START OF CYCLE" in line:
+            steps.append("cycle_starts")  # a liveness counterexample: the rest repeats forever
     violated = re.search(r"text of failed assertion: (.*)", replay)
     lines = [
         f"# Counterexample of model/protocol.pml with -D{' -D'.join(run.defines)}, written by `make model`",
         "# from model/trails/" + f"{mutant}.trail (spin -t). One model step a line, in trail order.",
         *steps,
-        f"violated {violated.group(1).strip() if violated else '?'}",
+        f"violated {violated.group(1).strip() if violated else 'ltl terminates (an acceptance cycle)'}",
     ]
     path = TRAILS / f"{mutant}.schedule"
     path.write_text("\n".join(lines) + "\n")
