@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install dev demo test test-external lint bench chaos clean
+.PHONY: install dev demo test test-external lint bench chaos model clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,12 @@ chaos: install
 	HYPOTHESIS_PROFILE=chaos $(BIN)/pytest -m hypothesis -q invoice_pipeline_tests $(CHAOS_PYTEST_ARGS) || status=1; \
 	$(BIN)/python -m chaos $(CHAOS_ARGS) || status=1; \
 	exit $$status
+
+# Spin on the protocol model (model/protocol.pml): every property must verify, every mutant must
+# fail, and each mutant's counterexample is written to model/trails/ (the replay tests' input).
+# Installs spin and a C compiler with apt-get when missing and run as root. A few minutes at most.
+model:
+	$(PYTHON) model/run.py
 
 clean:
 	rm -rf $(VENV) .invoice_pipeline .pytest_cache .mypy_cache .ruff_cache
