@@ -1,8 +1,9 @@
-"""Make sure Debian's Chromium is there for the browser tests (run by `make test`).
+"""Make sure the Debian packages the tests drive are there (run by `make test`).
 
-Playwright cannot download its own browser here, so the tests drive /usr/bin/chromium. When
-it is missing and we are root, install it with apt-get; otherwise say loudly why the browser
-tests will be skipped.
+Playwright cannot download its own browser here, so the browser tests drive /usr/bin/chromium;
+the container image test needs podman, runc and debootstrap, the alert tests promtool and
+prometheus. What is missing is installed with apt-get when we are root; otherwise say loudly
+which tests will be skipped.
 """
 
 from __future__ import annotations
@@ -27,22 +28,36 @@ CHROMIUM_FLAGS = [
 ]
 
 
+# The Debian packages other tests use, by the command each provides: the container image test
+# (podman, runc, debootstrap), the alert and dashboard tests (promtool, prometheus). Without them
+# those tests skip, each with a one-line reason.
+SYSTEM_TOOLS = {
+    "/usr/bin/chromium": "chromium",
+    "/usr/bin/podman": "podman",
+    "/usr/sbin/runc": "runc",
+    "/usr/sbin/debootstrap": "debootstrap",
+    "/usr/bin/promtool": "prometheus",
+}
+
+
 def main() -> int:
-    if os.path.exists(CHROMIUM):
+    missing = sorted({package for path, package in SYSTEM_TOOLS.items() if not os.path.exists(path)})
+    if not missing:
         return 0
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
         print(
-            f"!! {CHROMIUM} is missing and cannot be installed here: browser tests will be SKIPPED",
+            f"!! {', '.join(missing)} missing and cannot be installed here: the tests that need them will be SKIPPED",
             file=sys.stderr,
         )
         return 0
-    print("installing Debian chromium for the browser tests ...", flush=True)
+    print(f"installing Debian {' '.join(missing)} for the tests ...", flush=True)
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "chromium"]):
+    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", *missing]):
         result = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if result.returncode != 0:
             print(
-                f"!! {' '.join(cmd)} failed: browser tests will be SKIPPED\n{result.stderr[-2000:]}",
+                f"!! {' '.join(cmd)} failed: the tests that need {', '.join(missing)} will be SKIPPED\n"
+                f"{result.stderr[-2000:]}",
                 file=sys.stderr,
             )
             return 0
