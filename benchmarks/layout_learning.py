@@ -46,6 +46,7 @@ from invoice_pipeline.config import DEFAULT_MAX_DOCUMENT_BYTES
 from invoice_pipeline.documents import ExtractedText, extract_fields, extract_text
 from invoice_pipeline.documents.reading.layouts import VendorLayout, apply_layouts, norm_text
 from invoice_pipeline.domain.fields import InvoiceFields
+from invoice_pipeline.domain.review import reason_code
 from invoice_pipeline.engine.corrections import correct_invoice
 from invoice_pipeline.engine.layouts import teach_layout
 from invoice_pipeline.engine.review import Actor, act
@@ -165,6 +166,27 @@ class Pipeline:
         layout = sum(1 for s in (fields.sources.values() if fields else ()) if s.source.startswith("layout:"))
         return right(fields, truth), status in ("needs_review", "quarantined"), wrong, layout
 
+    def paid_wrong(self, org: str, invoice_id: UUID, truth: dict[str, Any]) -> bool:
+        """Posted to another vendor than the page's true seller, or into an account that vendor is
+        not known to have (issue 37): the figure that must stay 0."""
+        posting = self.store.load_ledger_posting(invoice_id)
+        if posting is None:
+            return False
+        vendor = next((v for v in self.store.list_vendors(org) if v.vendor_id == posting.vendor_id), None)
+        if vendor is None:
+            return True
+        vat = truth.get("seller_vat_id")
+        seller_right = vendor.has("vat", vat) if vat else vendor.has("name", truth["seller_name"])
+        iban_right = posting.iban is None or vendor.has("iban", posting.iban)
+        return not (seller_right and iban_right)
+
+    def held_for(self, invoice_id: UUID) -> list[str]:
+        """The status when not held or posted, else the review reason codes."""
+        state = self.store.invoice_state(invoice_id)
+        if state is not None and state.status == "quarantined":
+            return [f"quarantined:{state.quarantine_code}"]
+        return sorted({reason_code(r) for r in self.store.review_reasons(invoice_id) or []})
+
 
 def teach(p: Pipeline, org: str, first: Doc) -> tuple[str, int]:
     """Process the first invoice; a person corrects (and approves) it when it is held, or vouches
@@ -210,6 +232,9 @@ def as_a_person_works(p: Pipeline, org: str, later: Sequence[Doc], c: Counter[st
     for d in later:
         [invoice_id] = p.run(org, [d])
         ok, held, wrong, _ = p.outcome(invoice_id, d.truth)
+        c["paid_wrong_working"] += p.paid_wrong(org, invoice_id, d.truth)
+        for code in p.held_for(invoice_id):
+            c[f"reason_working:{code}"] += 1
         c["right_working"] += sum(ok.values())
         c["held_working"] += held
         c["wrong_working"] += wrong
@@ -267,6 +292,10 @@ def run(ctx: BenchContext) -> BenchResult:
             for d, b, a in zip(later, before_ids, after_ids, strict=True):
                 ok_b, held_b, wrong_b, _ = p.outcome(b, d.truth)
                 ok_a, held_a, wrong_a, used = p.outcome(a, d.truth)
+                c["paid_wrong_before"] += p.paid_wrong(control, b, d.truth)
+                c["paid_wrong_after"] += p.paid_wrong(org, a, d.truth)
+                for code in p.held_for(a):
+                    c[f"reason_after:{code}"] += 1
                 c["later"] += 1
                 c["right_before"] += sum(ok_b.values())
                 c["right_after"] += sum(ok_a.values())
@@ -319,6 +348,28 @@ def run(ctx: BenchContext) -> BenchResult:
             )
             result.check(
                 f"{kind}: no layout applied to another vendor's page", c["leaks"] == 0, str(c["leaks"])
+            )
+            result.figure(f"{prefix}: posted with a wrong seller or IBAN", "invoices").add(
+                c["paid_wrong_before"] + c["paid_wrong_after"] + c["paid_wrong_working"]
+            )
+            reasons = {
+                when: ", ".join(
+                    f"{k.split(':', 1)[1]} {n}"
+                    for k, n in sorted(c.items())
+                    if k.startswith(f"reason_{when}:")
+                )
+                or "none"
+                for when in ("after", "working")
+            }
+            result.notes.append(
+                f"{kind}: held after, by reason: {reasons['after']}; as a person works: {reasons['working']}; "
+                f"posted with a wrong seller or IBAN: before {c['paid_wrong_before']}, after "
+                f"{c['paid_wrong_after']}, as a person works {c['paid_wrong_working']}"
+            )
+            result.check(
+                f"{kind}: nothing posted with a wrong seller or IBAN",
+                c["paid_wrong_before"] + c["paid_wrong_after"] + c["paid_wrong_working"] == 0,
+                f"{c['paid_wrong_before']} before, {c['paid_wrong_after']} after, {c['paid_wrong_working']} working",
             )
             result.check(
                 f"{kind}: nothing posted with a wrong amount after",
