@@ -102,13 +102,13 @@ def test_the_good_document_passes() -> None:
     assert parse_export_text(json.dumps(good())) == good()
 
 
-@pytest.mark.parametrize(
-    ("number", "reason"),
-    [("Infinity", "not a number JSON allows"), ("NaN", "not a number JSON allows"), ("1e999", "not finite")],
-)
-def test_numbers_must_be_finite(number: str, reason: str) -> None:
+@pytest.mark.parametrize("number", ["Infinity", "-Infinity", "NaN", "1e999"])
+def test_numbers_must_be_finite(number: str) -> None:
     text = json.dumps(with_rule(dx=12345)).replace("12345", number)
-    with pytest.raises(ExportRefused, match=reason):
+    # Refused where it stands (issue 41: a 400 with the JSON path on any bad value).
+    with pytest.raises(
+        ExportRefused, match=r"refused at \$\.layouts\[0\]\.rules\[0\]\.dx: not a finite number"
+    ):
         parse_export_text(text)
 
 
@@ -135,7 +135,7 @@ def test_a_refused_file_imports_nothing_through_the_store_or_the_command_line(
     assert cli.returncode == 2 and "refused at $.layouts[1].currency" in cli.stderr, (cli.stdout, cli.stderr)
     path.write_text(json.dumps(good()).replace('"dx": 33', '"dx": 1e999'), encoding="utf-8")
     cli = run_cli("review", "layouts", "import", str(path), "--org", "acme", env=env)
-    assert cli.returncode == 2 and "1e999 is not finite" in cli.stderr, cli.stderr
+    assert cli.returncode == 2 and "rules[0].dx: not a finite number" in cli.stderr, cli.stderr
     assert store.list_layouts("acme", include_disabled=True) == []
     # The good file alone imports.
     path.write_text(json.dumps(good()), encoding="utf-8")

@@ -22,6 +22,7 @@ from invoice_pipeline_tests.engine.test_vendor_layouts_store import (
     KEYS,
     corrections,
     house_vendor,
+    register_sellers,
     run_documents,
     teach,
 )
@@ -93,7 +94,9 @@ def test_scans_are_read_with_the_layout_a_text_pdf_or_a_scan_taught(store: Invoi
         # What the layout did not place was read from OCR, and says so: a scan has no text layer.
         assert not any(s.startswith("pdf-text") for s in got.values()), (degradation, got)
 
-    # Taught by a correction of a scan, read on another scan of the vendor.
+    # Taught by a correction of a scan, read on another scan of the vendor (whom globex's vendor
+    # master lists: the registry, not the layout, says who is paid).
+    register_sellers(store, "globex", [first])
     [scan_id] = run_documents(store, "globex", [scanned(first, "clean")])
     assert store.invoice_state(scan_id).status == "needs_review"  # type: ignore[union-attr]
     assert correct_invoice(store, scan_id, corrections(first), ALICE).done
