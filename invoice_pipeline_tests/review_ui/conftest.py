@@ -17,7 +17,7 @@ import pytest
 import uvicorn
 
 from invoice_pipeline.engine.store import InvoiceStore
-from invoice_pipeline.review_ui.app import create_app
+from invoice_pipeline.review_ui.app import COOKIE, create_app
 from invoice_pipeline.review_ui.auth import AuthConfig, Reviewer, hash_password
 from pipeline_support.helpers import free_port
 
@@ -68,9 +68,12 @@ class Client:
 
     def __init__(self, base_url: str) -> None:
         self.base_url = base_url
-        self.opener = urllib.request.build_opener(
-            urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar())
-        )
+        self.cookies = http.cookiejar.CookieJar()
+        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.cookies))
+
+    def has_session(self) -> bool:
+        """Whether the server gave this client a session cookie."""
+        return any(c.name == COOKIE for c in self.cookies)
 
     def get(self, path: str) -> tuple[int, str]:
         try:
