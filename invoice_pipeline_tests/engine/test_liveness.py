@@ -329,6 +329,63 @@ def test_a_blocked_chunk_stops_neither_its_siblings_heartbeats_nor_the_sweep(
     assert job_status(database_url, dead_claim.job_id) == "failed"
 
 
+SCALE_OUT_TTL = timedelta(seconds=4)
+
+
+def test_a_write_that_waited_after_its_fence_commits_a_fresh_heartbeat(
+    database_url: str, stores: Callable[[str], InvoiceStore]
+) -> None:
+    """The schedule of issue 38, with the scale-out TTL of 4 s: a copy's duplicate decision
+    passes its fence, then waits on its original's row (a stuck session holds it) for over 3 s
+    while its job row is locked; the keeper's heartbeat skips that row. The write commits, and
+    a claim of the invoice comes right after, before any keeper beat. The claim must bounce: the
+    write's commit is a heartbeat.
+
+    The job's heartbeat is back-dated to 0.9 s before the write (so the fence's one-second rule
+    does not refresh it), and the blocker lets go only once, by the database clock, that
+    committed heartbeat is older than the TTL. No keeper runs: nothing but the write can beat.
+    Against the code before beat_at_commit the job committed its old heartbeat: "the committed
+    heartbeat predates the blocker's release", and the claim swept the live lease and took it.
+    """
+    writer = stores("writer")
+    # A lock_timeout over the wait: this is the wait of a slow peer, not of a stuck one.
+    patient = InvoiceStore(
+        named(database_url, "worker"), max_size=3, lock_ttl=SCALE_OUT_TTL, lock_timeout=timedelta(seconds=30)
+    )
+    try:
+        original = processed_original(writer, "LV-350")
+        copy = writer.store_document(json_invoice("LV-350", po_number="again"), "acme").invoice_id
+        chunk = up_to_dedupe(patient, copy, "run")
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute(
+                "UPDATE processing_jobs SET heartbeat_at = clock_timestamp() - interval '0.9 seconds' WHERE id = %s",
+                (chunk[0].job_id,),
+            )
+        with psycopg.connect(database_url) as blocker:
+            blocker.execute("SELECT 1 FROM invoices WHERE id = %s FOR UPDATE", (original,))
+            holder = Background(lambda: run_stage(DETECT_DUPLICATES, stage_env(patient), chunk))
+            wait_for(lambda: waiting(database_url, "worker"), what="the write to wait after its fence")
+            wait_for(
+                lambda: heartbeat_of(database_url, chunk[0].job_id)[1] > SCALE_OUT_TTL.total_seconds(),
+                timeout=60,
+                what="the waiting write's committed heartbeat to be older than the TTL",
+            )
+            row = blocker.execute("SELECT clock_timestamp()").fetchone()
+            assert row is not None
+            released_at = row[0]
+            blocker.rollback()
+        holder.join()
+        assert holder.error is None and holder.result is not None, repr(holder.error)
+        assert isinstance(holder.result.outcomes[copy], Done), holder.result.outcomes
+        claimed = claim_chunk(writer, [(copy, None)], "other-run", SCALE_OUT_TTL)
+        beat, _ = heartbeat_of(database_url, chunk[0].job_id)
+        assert beat > released_at, "the committed heartbeat predates the blocker's release"
+        assert claimed == [], "a claim right after the commit took the live lease"
+        assert job_status(database_url, chunk[0].job_id) == "running"
+    finally:
+        patient.close()
+
+
 # -- 3. maintenance re-checks under the row lock ------------------------------------------------
 
 # Test-only: the maintenance store's sessions run as a role without superuser rights, under a
