@@ -305,14 +305,19 @@ def test_a_blocked_chunk_stops_neither_its_siblings_heartbeats_nor_the_sweep(
             assert waiting_transaction(database_url, "worker") == blocked_write, (
                 "the sibling's heartbeat moved only after the blocked write had ended"
             )
-            # The blocked chunk's job row is locked by its own write: its committed heartbeat ages.
-            wait_for(
-                lambda: heartbeat_of(database_url, chunk[0].job_id)[1] > 0.5,
-                what="the blocked chunk's last committed heartbeat to be older than the sweep's TTL",
-            )
+            # The sweep that follows takes every lease whose committed heartbeat is in the past
+            # (stale_after 0): the dead holder, and the blocked chunk, whose job row its own write
+            # holds and which the sweep must skip without waiting. The sibling leaves the keeper
+            # and is stamped an hour ahead, so no pace of the keeper's decides the count.
+            keeper.drop(sibling_claim.job_id)
+            with psycopg.connect(database_url, autocommit=True) as conn:
+                conn.execute(
+                    "UPDATE processing_jobs SET heartbeat_at = clock_timestamp() + interval '1 hour' WHERE id = %s",
+                    (sibling_claim.job_id,),
+                )
             with psycopg.connect(database_url, autocommit=True) as sweeper:
                 sweeper.execute("SET lock_timeout = '3s'")
-                row = sweeper.execute("SELECT release_stale_locks(NULL, interval '0.5 seconds')").fetchone()
+                row = sweeper.execute("SELECT release_stale_locks(NULL, interval '0 seconds')").fetchone()
             assert row is not None and row[0] == 1, f"swept {row}: only the dead holder"
             assert not keeper.is_lost(chunk[0].job_id), "a lease being written counts as alive"
             assert not keeper.is_lost(sibling_claim.job_id)
