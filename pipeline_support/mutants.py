@@ -272,6 +272,42 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "invoice_pipeline_tests/orchestration/sensors/test_new_invoices.py::test_a_file_nobody_wrote_for_a_while_is_taken_at_the_first_scan",
     ),
     _one(
+        "restart-overlap",
+        "the PostgreSQL restart scenario stops the server while runs are in flight",
+        "chaos/pg_restart.py",
+        "                server.stop(mode=mode)\n",
+        "                if holding is not None:\n"
+        "                    holding.close()\n"
+        "                for p in procs:\n"
+        "                    p.join(600)\n"
+        "                server.stop(mode=mode)\n",
+        "invoice_pipeline_tests/chaos/test_chaos.py::test_fast_subset_holds_every_invariant[postgres_restart]",
+    ),
+    _one(
+        "self-fence",
+        "a lease not renewed for 2/3 of its TTL may not be held (self-fencing)",
+        "invoice_pipeline/engine/leases.py",
+        "        return self._clock() - renewed < self._fence_after",
+        "        return True",
+        "invoice_pipeline_tests/cluster/test_self_fencing.py::test_a_lease_not_renewed_for_most_of_the_ttl_may_not_be_held",
+    ),
+    _one(
+        "keeper-renews",
+        "the lease keeper renews every lease its beat confirms",
+        "invoice_pipeline/engine/leases.py",
+        "                    self._renewed[job_id] = sent\n",
+        "                    pass\n",
+        "invoice_pipeline_tests/cluster/test_self_fencing.py::test_renewed_leases_stay_held_and_lost_ones_do_not",
+    ),
+    _one(
+        "keeper-beats-waiting-branches",
+        "the keeper's one statement beats every lease of a batch, the waiting branches too",
+        "sql/queries/claims.sql",
+        "    UPDATE processing_jobs SET heartbeat_at = clock_timestamp()\n    WHERE id IN (\n",
+        "    UPDATE processing_jobs SET heartbeat_at = heartbeat_at\n    WHERE id IN (\n",
+        "invoice_pipeline_tests/orchestration/test_jobs.py::test_waiting_batch_branches_keep_their_leases_under_a_running_sweep",
+    ),
+    _one(
         "layout-org",
         "a vendor layout reads only its own organisation's pages",
         "invoice_pipeline/documents/reading/layouts.py",
