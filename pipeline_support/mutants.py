@@ -249,18 +249,23 @@ SABOTAGES: tuple[Sabotage, ...] = (
     ),
     _one(
         "save-once-per-chunk",
-        "a stage saves what it read about once a second, not only at the chunk's end",
+        "a stage saves what it read as it goes (every save_after_seconds of work), not at the chunk's end",
         "invoice_pipeline/engine/stages.py",
-        "FLUSH_AFTER_SECONDS = 1.0",
-        "FLUSH_AFTER_SECONDS = 1e9",
+        "        if pending and (worked >= save_after or index == len(items) - 1):",
+        "        if pending and index == len(items) - 1:",
         "invoice_pipeline_tests/test_crash_cost.py::test_a_kill_mid_chunk_keeps_what_was_read_and_rereads_only_the_rest",
     ),
-    _one(
+    Sabotage(
         "safe-path-children",
-        "child interpreters start with -P (no checkout folder on sys.path)",
-        "invoice_pipeline/child_python.py",
-        "    return [sys.executable, SAFE_PATH_FLAG, *args]",
-        "    return [sys.executable, *args]",
+        "child interpreters run the installed package: -P, and PYTHONSAFEPATH for their children",
+        (
+            Edit(
+                "invoice_pipeline/child_python.py",
+                "    return [sys.executable, SAFE_PATH_FLAG, *args]",
+                "    return [sys.executable, *args]",
+            ),
+            Edit("invoice_pipeline/child_python.py", '    env["PYTHONSAFEPATH"] = "1"\n', ""),
+        ),
         "invoice_pipeline_tests/test_any_folder.py::test_process_from_an_old_checkout_folder_runs_the_installed_package",
     ),
     _one(
@@ -449,8 +454,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{outcome.verdict:9s} {sabotage.name:24s} {outcome.seconds:6.1f}s  {sabotage.test}", flush=True
         )
-        if outcome.verdict != "killed":
-            print("    " + outcome.detail.replace("\n", "\n    "), flush=True)
+        print("    " + outcome.detail.replace("\n", "\n    "), flush=True)
     bad = [o for o in outcomes if o.verdict != "killed"]
     print(f"{len(outcomes) - len(bad)} of {len(outcomes)} sabotages killed by their test")
     if args.out:
