@@ -387,6 +387,35 @@ def apply(root: Path, sabotage: Sabotage) -> None:
         path.write_text(path.read_text().replace(edit.old, edit.new))
 
 
+def _overlay_venv(copy: Path, python: str) -> Path:
+    """A virtualenv under `copy` whose Python imports the copy's packages first and the project
+    venv's installed dependencies after, without that venv's editable install (a .pth naming the
+    checkout): so even a test's child process started with a cleaned PYTHONPATH, or through a
+    console script, runs the sabotaged copy. Console scripts are rewritten to its interpreter."""
+    venv = copy / ".mutant-venv"
+    subprocess.run([python, "-m", "venv", "--without-pip", str(venv)], check=True)
+    new_python = venv / "bin" / "python"
+    purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    deps = subprocess.run([python, "-c", purelib], check=True, capture_output=True, text=True).stdout.strip()
+    own = subprocess.run(
+        [new_python, "-c", purelib], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    Path(own, "00-mutant-copy.pth").write_text(f"{copy}\n{deps}\n")
+    for script in Path(python).parent.iterdir():
+        target = venv / "bin" / script.name
+        if target.exists() or not script.is_file():
+            continue
+        try:
+            text = script.read_text()
+        except UnicodeDecodeError:
+            continue
+        first, _, rest = text.partition("\n")
+        if first.startswith("#!") and "python" in first:
+            target.write_text(f"#!{new_python}\n{rest}")
+            target.chmod(0o755)
+    return new_python
+
+
 def run_one(sabotage: Sabotage, python: str, root: Path = ROOT) -> Outcome:
     started = time.monotonic()
     problems = check_applies(root, sabotage)
@@ -396,9 +425,13 @@ def run_one(sabotage: Sabotage, python: str, root: Path = ROOT) -> Outcome:
         copy = Path(tmp)
         _tracked_copy(root, copy)
         apply(copy, sabotage)
-        # The copy's packages first: the venv's editable install points at the checkout.
-        env = os.environ | {"PYTHONPATH": str(copy), "PYTHONDONTWRITEBYTECODE": "1"}
-        cmd = [python, "-m", "pytest", sabotage.test, "-x", "-q", "-p", "no:cacheprovider"]
+        mutant_python = _overlay_venv(copy, python)
+        env = os.environ | {
+            "PYTHONPATH": str(copy),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PATH": f"{mutant_python.parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
+        cmd = [str(mutant_python), "-m", "pytest", sabotage.test, "-x", "-q", "-p", "no:cacheprovider"]
         try:
             proc = subprocess.run(
                 cmd, cwd=copy, env=env, capture_output=True, text=True, timeout=TEST_TIMEOUT_S

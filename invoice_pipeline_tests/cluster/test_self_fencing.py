@@ -7,7 +7,13 @@ from datetime import timedelta
 from typing import Any
 
 from invoice_pipeline.engine.leases import LeaseKeeper
-from invoice_pipeline.engine.stages import SELF_FENCED, Claimed, Lost, saved_as_they_finish
+from invoice_pipeline.engine.stages import (
+    FLUSH_AFTER_SECONDS,
+    SELF_FENCED,
+    Claimed,
+    Lost,
+    saved_as_they_finish,
+)
 from pipeline_support.helpers import wait_for
 
 
@@ -66,9 +72,10 @@ def test_renewed_leases_stay_held_and_lost_ones_do_not() -> None:
 
 
 def test_stages_start_no_document_and_save_nothing_for_a_fenced_lease() -> None:
-    class Env:  # only may_hold is read by saved_as_they_finish's self-fencing
+    class Env:  # saved_as_they_finish reads only may_hold (self-fencing) and save_after_seconds
         def __init__(self, fenced: set[uuid.UUID]) -> None:
             self.may_hold = lambda job_id: job_id not in fenced
+            self.save_after_seconds = FLUSH_AFTER_SECONDS
 
     items = [Claimed(uuid.uuid4(), "acme", uuid.uuid4(), 1, "me") for _ in range(3)]
     worked: list[Claimed] = []
