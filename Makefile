@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install dev demo test test-external lint bench chaos model clean
+.PHONY: install dev demo test test-external lint bench chaos model mutants clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,13 @@ chaos: install
 # Installs spin and a C compiler with apt-get when missing and run as root. A few minutes at most.
 model:
 	$(PYTHON) model/run.py
+
+# The standing sabotage check (pipeline_support/mutants.py): each safety mechanism broken in a
+# temporary copy, and its test must fail. MUTANTS_ARGS=--today runs the day's rotating subset
+# (what CI runs); the default is the whole list, written to benchmarks/results/mutants.json.
+MUTANTS_ARGS ?= --all --out benchmarks/results/mutants.json
+mutants: install
+	$(BIN)/python -m pipeline_support.mutants $(MUTANTS_ARGS)
 
 clean:
 	rm -rf $(VENV) .invoice_pipeline .pytest_cache .mypy_cache .ruff_cache

@@ -9,9 +9,12 @@ own InvoiceStore pool, opened before the first restart and used after, must reco
 
 The outage must hit running batches (issue 24: "30 succeeded, 0 failed" could not tell an
 interrupted run from one that finished before the restart). The stop waits for a snapshot,
-taken in one query just before it, with the step threshold passed AND jobs running; after the
-restart, a job of that snapshot that finished after the new server started (or has not finished)
-was running when the server went down. A trial with none fails; `jobs_in_flight_at_stop` and
+taken just before it, with the step threshold passed AND jobs running; the snapshot's
+transaction holds those jobs' rows (FOR SHARE) until the server stops under it, so none of them
+can finish in between (before, jobs that finished between the snapshot and the stop were not
+counted, and a trial where all of them did failed as "no run in flight"). After the restart, a
+job of that snapshot that finished after the new server started (or has not finished) was
+running when the server went down. A trial with none fails; `jobs_in_flight_at_stop` and
 `runs_in_flight_at_stop` (distinct lease owners = Dagster runs) per trial are in the figures.
 What breaking it showed (2026-12-01, fast sizes): waiting for both workers to exit between
 the snapshot and the stop (the outage after the runs) failed both trials with "trial N: no run
@@ -59,17 +62,31 @@ def _step_events(url: str) -> int:
         return -1
 
 
-def _snapshot(url: str) -> tuple[int, list[str]]:
-    """(step_events so far, ids of the running jobs), read together; (-1, []) while unreachable."""
+def _snapshot(url: str) -> tuple[int, list[str], psycopg.Connection[Any] | None]:
+    """(step_events so far, ids of the running jobs, the connection that holds them).
+
+    The running jobs' rows are locked FOR SHARE in an open transaction: none of them can be
+    finished (nor written behind its fence) until that transaction ends, and it ends only when
+    the caller closes the connection, or when the server stops under it. So every job of the
+    snapshot is still running when the server goes down, however long the stop takes to come.
+    (-1, [], None) while unreachable.
+    """
     try:
-        with psycopg.connect(url, connect_timeout=2) as conn:
-            row = conn.execute(
-                "SELECT (SELECT count(*) FROM step_events), "
-                "coalesce((SELECT array_agg(id::text) FROM processing_jobs WHERE status = 'running'), '{}')"
-            ).fetchone()
-        return (int(row[0]), list(row[1])) if row else (-1, [])
+        conn = psycopg.connect(url, connect_timeout=2)
     except psycopg.OperationalError:
-        return -1, []
+        return -1, [], None
+    try:
+        running = [
+            str(r[0])
+            for r in conn.execute(
+                "SELECT id FROM processing_jobs WHERE status = 'running' FOR SHARE"
+            ).fetchall()
+        ]
+        row = conn.execute("SELECT count(*) FROM step_events").fetchone()
+        return (int(row[0]) if row else -1), running, conn
+    except psycopg.OperationalError:
+        conn.close()
+        return -1, [], None
 
 
 def _in_flight(url: str, job_ids: list[str]) -> tuple[int, int]:
@@ -143,19 +160,23 @@ def run(ctx: ChaosContext, params: dict[str, int], seed: int) -> ScenarioResult:
 
                 def mid_flight(
                     threshold: int = threshold, procs: list[Any] = procs
-                ) -> tuple[list[str]] | None:
-                    events, running = _snapshot(url)
+                ) -> tuple[list[str], psycopg.Connection[Any] | None] | None:
+                    events, running, holding = _snapshot(url)
                     if (events >= threshold and running) or not any(p.is_alive() for p in procs):
-                        return (running,)  # truthy even when empty (the workers are gone)
+                        return (running, holding)  # truthy even when empty (the workers are gone)
+                    if holding is not None:
+                        holding.close()
                     return None
 
                 found = wait_for(mid_flight, timeout=120, interval=0.01, what="runs to be mid-flight")
                 assert found is not None
-                (running_at_stop,) = found
+                running_at_stop, holding = found
                 mode = rng.choice(["fast", "immediate"])
                 down = rng.uniform(0.2, 1.5)
                 t0 = time.monotonic()
                 server.stop(mode=mode)
+                if holding is not None:
+                    holding.close()  # its session ended with the server, and its locks with it
                 time.sleep(down)  # the injected outage itself
                 server.start()
                 downtimes.append(time.monotonic() - t0)

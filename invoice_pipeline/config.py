@@ -27,6 +27,7 @@ ENV_MAX_ATTEMPTS = "INVOICE_PIPELINE_MAX_ATTEMPTS"
 ENV_RETRY_BASE = "INVOICE_PIPELINE_RETRY_BASE_SECONDS"
 ENV_MAX_DOCUMENT_BYTES = "INVOICE_PIPELINE_MAX_DOCUMENT_BYTES"
 ENV_BATCH_SIZE = "INVOICE_PIPELINE_BATCH_SIZE"
+ENV_SAVE_AFTER_MS = "INVOICE_PIPELINE_SAVE_AFTER_MS"
 ENV_INBOX = "INVOICE_PIPELINE_INBOX"
 ENV_REQUEST_TIMEOUT = "INVOICE_PIPELINE_REQUEST_TIMEOUT_SECONDS"
 ENV_DAGSTER_DATABASE_NAME = "INVOICE_PIPELINE_DAGSTER_DATABASE_NAME"
@@ -48,6 +49,9 @@ DEFAULT_RETRY_BASE_SECONDS = 30
 DEFAULT_MAX_DOCUMENT_BYTES = 20 * 1024 * 1024
 # The one setting that shapes runs (runs.RunShape): the most invoices one run takes.
 DEFAULT_BATCH_SIZE = 500
+# Finished results of a chunk wait at most this much work before they are saved: what a crash
+# can lose (stages.saved_as_they_finish). 0 saves each document as soon as it is read.
+DEFAULT_SAVE_AFTER_MS = 1000
 DEFAULT_REQUEST_TIMEOUT_SECONDS = 3600
 # The celery location's runs (docs/scale-out.md): a task the broker lost would leave its run
 # waiting for ever, holding its invoices' requests. Past this, Dagster's run monitoring fails it.
@@ -186,6 +190,7 @@ class Settings:
     celery_max_run: timedelta = timedelta(seconds=DEFAULT_CELERY_MAX_RUN_SECONDS)
     celery_broker_heartbeat: timedelta = timedelta(seconds=DEFAULT_CELERY_BROKER_HEARTBEAT_SECONDS)
     review_jobs: bool = True
+    save_after: timedelta = timedelta(milliseconds=DEFAULT_SAVE_AFTER_MS)
 
     @property
     def uses_embedded_postgres(self) -> bool:
@@ -239,4 +244,5 @@ class Settings:
                 )
             ),
             review_jobs=_switch(env, ENV_REVIEW_JOBS, True),
+            save_after=timedelta(milliseconds=_int(env, ENV_SAVE_AFTER_MS, DEFAULT_SAVE_AFTER_MS, minimum=0)),
         )

@@ -1,10 +1,11 @@
 """A crash costs seconds, not a chunk: a SIGKILL in the middle of a chunk's text extraction
 keeps every document read before it, and the audit trail claims only what was saved.
 
-`invoice-pipeline process` works one chunk of slow documents (text PDFs of a few hundred lines,
-about a second of extraction each) and is SIGKILLed the moment the database holds the first
-half of them while the rest are still being read. Then one sweep and one `process` finish the
-chunk, re-reading only what the kill threw away.
+`invoice-pipeline process` works one chunk of text PDFs, saving each document as soon as it is
+read (INVOICE_PIPELINE_SAVE_AFTER_MS=0), and is SIGKILLed the moment it waits to save the third:
+the test holds that document's row in `extracted_texts` (inserted, uncommitted) and watches
+pg_blocking_pids, so no document's speed decides when the kill lands. Then one sweep and one
+`process` finish the chunk, re-reading only what the kill threw away.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from invoice_pipeline_tests.test_kill_process import (  # noqa: F401 (env is a f
 )
 
 DOCUMENTS = 4
-LINES = 300  # about a second of text extraction per document on this machine
+LINES = 30
 
 
 def _slow_pdf(seed: int) -> bytes:
@@ -40,25 +41,49 @@ SAVED = "SELECT count(*) FROM extracted_texts"
 EXECUTED = "SELECT count(*) FROM step_events WHERE step = 'extract_text' AND event = 'executed'"
 
 
+def _blocked_by(url: str, pid: int) -> bool:
+    """Whether some session waits for a lock the session `pid` holds."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid)))", (pid,)
+        ).fetchone()
+    return bool(row and row[0])
+
+
 def test_a_kill_mid_chunk_keeps_what_was_read_and_rereads_only_the_rest(
     database_url: str,
     store: InvoiceStore,
     env: dict[str, str],  # noqa: F811
 ) -> None:
-    """Checked: with the chunk's texts saved once at its end (the code before issue 19), the four
-    texts appear at once, never half of them while the process still reads, and this fails."""
+    """The kill lands when the process first waits on the held row: the two documents before
+    it must be saved by then. Checked: with the chunk's texts saved once at its end (the code
+    before issue 19; here, the flush condition reduced to the chunk's last document), the first
+    wait is the whole chunk's save with nothing saved yet: "0 of 4 saved mid-chunk"."""
     invoices = [
         store.store_document(_slow_pdf(70 + i), "acme", f"slow{i}.pdf").invoice_id for i in range(DOCUMENTS)
     ]
-    outcome = kill_process_when(
-        env,
-        lambda: scalar(database_url, SAVED) >= DOCUMENTS // 2,
-        DOCUMENTS,
-        "half of the chunk's texts saved",
-    )
-    saved_at_kill = scalar(database_url, SAVED)
+    held = invoices[DOCUMENTS // 2]  # the third of the chunk (claimed in the order they came in)
+    with psycopg.connect(database_url) as holder:
+        # Without foreign-key checks (replica mode: their triggers do not fire), so the held row
+        # locks nothing but its own key: a foreign-key check would share-lock the invoice's row,
+        # and the run's request (FOR UPDATE SKIP LOCKED) would then pass the invoice over.
+        holder.execute("SET session_replication_role = replica")
+        holder.execute(
+            "INSERT INTO extracted_texts (invoice_id, job_id, format, method, text)"
+            " VALUES (%s, gen_random_uuid(), 'pdf', 'test-holder', '')",
+            (held,),
+        )
+        holder_pid = holder.info.backend_pid
+        outcome = kill_process_when(
+            env | {"INVOICE_PIPELINE_SAVE_AFTER_MS": "0"},
+            lambda: _blocked_by(database_url, holder_pid),
+            DOCUMENTS,
+            "the first save that waits on the held document",
+        )
+        saved_at_kill = scalar(database_url, SAVED)
+        holder.rollback()
     assert outcome == "killed", "the process was still reading when it was killed"
-    assert DOCUMENTS // 2 <= saved_at_kill < DOCUMENTS, f"{saved_at_kill} of {DOCUMENTS} saved mid-chunk"
+    assert saved_at_kill == DOCUMENTS // 2, f"{saved_at_kill} of {DOCUMENTS} saved mid-chunk"
     # 'executed' commits with the text it vouches for: never claimed for lost work.
     assert scalar(database_url, EXECUTED) == saved_at_kill
     with psycopg.connect(database_url) as conn:

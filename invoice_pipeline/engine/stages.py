@@ -27,6 +27,7 @@ from decimal import Decimal
 from typing import Any, Protocol, TypeVar
 from uuid import UUID
 
+from invoice_pipeline.config import DEFAULT_SAVE_AFTER_MS
 from invoice_pipeline.documents import BadDocument, ExtractedText
 from invoice_pipeline.documents.reading.layouts import apply_layouts
 from invoice_pipeline.domain.fields import InvoiceFields
@@ -132,6 +133,11 @@ class DocumentParser(Protocol):
     def read_fields(self, extracted: ExtractedText) -> InvoiceFields: ...
 
 
+# Finished results wait at most this much work before they are saved, unless the settings say
+# otherwise (StageEnv.save_after_seconds): what a crash can lose.
+FLUSH_AFTER_SECONDS = DEFAULT_SAVE_AFTER_MS / 1000
+
+
 @dataclass(frozen=True)
 class StageEnv:
     store: InvoiceStore
@@ -144,6 +150,9 @@ class StageEnv:
     # Self-fencing: False for a lease (job id) this process may have lost (LeaseKeeper.may_hold):
     # its invoice gets no more work and no more writes, it is Lost. None: no such check.
     may_hold: Callable[[UUID], bool] | None = None
+    # Finished results wait at most this much work before they are saved: what a crash can lose
+    # (saved_as_they_finish; INVOICE_PIPELINE_SAVE_AFTER_MS).
+    save_after_seconds: float = FLUSH_AFTER_SECONDS
 
 
 # What a self-fenced invoice's Lost outcome says.
@@ -271,10 +280,6 @@ def each(
     return results, problems
 
 
-# Finished results wait at most this much work before they are saved: what a crash can lose.
-FLUSH_AFTER_SECONDS = 1.0
-
-
 def saved_as_they_finish(
     items: Sequence[Claimed],
     work: Callable[[Claimed], T],
@@ -293,6 +298,7 @@ def saved_as_they_finish(
     outcomes: dict[UUID, Outcome] = {}
     pending: list[tuple[Claimed, T]] = []
     worked = 0.0
+    save_after = env.save_after_seconds if env is not None else FLUSH_AFTER_SECONDS
     for index, c in enumerate(items):
         fenced = self_fenced(env, [c]) if env is not None else {}
         outcomes |= fenced
@@ -302,7 +308,7 @@ def saved_as_they_finish(
             outcomes |= problems
             pending.extend((c, result) for result in results.values())
             worked += time.perf_counter() - began
-        if pending and (worked >= FLUSH_AFTER_SECONDS or index == len(items) - 1):
+        if pending and (worked >= save_after or index == len(items) - 1):
             fenced = self_fenced(env, [p for p, _ in pending]) if env is not None else {}
             outcomes |= fenced
             live = [(p, r) for p, r in pending if p.invoice_id not in fenced]

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from datetime import timedelta
 from typing import Any
 
 from invoice_pipeline.engine.leases import LeaseKeeper
-from invoice_pipeline.engine.stages import SELF_FENCED, Claimed, Lost, saved_as_they_finish
+from invoice_pipeline.engine.stages import (
+    FLUSH_AFTER_SECONDS,
+    SELF_FENCED,
+    Claimed,
+    Lost,
+    saved_as_they_finish,
+)
 from pipeline_support.helpers import wait_for
 
 
@@ -16,37 +21,61 @@ def _failing_beat(job_ids: list[uuid.UUID]) -> set[uuid.UUID]:
     raise ConnectionError("link down")
 
 
+class Clock:
+    """A monotonic clock the test moves: the keeper judges renewals by it, not by real time."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def test_a_lease_not_renewed_for_most_of_the_ttl_may_not_be_held() -> None:
-    keeper = LeaseKeeper(_failing_beat, timedelta(seconds=0.05), timedelta(seconds=0.6))
+    clock = Clock()
+    keeper = LeaseKeeper(_failing_beat, timedelta(seconds=0.05), timedelta(seconds=0.6), clock=clock)
     job = uuid.uuid4()
     keeper.hold(job)
     try:
+        clock.now += 0.39  # under 2/3 of the TTL (0.4 s) since the claim, with every beat failing
         assert keeper.may_hold(job)
-        # 2/3 of the TTL without a renewal: bounded wait, then the keeper says no.
-        wait_for(lambda: not keeper.may_hold(job), timeout=5, what="self-fencing")
+        clock.now += 0.02
+        assert not keeper.may_hold(job), "2/3 of the TTL without a renewal: the keeper says no"
     finally:
         keeper.stop()
 
 
 def test_renewed_leases_stay_held_and_lost_ones_do_not() -> None:
+    clock = Clock()
     alive: set[uuid.UUID] = set()
-    keeper = LeaseKeeper(lambda ids: set(ids) & alive, timedelta(seconds=0.05), timedelta(seconds=0.6))
+    sent_at: list[float] = []
+
+    def beat(ids: list[uuid.UUID]) -> set[uuid.UUID]:
+        sent_at.append(clock.now)
+        return set(ids) & alive
+
+    keeper = LeaseKeeper(beat, timedelta(seconds=0.01), timedelta(seconds=0.6), clock=clock)
     kept, lost = uuid.uuid4(), uuid.uuid4()
     alive.add(kept)
     keeper.hold(kept)
     keeper.hold(lost)
     try:
-        wait_for(lambda: not keeper.may_hold(lost), timeout=5, what="the lost lease")
-        time.sleep(0.6)  # a whole TTL: renewals keep the live lease
-        assert keeper.may_hold(kept)
+        wait_for(lambda: keeper.is_lost(lost), what="the lost lease")
+        assert not keeper.may_hold(lost)
+        clock.now += 10  # many TTLs later; the keeper beats on
+        # Two beats sent at the new time: the first one's renewal has been applied.
+        wait_for(lambda: sum(t >= clock.now for t in sent_at) >= 2, what="renewals at the new time")
+        assert keeper.may_hold(kept), "renewals keep the live lease"
+        assert not keeper.may_hold(lost)
     finally:
         keeper.stop()
 
 
 def test_stages_start_no_document_and_save_nothing_for_a_fenced_lease() -> None:
-    class Env:  # only may_hold is read by saved_as_they_finish's self-fencing
+    class Env:  # saved_as_they_finish reads only may_hold (self-fencing) and save_after_seconds
         def __init__(self, fenced: set[uuid.UUID]) -> None:
             self.may_hold = lambda job_id: job_id not in fenced
+            self.save_after_seconds = FLUSH_AFTER_SECONDS
 
     items = [Claimed(uuid.uuid4(), "acme", uuid.uuid4(), 1, "me") for _ in range(3)]
     worked: list[Claimed] = []

@@ -104,7 +104,12 @@ def _migrate_before(url: str, tmp_path: Path, first_new: str) -> None:
 def test_invoices_decided_before_blocking_keys_are_rekeyed_and_still_found(
     empty_database_url: str, tmp_path: Path
 ) -> None:
-    """0003 changed how keys are made; its data migration recomputes them for decided invoices."""
+    """0003 changed how keys are made; its data migration recomputes them for decided invoices.
+
+    The stored keys are compared with what today's code makes of the same fields: a later copy
+    alone would still find the old original through the number key that 0007's data migration
+    fills, and so hide the loss of this one (with `rekey_decided_invoices` skipped, the block
+    key stays NULL and the first assert fails)."""
     _migrate_before(empty_database_url, tmp_path, "0003")
     fields = json.loads(json_invoice("INV-77", vat_id="DE123456789"))
     with psycopg.connect(empty_database_url) as conn:
@@ -118,6 +123,17 @@ def test_invoices_decided_before_blocking_keys_are_rekeyed_and_still_found(
         assert row is not None
         old_original = row[0]
     assert migrate(empty_database_url).applied[0].startswith("0003")
+    expected = MatchCandidate.from_fields("x", "acme", InvoiceFields.from_json(fields)).stored_keys
+    columns = ("business_key", "business_key_hash", "vendor_key", "block_key")
+    with psycopg.connect(empty_database_url) as conn:
+        stored = conn.execute(
+            "SELECT business_key, business_key_hash, vendor_key, block_key FROM invoices WHERE id = %s",
+            (old_original,),
+        ).fetchone()
+    assert stored is not None
+    assert dict(zip(columns, stored, strict=True)) == {k: expected[k] for k in columns}, (
+        "the old original was not rekeyed"
+    )
     store = InvoiceStore(empty_database_url, max_size=2)
     try:
         copy = store.store_document(json_invoice("INV-0077", vat_id="123456789"), "acme").invoice_id

@@ -191,14 +191,28 @@ def test_every_accepted_original_is_in_the_candidate_search(pair: Pair) -> None:
     assert by_block or old.number == new.number
 
 
-@settings(max_examples=300)
-@given(copies())
-def test_generated_copies_are_mostly_accepted(pair: Pair) -> None:
-    """Guards the generator: if it stopped producing matching pairs, the property would be vacuous."""
-    a, b = pair
-    if a.invoice_number == b.invoice_number and a.payable_total == b.payable_total:
-        if a.seller_vat_id == b.seller_vat_id and a.seller_name == b.seller_name:
-            assert find_match(a, [b]) is not None
+# The share of generated copies the matcher must accept: 0.9 of the 300 derandomized examples
+# today; half is the floor below which the properties above would mostly test unrelated pairs.
+MOSTLY = 0.5
+
+
+@pytest.mark.hypothesis
+def test_generated_copies_are_mostly_accepted() -> None:
+    """Guards the generator: if it stopped producing matching pairs, the properties above would be
+    vacuous. Every drawn pair counts, and the share the matcher accepts is asserted at the end,
+    whatever the pairs look like (with copy totals off by 1,000 none is accepted: fails)."""
+    accepted: list[bool] = []
+
+    @settings(max_examples=300, database=None)
+    @given(copies())
+    def draw(pair: Pair) -> None:
+        a, b = pair
+        accepted.append(find_match(a, [b]) is not None)
+
+    draw()
+    assert len(accepted) >= 100, f"only {len(accepted)} pairs drawn"
+    share = sum(accepted) / len(accepted)
+    assert share >= MOSTLY, f"{sum(accepted)} of {len(accepted)} generated copies accepted"
 
 
 def _own_bucket_only(c: MatchCandidate) -> set[int]:

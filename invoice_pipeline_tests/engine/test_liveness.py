@@ -24,9 +24,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Generic, TypeVar
-from uuid import UUID
+from urllib.parse import urlsplit
+from uuid import UUID, uuid4
 
 import psycopg
+import psycopg.sql
 import pytest
 from dagster import DagsterInstance
 
@@ -100,6 +102,19 @@ def waiting(url: str, application_name: str) -> bool:
             (application_name,),
         ).fetchone()
     return bool(row and row[0])
+
+
+def waiting_transaction(url: str, application_name: str) -> tuple[int, Any] | None:
+    """The session of `application_name` that waits for a lock right now, as (pid, xact_start):
+    the same pair later means the same transaction is still waiting (a rollback and a retry
+    would show a new xact_start)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT a.pid, a.xact_start FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+            "WHERE a.application_name = %s AND NOT l.granted LIMIT 1",
+            (application_name,),
+        ).fetchone()
+    return (int(row[0]), row[1]) if row else None
 
 
 def heartbeat_of(url: str, job_id: UUID) -> Any:
@@ -277,21 +292,32 @@ def test_a_blocked_chunk_stops_neither_its_siblings_heartbeats_nor_the_sweep(
         with psycopg.connect(database_url) as blocker:
             blocker.execute("SELECT 1 FROM invoices WHERE id = %s FOR UPDATE", (original,))
             holder = Background(lambda: run_stage(DETECT_DUPLICATES, stage_env(worker), chunk))
-            wait_for(lambda: waiting(database_url, "worker"), what="the chunk to wait inside its write")
+            blocked_write = wait_for(
+                lambda: waiting_transaction(database_url, "worker"), what="the chunk to wait inside its write"
+            )
             before, _ = heartbeat_of(database_url, sibling_claim.job_id)
             wait_for(
                 lambda: heartbeat_of(database_url, sibling_claim.job_id)[0] > before,
-                timeout=10,
                 what="the sibling's heartbeat while the other chunk is blocked",
             )
-            # The blocked chunk's job row is locked by its own write: its committed heartbeat ages.
-            wait_for(
-                lambda: heartbeat_of(database_url, chunk[0].job_id)[1] > 0.5,
-                what="the blocked chunk's last committed heartbeat to be older than the sweep's TTL",
+            # The beat must have gone through while that very write still waited: a heartbeat
+            # queued behind it would only pass once the write's lock_timeout rolled it back.
+            assert waiting_transaction(database_url, "worker") == blocked_write, (
+                "the sibling's heartbeat moved only after the blocked write had ended"
             )
+            # The sweep that follows takes every lease whose committed heartbeat is in the past
+            # (stale_after 0): the dead holder, and the blocked chunk, whose job row its own write
+            # holds and which the sweep must skip without waiting. The sibling leaves the keeper
+            # and is stamped an hour ahead, so no pace of the keeper's decides the count.
+            keeper.drop(sibling_claim.job_id)
+            with psycopg.connect(database_url, autocommit=True) as conn:
+                conn.execute(
+                    "UPDATE processing_jobs SET heartbeat_at = clock_timestamp() + interval '1 hour' WHERE id = %s",
+                    (sibling_claim.job_id,),
+                )
             with psycopg.connect(database_url, autocommit=True) as sweeper:
                 sweeper.execute("SET lock_timeout = '3s'")
-                row = sweeper.execute("SELECT release_stale_locks(NULL, interval '0.5 seconds')").fetchone()
+                row = sweeper.execute("SELECT release_stale_locks(NULL, interval '0 seconds')").fetchone()
             assert row is not None and row[0] == 1, f"swept {row}: only the dead holder"
             assert not keeper.is_lost(chunk[0].job_id), "a lease being written counts as alive"
             assert not keeper.is_lost(sibling_claim.job_id)
@@ -308,41 +334,129 @@ def test_a_blocked_chunk_stops_neither_its_siblings_heartbeats_nor_the_sweep(
     assert job_status(database_url, dead_claim.job_id) == "failed"
 
 
+SCALE_OUT_TTL = timedelta(seconds=4)
+
+
+def test_a_write_that_waited_after_its_fence_commits_a_fresh_heartbeat(
+    database_url: str, stores: Callable[[str], InvoiceStore]
+) -> None:
+    """The schedule of issue 38, with the scale-out TTL of 4 s: a copy's duplicate decision
+    passes its fence, then waits on its original's row (a stuck session holds it) for over 3 s
+    while its job row is locked; the keeper's heartbeat skips that row. The write commits, and
+    a claim of the invoice comes right after, before any keeper beat. The claim must bounce: the
+    write's commit is a heartbeat.
+
+    The job's heartbeat is back-dated to 0.9 s before the write (so the fence's one-second rule
+    does not refresh it), and the blocker lets go only once, by the database clock, that
+    committed heartbeat is older than the TTL. No keeper runs: nothing but the write can beat.
+    Against the code before beat_at_commit the job committed its old heartbeat: "the committed
+    heartbeat predates the blocker's release", and the claim swept the live lease and took it.
+    """
+    writer = stores("writer")
+    # A lock_timeout over the wait: this is the wait of a slow peer, not of a stuck one.
+    patient = InvoiceStore(
+        named(database_url, "worker"), max_size=3, lock_ttl=SCALE_OUT_TTL, lock_timeout=timedelta(seconds=30)
+    )
+    try:
+        original = processed_original(writer, "LV-350")
+        copy = writer.store_document(json_invoice("LV-350", po_number="again"), "acme").invoice_id
+        chunk = up_to_dedupe(patient, copy, "run")
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute(
+                "UPDATE processing_jobs SET heartbeat_at = clock_timestamp() - interval '0.9 seconds' WHERE id = %s",
+                (chunk[0].job_id,),
+            )
+        with psycopg.connect(database_url) as blocker:
+            blocker.execute("SELECT 1 FROM invoices WHERE id = %s FOR UPDATE", (original,))
+            holder = Background(lambda: run_stage(DETECT_DUPLICATES, stage_env(patient), chunk))
+            wait_for(lambda: waiting(database_url, "worker"), what="the write to wait after its fence")
+            wait_for(
+                lambda: heartbeat_of(database_url, chunk[0].job_id)[1] > SCALE_OUT_TTL.total_seconds(),
+                timeout=60,
+                what="the waiting write's committed heartbeat to be older than the TTL",
+            )
+            row = blocker.execute("SELECT clock_timestamp()").fetchone()
+            assert row is not None
+            released_at = row[0]
+            blocker.rollback()
+        holder.join()
+        assert holder.error is None and holder.result is not None, repr(holder.error)
+        assert isinstance(holder.result.outcomes[copy], Done), holder.result.outcomes
+        claimed = claim_chunk(writer, [(copy, None)], "other-run", SCALE_OUT_TTL)
+        beat, _ = heartbeat_of(database_url, chunk[0].job_id)
+        assert beat > released_at, "the committed heartbeat predates the blocker's release"
+        assert claimed == [], "a claim right after the commit took the live lease"
+        assert job_status(database_url, chunk[0].job_id) == "running"
+    finally:
+        patient.close()
+
+
 # -- 3. maintenance re-checks under the row lock ------------------------------------------------
 
-# Test-only: an UPDATE of invoices by a session named `paused-maintenance` first waits for an
-# advisory lock the test holds. A statement-level BEFORE trigger fires after the statement took
-# its snapshot and before it reads a row, which is exactly the window of the race.
+# Test-only: the maintenance store's sessions run as a role without superuser rights, under a
+# row-level security policy on invoices whose check first waits for an advisory lock the test
+# holds. A policy is evaluated while the statement reads its rows: after lock_orphans took its
+# snapshot and before it locks the row, which is exactly the window of the race. (A trigger
+# cannot pause a SELECT ... FOR UPDATE, and a pause in reschedule_failed's UPDATE comes after
+# lock_orphans already holds the row, when no claim can commit any more.)
 PAUSE_KEY = 2025_0025
 PAUSE_SQL = f"""
-CREATE FUNCTION test_pause_maintenance() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION test_pause_maintenance() RETURNS boolean LANGUAGE plpgsql AS $$
 BEGIN
-    IF current_setting('application_name') = 'paused-maintenance' THEN
-        PERFORM pg_advisory_xact_lock({PAUSE_KEY});
-    END IF;
-    RETURN NULL;
+    PERFORM pg_advisory_xact_lock({PAUSE_KEY});
+    RETURN true;
 END
 $$;
-CREATE TRIGGER test_pause_maintenance BEFORE UPDATE ON invoices
-    FOR EACH STATEMENT EXECUTE FUNCTION test_pause_maintenance();
+ALTER TABLE invoices ENABLE ROW LEVEL SECURITY;
+CREATE POLICY test_pause_maintenance ON invoices AS RESTRICTIVE TO {{role}} USING (test_pause_maintenance());
+CREATE POLICY everyone_else ON invoices TO PUBLIC USING (true);
+GRANT ALL ON ALL TABLES IN SCHEMA public TO {{role}};
+GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {{role}};
 """
 
 
+@pytest.fixture
+def paused_role(database_url: str) -> Iterator[str]:
+    """A role (cluster-wide, so uniquely named) whose reads of invoices pause at the gate. The
+    test server trusts local connections, as it does for its superuser."""
+    role = f"ip_test_paused_{uuid4().hex[:12]}"
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(
+            psycopg.sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
+                psycopg.sql.Identifier(role), psycopg.sql.Literal(role)
+            )
+        )
+        conn.execute(PAUSE_SQL.format(role=role))
+    yield role
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(psycopg.sql.SQL("DROP OWNED BY {}").format(psycopg.sql.Identifier(role)))
+        conn.execute(psycopg.sql.SQL("DROP ROLE {}").format(psycopg.sql.Identifier(role)))
+
+
 def test_maintenance_never_reschedules_an_invoice_claimed_after_its_snapshot(
-    database_url: str, stores: Callable[[str], InvoiceStore]
+    database_url: str, stores: Callable[[str], InvoiceStore], paused_role: str
 ) -> None:
     """Invoice X was left 'processing' by a holder that was swept (an orphan). The maintenance
-    statement that reschedules orphans takes its snapshot and pauses; a run claims X and commits;
-    maintenance goes on. X must end held by the run and 'processing', not 'failed'.
+    statement that locks orphans takes its snapshot and pauses before it locks X's row; a run
+    claims X and commits; maintenance goes on, locks X (its row still says 'processing') and
+    reschedules. X must end held by the run and 'processing', not 'failed': reschedule_failed's
+    re-check (`NOT EXISTS` a running job, read after the row lock) is what leaves it alone.
 
     Against the old code the one reschedule statement decided "no running job" from its snapshot
     and FOR UPDATE SKIP LOCKED re-checked only the invoice row's own columns (still
     'processing'): X was marked failed (due at once, so the sensor would request a second run)
-    while the claimer's job was running.
+    while the claimer's job was running. With the re-check removed from reschedule_failed, this
+    test fails the same way: "a live invoice was marked failed".
     """
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute(PAUSE_SQL)
-    store, claimer_store, maintenance = stores("setup"), stores("claimer"), stores("paused-maintenance")
+    store, claimer_store = stores("setup"), stores("claimer")
+    host_and_port = urlsplit(database_url).netloc.rpartition("@")[2]
+    maintenance = InvoiceStore(
+        named(
+            urlsplit(database_url)._replace(netloc=f"{paused_role}:{paused_role}@{host_and_port}").geturl(),
+            "paused-maintenance",
+        ),
+        max_size=2,
+    )
     orphan = store.store_document(json_invoice("LV-400"), "acme", "x.json").invoice_id
     claim_chunk(store, [(orphan, None)], "dead-run", TTL)
     assert store.release_stale_locks(orphan, stale_after=timedelta(0)) == 1
@@ -353,17 +467,14 @@ def test_maintenance_never_reschedules_an_invoice_claimed_after_its_snapshot(
             lambda: maintenance.reschedule_orphans(max_attempts=5, retry_base=timedelta(0))
         )
         wait_for(lambda: waiting(database_url, "paused-maintenance"), what="maintenance to pause")
-        claimer = Background(lambda: claim_chunk(claimer_store, [(orphan, None)], "live-run", TTL))
-        wait_for(
-            lambda: claimer.done.is_set() or waiting(database_url, "claimer"),
-            what="the claim to commit or to wait for maintenance",
-        )
+        claimed = claim_chunk(claimer_store, [(orphan, None)], "live-run", TTL)
+        assert [c.invoice_id for c in claimed] == [orphan], "the claim committed while maintenance paused"
         gate.execute("SELECT pg_advisory_unlock(%s)", (PAUSE_KEY,))
     rescheduling.join()
-    claimer.join()
+    maintenance.close()
 
-    assert rescheduling.error is None and claimer.error is None, (rescheduling.error, claimer.error)
-    assert claimer.result is not None and [c.invoice_id for c in claimer.result] == [orphan]
+    assert rescheduling.error is None, rescheduling.error
+    assert rescheduling.result is not None
     holder = store.current_holder(orphan)
     assert holder is not None and holder.owner == "live-run"
     state = store.invoice_state(orphan)

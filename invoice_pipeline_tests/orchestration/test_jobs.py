@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 from typing import Any
 
@@ -17,6 +18,7 @@ from invoice_pipeline.orchestration.jobs import make_jobs
 from invoice_pipeline.orchestration.resources import DocumentReader
 from invoice_pipeline_tests.factories import pipeline_resources
 from pipeline_support.factories import json_invoice
+from pipeline_support.helpers import wait_for
 
 
 def run_single(
@@ -299,45 +301,68 @@ def test_bad_invoice_id_is_a_clear_config_failure(database_url: str, bad_id: str
     )
 
 
-class SlowReader(DocumentReader):
-    """Text extraction that takes a while per document, like OCR."""
+# The first extraction of a run waits here until the test lets it go (in-process executor: the
+# op runs in this process, so module events reach it).
+EXTRACTING, LET_GO = threading.Event(), threading.Event()
 
-    seconds: float
+
+class GatedReader(DocumentReader):
+    """Text extraction whose first document waits for the test, like a long OCR page."""
 
     def read_text(self, content: bytes, filename: str | None, max_bytes: int) -> ExtractedText:
-        import time
-
-        time.sleep(self.seconds)  # models the slow work itself; nothing waits on it
+        if not EXTRACTING.is_set():
+            EXTRACTING.set()
+            assert LET_GO.wait(120), "the test never let the extraction go"
         return super().read_text(content, filename, max_bytes)
 
 
 def test_waiting_batch_branches_keep_their_leases_under_a_running_sweep(
     database_url: str, store: InvoiceStore
 ) -> None:
-    """A batch runs stage by stage: while one branch extracts, the others wait — alive, not stale."""
-    import threading
+    """A batch runs stage by stage: while one branch extracts, the others wait — alive, not stale.
 
+    While the first extraction is held, every running lease's heartbeat is back-dated by an hour;
+    the run's LeaseKeeper must beat all four again (the waiting branches too), and a sweep with
+    the TTL then frees none. No timing decides it: the test waits for the beats themselves.
+    """
     ids = [
         store.store_document(json_invoice(f"W-{i}", total=f"{20 + i}.00"), "acme", f"{i}.json").invoice_id
         for i in range(4)
     ]
-    stop, swept = threading.Event(), []
+    EXTRACTING.clear()
+    LET_GO.clear()
+    seen: dict[str, int] = {}
 
-    def sweeper() -> None:
-        sweeping = InvoiceStore(database_url, max_size=1)
+    def while_one_extracts() -> None:
         try:
-            while not stop.wait(0.05):
-                swept.append(sweeping.release_stale_locks(stale_after=timedelta(seconds=1)))
-        finally:
-            sweeping.close()
+            assert EXTRACTING.wait(120), "no extraction started"
+            with psycopg.connect(database_url, autocommit=True) as conn:
+                seen["back_dated"] = conn.execute(
+                    "UPDATE processing_jobs SET heartbeat_at = heartbeat_at - interval '1 hour' "
+                    "WHERE status = 'running'"
+                ).rowcount
 
-    thread = threading.Thread(target=sweeper)
-    thread.start()
+                def fresh() -> int:
+                    row = conn.execute(
+                        "SELECT count(*) FROM processing_jobs WHERE status = 'running' "
+                        "AND heartbeat_at > clock_timestamp() - interval '1 minute'"
+                    ).fetchone()
+                    return int(row[0]) if row and row[0] == seen["back_dated"] else 0
+
+                seen["beaten"] = wait_for(fresh, what="the keeper to beat every lease of the run again")
+            sweeping = InvoiceStore(database_url, max_size=1)
+            try:
+                seen["swept"] = sweeping.release_stale_locks(stale_after=timedelta(seconds=60))
+            finally:
+                sweeping.close()
+        finally:
+            LET_GO.set()
+
+    checker = threading.Thread(target=while_one_extracts)
+    checker.start()
     try:
         _, job = make_jobs(
-            pipeline_resources(
-                database_url, SlowReader(seconds=0.6), lock_ttl_seconds=1, heartbeat_seconds=0.2
-            )
+            pipeline_resources(database_url, GatedReader(), lock_ttl_seconds=60, heartbeat_seconds=0.05)
         )
         result = job.execute_in_process(
             run_config={"ops": {"fan_out": {"config": {"invoice_ids": [str(i) for i in ids]}}}},
@@ -345,15 +370,12 @@ def test_waiting_batch_branches_keep_their_leases_under_a_running_sweep(
             instance=INSTANCE,
         )
     finally:
-        stop.set()
-        thread.join()
+        LET_GO.set()
+        checker.join(180)
+    assert seen.get("back_dated") == 4, f"the four leases were running while one extracted: {seen}"
+    assert seen.get("beaten") == 4, seen
+    assert seen.get("swept") == 0, "no live lease was swept"
     assert result.success
-    assert sum(swept) == 0, "no live lease was swept"
-    with psycopg.connect(database_url) as conn:
-        span = conn.execute(
-            "SELECT extract(epoch FROM max(finished_at) - min(started_at)) FROM processing_jobs"
-        ).fetchone()
-    assert span is not None and float(span[0]) > 2, "the leases really lived past the 1 s TTL"
     assert all(store.invoice_state(i).status == "processed" for i in ids)  # type: ignore[union-attr]
 
 

@@ -18,7 +18,7 @@ import uvicorn
 from starlette.applications import Starlette
 
 from invoice_pipeline.engine.store import InvoiceStore
-from invoice_pipeline.review_ui.app import create_app
+from invoice_pipeline.review_ui.app import COOKIE, create_app
 from invoice_pipeline.review_ui.auth import AuthConfig, Reviewer, hash_password
 from pipeline_support.helpers import free_port
 
@@ -73,6 +73,10 @@ class Client:
         self.base_url = base_url
         self.cookies = http.cookiejar.CookieJar()
         self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.cookies))
+
+    def has_session(self) -> bool:
+        """Whether the server gave this client a session cookie."""
+        return any(c.name == COOKIE for c in self.cookies)
 
     def get(self, path: str) -> tuple[int, str]:
         try:

@@ -60,15 +60,29 @@ def test_passwords_are_scrypt_hashes() -> None:
 
 
 def test_a_forged_post_without_the_token_is_refused(review_server: ReviewServer) -> None:
+    """The attacker holds a valid session (its cookie, from a page it loaded) and the invoice's
+    version: the missing token is the only thing wrong with its form, so only the CSRF check can
+    refuse it (with `csrf_ok` answering yes, the reject was written: fails)."""
     inv = held_invoice(review_server.store, "acme", "INV-F1", ["negative_total: payable -50.00 EUR"])
     attacker = Client(review_server.base_url)
-    status, body = attacker.post(f"/invoice/{inv}/action", {"action": "reject", "note": "forged"})
+    status, own_page = attacker.get(f"/invoice/{inv}")
+    assert status == 200 and attacker.has_session()
+    status, body = attacker.post(
+        f"/invoice/{inv}/action",
+        {"action": "reject", "note": "forged", "version": hidden(own_page, "version")},
+    )
     assert status == 403 and "CSRF" in body
     # A token from another session does not do either.
     victim = Client(review_server.base_url)
     _, page = victim.get(f"/invoice/{inv}")
     status, _ = attacker.post(
-        f"/invoice/{inv}/action", {"action": "reject", "note": "x", "csrf": hidden(page, "csrf")}
+        f"/invoice/{inv}/action",
+        {
+            "action": "reject",
+            "note": "x",
+            "csrf": hidden(page, "csrf"),
+            "version": hidden(own_page, "version"),
+        },
     )
     assert status == 403
     assert sql(review_server.database_url, "SELECT status FROM invoices WHERE id = %s", (inv,)) == [
@@ -111,7 +125,37 @@ def test_accounts_log_in_the_audit_names_them_and_orgs_are_limited(accounts_serv
     ) == [("review-ui:alice", "reject")]
 
 
-def test_two_reviewers_at_once_one_decides_the_other_is_told(review_server: ReviewServer) -> None:
+def test_an_action_while_another_holds_the_lock_writes_nothing(review_server: ReviewServer) -> None:
+    """Another reviewer holds the invoice's processing lock for the whole POST (taken before it,
+    released after it). The reviewer's approve carries the current version, so the version check
+    has nothing to refuse: only the lock stands between it and a second writer. It must be
+    refused as busy, naming the holder, with nothing written. (With the lock gone: the running-job
+    index not unique, no bounce in acquire_processing_lock, the approve was written: fails.)"""
+    inv = held_invoice(review_server.store, "acme", "INV-L1", ["negative_total: x"])
+    reviewer = Client(review_server.base_url)
+    _, page = reviewer.get(f"/invoice/{inv}")
+    form = {"csrf": hidden(page, "csrf"), "version": hidden(page, "version"), "action": "approve", "note": ""}
+    other = review_server.store.take_review_lock(inv, "review-ui:other@elsewhere")
+    assert other is not None
+    try:
+        status, body = reviewer.post(f"/invoice/{inv}/action", form)
+    finally:
+        review_server.store.finish(other.job_id, "succeeded", "the other reviewer looked and left")
+    assert status == 200
+    assert "busy: held by" in body and "review-ui:other@elsewhere" in body, body[:2000]
+    assert sql(
+        review_server.database_url, "SELECT count(*) FROM review_actions WHERE invoice_id = %s", (inv,)
+    ) == [(0,)]
+    assert sql(review_server.database_url, "SELECT status FROM invoices WHERE id = %s", (inv,)) == [
+        ("needs_review",)
+    ]
+
+
+def test_two_reviewers_at_once_make_one_decision_and_the_other_is_told(review_server: ReviewServer) -> None:
+    """Two reviewers post different decisions on the same version at the same instant: one
+    decision is recorded and the other reviewer sees the invoice as it now is. This is the
+    end-to-end outcome, which the version check alone also gives (it passes with the processing
+    lock gone); the lock is proved by test_an_action_while_another_holds_the_lock_writes_nothing."""
     for round_ in range(5):
         inv: UUID = held_invoice(review_server.store, "acme", f"INV-R{round_}", ["negative_total: x"])
         a, b = Client(review_server.base_url), Client(review_server.base_url)

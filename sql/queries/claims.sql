@@ -29,7 +29,8 @@ FROM acquire_processing_locks(%(invoice_ids)s::uuid[], %(attempts)s::integer[], 
 -- One heartbeat for every lease a process holds; returns the ones still running. It never waits
 -- (sql/0009): a job row locked by a write in flight (its own process's fenced write, say one
 -- waiting inside a duplicate decision) is skipped and counted alive, because it is being
--- written and the fence heartbeats it. So one blocked chunk never silences its siblings.
+-- written, and the write heartbeats it as it commits (beat_at_commit, sql/queries/fence.sql).
+-- So one blocked chunk never silences its siblings.
 -- name: heartbeat_locks
 WITH beat AS (
     UPDATE processing_jobs SET heartbeat_at = clock_timestamp()

@@ -7,7 +7,8 @@
 -- that the job is still the running one. The row locks last until the write commits: a sweep
 -- skips a row being written, and a write that comes after a sweep finds no running row and is
 -- refused: no zombie write can land. It also counts as a heartbeat: a holder that is writing
--- is alive.
+-- is alive. A write beats again as it commits (beat_at_commit): whatever it waited for after
+-- its fence does not age its lease.
 -- name: fence
 SELECT fenced_job_id AS id FROM fence_jobs(ARRAY[%(job_id)s]::uuid[])
 WHERE fenced_invoice_id = %(invoice_id)s
@@ -17,6 +18,19 @@ WHERE fenced_invoice_id = %(invoice_id)s
 -- and nothing is written for their invoices.
 -- name: fence_chunk
 SELECT fenced_job_id AS id FROM fence_jobs(%(job_ids)s::uuid[])
+
+-- A fenced write's last statement before it commits: the heartbeat of its jobs still running.
+-- The fence beat them when the write began (sql/0013: only a beat older than a second), but a
+-- write may then wait on a row (up to the store's lock_timeout) or a dedupe lock, and the
+-- keeper's heartbeat skips a row being written: without this beat the job's committed
+-- heartbeat would come out of the write as old as the wait, and a claim right after the commit
+-- would sweep the live lease. The rows are this transaction's already (the fence locked them),
+-- so it waits for nothing; the same one-second rule as the fence spares the index a new row
+-- version on every quick write.
+-- name: beat_at_commit
+UPDATE processing_jobs SET heartbeat_at = clock_timestamp()
+WHERE id = ANY(%(job_ids)s::uuid[]) AND status = 'running'
+  AND heartbeat_at < clock_timestamp() - interval '1 second'
 
 -- Why a fence refused: for the LeaseLost message.
 -- name: job_status

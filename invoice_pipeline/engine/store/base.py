@@ -256,6 +256,14 @@ class StoreBase:
             if row is None:
                 raise LeaseLost(lease.job_id, lease.invoice_id, self._why_not_running(conn, lease.job_id))
             yield conn
+            self._beat_at_commit(conn, [lease.job_id])
+
+    @staticmethod
+    def _beat_at_commit(conn: psycopg.Connection[Any], job_ids: list[UUID]) -> None:
+        """The last statement of a fenced write: whatever the write waited for after its fence
+        (a row, up to lock_timeout), its jobs leave it with a fresh heartbeat (see fence.sql)."""
+        if job_ids:
+            conn.execute(FENCE["beat_at_commit"], {"job_ids": job_ids})
 
     def _why_not_running(self, conn: psycopg.Connection[Any], job_id: UUID) -> str:
         row = conn.execute(FENCE["job_status"], {"job_id": job_id}).fetchone()
@@ -368,6 +376,7 @@ class StoreBase:
             # A row the database refuses fails the whole transaction here, as it would have
             # failed it at its own statement: the chunk is then written an invoice at a time.
             batch.flush()
+            self._beat_at_commit(conn, [lease.job_id for lease, _ in live])
             return ChunkWrite(written, lost, {})
 
     @staticmethod

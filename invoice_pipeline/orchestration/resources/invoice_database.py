@@ -14,6 +14,7 @@ from invoice_pipeline.config import (
     DEFAULT_MAX_DOCUMENT_BYTES,
     DEFAULT_REQUEST_TIMEOUT_SECONDS,
     DEFAULT_RETRY_BASE_SECONDS,
+    DEFAULT_SAVE_AFTER_MS,
     ENV_DATABASE_URL,
     Settings,
     check_lease_timing,
@@ -117,6 +118,11 @@ class InvoiceDatabase(ConfigurableResource):
         gt=0,
         description="A stage running longer fails its attempt (lease released, invoice rescheduled)",
     )
+    save_after_seconds: float = Field(
+        default=DEFAULT_SAVE_AFTER_MS / 1000,
+        ge=0,
+        description="A chunk's finished results are saved once this much work piled up (what a crash can lose)",
+    )
 
     @model_validator(mode="after")
     def _lease_timing(self) -> "InvoiceDatabase":
@@ -134,6 +140,7 @@ class InvoiceDatabase(ConfigurableResource):
             max_document_bytes=settings.max_document_bytes,
             batch_size=settings.batch_size,
             request_timeout_seconds=settings.request_timeout.total_seconds(),
+            save_after_seconds=settings.save_after.total_seconds(),
         )
 
     @property
@@ -158,6 +165,7 @@ class InvoiceDatabase(ConfigurableResource):
             max_attempts=self.max_attempts,
             retry_base=self.retry_base,
             may_hold=self.lease_keeper.may_hold,
+            save_after_seconds=self.save_after_seconds,
         )
 
     @property

@@ -1,0 +1,512 @@
+"""The standing sabotage check: each safety mechanism broken on purpose, and its test must fail.
+
+`make mutants` (`python -m pipeline_support.mutants`). Each entry of SABOTAGES names a
+mechanism, the exact text that implements it (file, text, replacement) and the pytest node id of
+the test that guards it. The runner copies the checkout to a temporary folder, applies one
+sabotage there, runs only that test with the project's interpreter, and reports:
+- `killed`: the test failed, as it must;
+- `SURVIVED`: the test passed with the mechanism removed (the test does not guard it);
+- `BROKEN`: the sabotage no longer applies (its text is gone from the code) or the test could
+  not be collected: the list is out of date.
+Anything but `killed` fails the run. The checkout itself is never touched.
+
+Selection: `--all` (every entry), `--today` (the rotating subset CI runs: the entries whose index
+falls on today's weekday, so every entry runs once a week), `--only NAME ...`. `--out` writes the
+result as JSON (benchmarks/results/mutants.json holds the last full run). A new safety mechanism
+joins the list with its test; `invoice_pipeline_tests/test_mutants.py` checks in the normal suite
+that every entry still applies to the code and names a test that exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_OUT = ROOT / "benchmarks" / "results" / "mutants.json"
+# Long enough for the slowest guarded test (a SIGKILLed run, a chaos scenario); a hang is a result.
+TEST_TIMEOUT_S = 900
+DAYS_PER_ROTATION = 7
+
+
+@dataclass(frozen=True)
+class Edit:
+    """Replace `old` by `new` in `path` (relative to the checkout); `old` must occur `count` times."""
+
+    path: str
+    old: str
+    new: str
+    count: int = 1
+
+
+@dataclass(frozen=True)
+class Sabotage:
+    name: str
+    mechanism: str
+    edits: tuple[Edit, ...]
+    test: str
+
+
+def _one(name: str, mechanism: str, path: str, old: str, new: str, test: str) -> Sabotage:
+    return Sabotage(name, mechanism, (Edit(path, old, new),), test)
+
+
+LIVENESS = "invoice_pipeline_tests/engine/test_liveness.py"
+STAGES_TESTS = "invoice_pipeline_tests/engine/test_stages.py"
+ON_CONFLICT = "ON CONFLICT (invoice_id) WHERE status = 'running' DO NOTHING"
+
+# The processing lock gone: the running-job index not unique, no ON CONFLICT on it, and no
+# bounce off a running job in acquire_processing_lock.
+PROCESSING_LOCK_GONE = (
+    Edit(
+        "sql/0001_schema.sql",
+        "CREATE UNIQUE INDEX processing_jobs_one_running_per_invoice",
+        "CREATE INDEX processing_jobs_one_running_per_invoice",
+    ),
+    Edit("sql/0002_lock_functions.sql", ON_CONFLICT, ""),
+    Edit("sql/0005_chunk_locks.sql", ON_CONFLICT, ""),
+    Edit("sql/0009_lock_order.sql", ON_CONFLICT, "", count=2),
+    Edit(
+        "sql/0009_lock_order.sql",
+        "    IF EXISTS (SELECT 1 FROM processing_jobs j WHERE j.invoice_id = p_invoice_id AND j.status = 'running') THEN\n"
+        "        RETURN NULL;\n"
+        "    END IF;\n",
+        "",
+    ),
+)
+
+SABOTAGES: tuple[Sabotage, ...] = (
+    _one(
+        "fence-sql",
+        "fence_jobs returns only running jobs (a swept lease's late write is refused)",
+        "sql/0013_fence_heartbeat.sql",
+        "            WHERE r.id = ANY(p_job_ids) AND r.status = 'running'\n",
+        "            WHERE r.id = ANY(p_job_ids)\n",
+        "invoice_pipeline_tests/test_document_limits.py::test_a_stuck_stage_fails_its_attempt_and_its_late_write_is_refused",
+    ),
+    _one(
+        "fence-python",
+        "a chunk write writes only the leases its fence returned",
+        "invoice_pipeline/engine/store/base.py",
+        "live = [(lease, payload) for lease, payload in items if lease.job_id in alive]",
+        "live = list(items)",
+        f"{STAGES_TESTS}::test_a_lease_lost_mid_chunk_loses_that_invoice_alone",
+    ),
+    _one(
+        "chunk-fallback",
+        "a refused chunk write is written again an invoice at a time",
+        "invoice_pipeline/engine/store/base.py",
+        "            if len(items) == 1:\n                return ChunkWrite({}, {}, {items[0][0].invoice_id: exc})\n",
+        "            return ChunkWrite({}, {}, {lease.invoice_id: exc for lease, _ in items})\n",
+        f"{STAGES_TESTS}::test_a_write_the_database_refuses_for_one_invoice_fails_that_invoice_alone",
+    ),
+    _one(
+        "systemic",
+        "an unreachable database fails the stage, not each invoice",
+        "invoice_pipeline/engine/store/base.py",
+        "    return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError | PoolTimeout | PoolClosed)",
+        "    return False",
+        f"{STAGES_TESTS}::test_a_systemic_error_fails_the_stage_instead_of_each_invoice",
+    ),
+    _one(
+        "contention-retried",
+        "a lock timeout is contention: retried, then only its invoice fails",
+        "invoice_pipeline/engine/store/base.py",
+        '    return sqlstate is not None and (sqlstate.startswith("40") or sqlstate in CONTENTION_SQLSTATES)',
+        "    return False",
+        f"{LIVENESS}::test_a_write_that_loses_to_contention_is_retried_then_fails_only_its_invoice",
+    ),
+    _one(
+        "heartbeat-skip-locked",
+        "the keeper's heartbeat skips a job row a write holds (SKIP LOCKED)",
+        "sql/queries/claims.sql",
+        "        ORDER BY id FOR UPDATE SKIP LOCKED\n",
+        "        ORDER BY id FOR UPDATE\n",
+        f"{LIVENESS}::test_a_blocked_chunk_stops_neither_its_siblings_heartbeats_nor_the_sweep",
+    ),
+    _one(
+        "sweep-skip-locked",
+        "the sweep skips a job row a write holds (SKIP LOCKED)",
+        "sql/0009_lock_order.sql",
+        "            ORDER BY s.id FOR UPDATE SKIP LOCKED\n",
+        "            ORDER BY s.id FOR UPDATE\n",
+        f"{LIVENESS}::test_a_blocked_chunk_stops_neither_its_siblings_heartbeats_nor_the_sweep",
+    ),
+    _one(
+        "sweep-only-stale",
+        "the sweep frees only leases whose heartbeat is older than stale_after",
+        "sql/0009_lock_order.sql",
+        "            WHERE s.status = 'running' AND s.heartbeat_at < clock_timestamp() - p_stale_after\n",
+        "            WHERE s.status = 'running'\n",
+        f"{LIVENESS}::test_a_blocked_chunk_stops_neither_its_siblings_heartbeats_nor_the_sweep",
+    ),
+    _one(
+        "claim-bounces",
+        "a chunk claim leaves out an invoice whose running job it sees, before locking any row",
+        "sql/0009_lock_order.sql",
+        "          AND NOT EXISTS (SELECT 1 FROM processing_jobs j WHERE j.invoice_id = i.id AND j.status = 'running')\n"
+        "        ORDER BY i.id\n",
+        "        ORDER BY i.id\n",
+        f"{LIVENESS}::test_a_claim_bounces_off_a_holder_mid_write_and_the_holder_goes_on[original_row]",
+    ),
+    _one(
+        "reschedule-recheck",
+        "reschedule_failed re-checks for a running job under the row lock",
+        "sql/queries/claims.sql",
+        "    WHERE i.id = ANY(%(invoice_ids)s::uuid[]) AND i.status = 'processing'\n"
+        "      AND NOT EXISTS (SELECT 1 FROM processing_jobs j WHERE j.invoice_id = i.id AND j.status = 'running')\n",
+        "    WHERE i.id = ANY(%(invoice_ids)s::uuid[]) AND i.status = 'processing'\n",
+        f"{LIVENESS}::test_maintenance_never_reschedules_an_invoice_claimed_after_its_snapshot",
+    ),
+    _one(
+        "beat-at-commit",
+        "a fenced write heartbeats its jobs as it commits",
+        "invoice_pipeline/engine/store/base.py",
+        '        if job_ids:\n            conn.execute(FENCE["beat_at_commit"]',
+        '        if job_ids and False:\n            conn.execute(FENCE["beat_at_commit"]',
+        f"{LIVENESS}::test_a_write_that_waited_after_its_fence_commits_a_fresh_heartbeat",
+    ),
+    _one(
+        "claim-release",
+        "a claim op that fails after taking leases releases them",
+        "invoice_pipeline/orchestration/ops.py",
+        "        release_after_failure(\n"
+        '            context, invoice_db, claims, f"claim failed after taking the lock: {describe_error(exc)}"\n'
+        "        )\n",
+        "",
+        f"{LIVENESS}::test_a_claim_that_fails_after_taking_its_leases_releases_them",
+    ),
+    _one(
+        "stage-op-release",
+        "a stage op that fails outside its stage releases its chunk on its last try",
+        "invoice_pipeline/orchestration/ops.py",
+        "            if _last_try(context) or not isinstance(exc, Exception):\n"
+        "                release_after_failure(context, invoice_db, chunk.claims, message)\n",
+        "",
+        f"{LIVENESS}::test_a_stage_op_that_fails_outside_its_stage_releases_its_chunk",
+    ),
+    Sabotage(
+        "processing-lock",
+        "one running job per invoice: the unique index and the bounce of acquire_processing_lock",
+        PROCESSING_LOCK_GONE,
+        "invoice_pipeline_tests/engine/review/test_review_races.py::test_two_reviewers_approve_and_reject_at_once",
+    ),
+    Sabotage(
+        "review-page-lock",
+        "a review page action takes the invoice's processing lock (busy while another holds it)",
+        PROCESSING_LOCK_GONE,
+        "invoice_pipeline_tests/review_ui/test_review_ui_http.py::test_an_action_while_another_holds_the_lock_writes_nothing",
+    ),
+    _one(
+        "csrf",
+        "a review form's CSRF token must be its session's",
+        "invoice_pipeline/review_ui/auth.py",
+        "    return session is not None and bool(token) and hmac.compare_digest(session.csrf, str(token))",
+        "    return session is not None",
+        "invoice_pipeline_tests/review_ui/test_review_ui_http.py::test_a_forged_post_without_the_token_is_refused",
+    ),
+    _one(
+        "rekey-0003",
+        "0003's data migration rekeys invoices decided before it",
+        "invoice_pipeline/db/migrate.py",
+        '    "0003_blocking_keys_and_review.sql": rekey_decided_invoices,',
+        '    "0003_blocking_keys_and_review.sql": lambda conn: None,',
+        "invoice_pipeline_tests/db/test_migrate.py::test_invoices_decided_before_blocking_keys_are_rekeyed_and_still_found",
+    ),
+    _one(
+        "number-keys-0007",
+        "0007's data migration fills the number key of invoices decided before it",
+        "invoice_pipeline/db/migrate.py",
+        '    "0007_page_money_fails_closed.sql": set_number_keys,',
+        '    "0007_page_money_fails_closed.sql": lambda conn: None,',
+        "invoice_pipeline_tests/db/test_migrate.py::test_invoices_decided_before_number_keys_are_found_by_a_copy_without_currency",
+    ),
+    _one(
+        "number-key-lock",
+        "a duplicate decision also locks its number key",
+        "invoice_pipeline/domain/keys.py",
+        "    return tuple(sorted({*lock_ids(block), number.id}))",
+        "    return tuple(sorted({*lock_ids(block)}))",
+        "invoice_pipeline_tests/engine/test_money_fails_closed.py::test_number_twins_decided_at_the_same_moment_never_make_two_originals",
+    ),
+    _one(
+        "generator-guard",
+        "the copy generator of the key property tests makes pairs the matcher accepts",
+        "invoice_pipeline_tests/domain/test_keys.py",
+        "        payable_total=total + Decimal(delta),",
+        "        payable_total=total + Decimal(delta) + 1000,",
+        "invoice_pipeline_tests/domain/test_keys.py::test_generated_copies_are_mostly_accepted",
+    ),
+    _one(
+        "save-once-per-chunk",
+        "a stage saves what it read as it goes (every save_after_seconds of work), not at the chunk's end",
+        "invoice_pipeline/engine/stages.py",
+        "        if pending and (worked >= save_after or index == len(items) - 1):",
+        "        if pending and index == len(items) - 1:",
+        "invoice_pipeline_tests/test_crash_cost.py::test_a_kill_mid_chunk_keeps_what_was_read_and_rereads_only_the_rest",
+    ),
+    Sabotage(
+        "safe-path-children",
+        "child interpreters run the installed package: -P, and PYTHONSAFEPATH for their children",
+        (
+            Edit(
+                "invoice_pipeline/child_python.py",
+                "    return [sys.executable, SAFE_PATH_FLAG, *args]",
+                "    return [sys.executable, *args]",
+            ),
+            Edit("invoice_pipeline/child_python.py", '    env["PYTHONSAFEPATH"] = "1"\n', ""),
+        ),
+        "invoice_pipeline_tests/test_any_folder.py::test_process_from_an_old_checkout_folder_runs_the_installed_package",
+    ),
+    _one(
+        "quiet-file",
+        "a file nobody wrote for QUIET_SECONDS is taken at the first scan",
+        "invoice_pipeline/engine/ingest.py",
+        "        return previous == self or now_ns - self.mtime_ns >= QUIET_SECONDS * 1_000_000_000",
+        "        return previous == self",
+        "invoice_pipeline_tests/orchestration/sensors/test_new_invoices.py::test_a_file_nobody_wrote_for_a_while_is_taken_at_the_first_scan",
+    ),
+    _one(
+        "restart-overlap",
+        "the PostgreSQL restart scenario stops the server while runs are in flight",
+        "chaos/pg_restart.py",
+        "                server.stop(mode=mode)\n",
+        "                if holding is not None:\n"
+        "                    holding.close()\n"
+        "                for p in procs:\n"
+        "                    p.join(600)\n"
+        "                server.stop(mode=mode)\n",
+        "invoice_pipeline_tests/chaos/test_chaos.py::test_fast_subset_holds_every_invariant[postgres_restart]",
+    ),
+    _one(
+        "self-fence",
+        "a lease not renewed for 2/3 of its TTL may not be held (self-fencing)",
+        "invoice_pipeline/engine/leases.py",
+        "        return self._clock() - renewed < self._fence_after",
+        "        return True",
+        "invoice_pipeline_tests/cluster/test_self_fencing.py::test_a_lease_not_renewed_for_most_of_the_ttl_may_not_be_held",
+    ),
+    _one(
+        "keeper-renews",
+        "the lease keeper renews every lease its beat confirms",
+        "invoice_pipeline/engine/leases.py",
+        "                    self._renewed[job_id] = sent\n",
+        "                    pass\n",
+        "invoice_pipeline_tests/cluster/test_self_fencing.py::test_renewed_leases_stay_held_and_lost_ones_do_not",
+    ),
+    _one(
+        "keeper-beats-waiting-branches",
+        "the keeper's one statement beats every lease of a batch, the waiting branches too",
+        "sql/queries/claims.sql",
+        "    UPDATE processing_jobs SET heartbeat_at = clock_timestamp()\n    WHERE id IN (\n",
+        "    UPDATE processing_jobs SET heartbeat_at = heartbeat_at\n    WHERE id IN (\n",
+        "invoice_pipeline_tests/orchestration/test_jobs.py::test_waiting_batch_branches_keep_their_leases_under_a_running_sweep",
+    ),
+    _one(
+        "layout-org",
+        "a vendor layout reads only its own organisation's pages",
+        "invoice_pipeline/documents/reading/layouts.py",
+        "    return layout.enabled and layout.org_id == org_id",
+        "    return layout.enabled",
+        "invoice_pipeline_tests/documents/test_vendor_layouts.py::test_never_applied_for_another_org",
+    ),
+    _one(
+        "layout-vendor",
+        "a vendor layout reads only pages its vendor is printed on",
+        "invoice_pipeline/documents/reading/layouts.py",
+        '    """The vendor the layout belongs to is printed on the page (its VAT id, IBAN or name)."""\n',
+        '    """The vendor the layout belongs to is printed on the page (its VAT id, IBAN or name)."""\n'
+        "    return True\n",
+        "invoice_pipeline_tests/documents/test_vendor_layouts.py::test_never_applied_to_another_vendors_similar_page",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    name: str
+    test: str
+    verdict: str  # killed | SURVIVED | BROKEN
+    detail: str
+    seconds: float
+
+
+def todays(sabotages: Sequence[Sabotage], day: date) -> list[Sabotage]:
+    """The rotating subset for `day`: entry i runs on weekday i mod 7 (Monday 0), so the whole
+    list runs once a week."""
+    return [s for i, s in enumerate(sabotages) if i % DAYS_PER_ROTATION == day.weekday()]
+
+
+def check_applies(root: Path, sabotage: Sabotage) -> list[str]:
+    """Why `sabotage` no longer applies to the code under `root` (empty: it applies)."""
+    problems = []
+    for edit in sabotage.edits:
+        path = root / edit.path
+        found = path.read_text().count(edit.old) if path.exists() else 0
+        if found != edit.count:
+            problems.append(
+                f"{edit.path}: the text occurs {found} times, expected {edit.count}: {edit.old[:80]!r}"
+            )
+    test_file, _, test_name = sabotage.test.partition("::")
+    function = test_name.split("[", 1)[0]
+    test_path = root / test_file
+    if not test_path.exists() or f"def {function}(" not in test_path.read_text():
+        problems.append(f"no test {sabotage.test}")
+    return problems
+
+
+def _tracked_copy(root: Path, dest: Path) -> None:
+    """The checkout's files as git sees them (tracked plus new, not ignored) under `dest`."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=root,
+        check=True,
+        capture_output=True,
+    ).stdout.decode()
+    for rel in filter(None, listed.split("\0")):
+        src = root / rel
+        if src.is_file():
+            target = dest / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, target)
+
+
+def apply(root: Path, sabotage: Sabotage) -> None:
+    for edit in sabotage.edits:
+        path = root / edit.path
+        path.write_text(path.read_text().replace(edit.old, edit.new))
+
+
+def _overlay_venv(copy: Path, python: str) -> Path:
+    """A virtualenv under `copy` whose Python imports the copy's packages first and the project
+    venv's installed dependencies after, without that venv's editable install (a .pth naming the
+    checkout): so even a test's child process started with a cleaned PYTHONPATH, or through a
+    console script, runs the sabotaged copy. Console scripts are rewritten to its interpreter."""
+    venv = copy / ".mutant-venv"
+    subprocess.run([python, "-m", "venv", "--without-pip", str(venv)], check=True)
+    new_python = venv / "bin" / "python"
+    purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    deps = subprocess.run([python, "-c", purelib], check=True, capture_output=True, text=True).stdout.strip()
+    own = subprocess.run(
+        [new_python, "-c", purelib], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    Path(own, "00-mutant-copy.pth").write_text(f"{copy}\n{deps}\n")
+    for script in Path(python).parent.iterdir():
+        target = venv / "bin" / script.name
+        if target.exists() or not script.is_file():
+            continue
+        try:
+            text = script.read_text()
+        except UnicodeDecodeError:
+            continue
+        first, _, rest = text.partition("\n")
+        if first.startswith("#!") and "python" in first:
+            target.write_text(f"#!{new_python}\n{rest}")
+            target.chmod(0o755)
+    return new_python
+
+
+def run_one(sabotage: Sabotage, python: str, root: Path = ROOT) -> Outcome:
+    started = time.monotonic()
+    problems = check_applies(root, sabotage)
+    if problems:
+        return Outcome(sabotage.name, sabotage.test, "BROKEN", "; ".join(problems), 0.0)
+    with tempfile.TemporaryDirectory(prefix=f"mutant-{sabotage.name}-") as tmp:
+        copy = Path(tmp)
+        _tracked_copy(root, copy)
+        apply(copy, sabotage)
+        mutant_python = _overlay_venv(copy, python)
+        env = os.environ | {
+            "PYTHONPATH": str(copy),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PATH": f"{mutant_python.parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
+        cmd = [str(mutant_python), "-m", "pytest", sabotage.test, "-x", "-q", "-p", "no:cacheprovider"]
+        try:
+            proc = subprocess.run(
+                cmd, cwd=copy, env=env, capture_output=True, text=True, timeout=TEST_TIMEOUT_S
+            )
+        except subprocess.TimeoutExpired:
+            return Outcome(
+                sabotage.name,
+                sabotage.test,
+                "killed",
+                f"timed out after {TEST_TIMEOUT_S}s",
+                time.monotonic() - started,
+            )
+    seconds = time.monotonic() - started
+    tail = "\n".join(proc.stdout.strip().splitlines()[-3:])
+    if proc.returncode == 0:
+        return Outcome(sabotage.name, sabotage.test, "SURVIVED", tail, seconds)
+    if proc.returncode == 1:
+        failed = [line for line in proc.stdout.splitlines() if line.startswith("E ")][:3]
+        return Outcome(sabotage.name, sabotage.test, "killed", "\n".join(failed) or tail, seconds)
+    return Outcome(sabotage.name, sabotage.test, "BROKEN", f"pytest exit {proc.returncode}: {tail}", seconds)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m pipeline_support.mutants", description=__doc__.splitlines()[0]
+    )
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--all", action="store_true", help="every sabotage")
+    which.add_argument("--today", action="store_true", help="today's rotating subset (CI)")
+    which.add_argument("--only", nargs="+", metavar="NAME", choices=[s.name for s in SABOTAGES])
+    which.add_argument("--list", action="store_true", help="list the sabotages and exit")
+    parser.add_argument("--out", type=Path, help="write the result as JSON here")
+    parser.add_argument("--python", default=sys.executable, help="the interpreter that runs the tests")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.list:
+        for i, s in enumerate(SABOTAGES):
+            print(f"{i:2d} {s.name:24s} {s.mechanism}\n   {s.test}")
+        return 0
+    if args.all:
+        chosen = list(SABOTAGES)
+    elif args.today:
+        chosen = todays(SABOTAGES, date.today())
+    else:
+        chosen = [s for s in SABOTAGES if s.name in args.only]
+    outcomes = []
+    for sabotage in chosen:
+        outcome = run_one(sabotage, args.python)
+        outcomes.append(outcome)
+        print(
+            f"{outcome.verdict:9s} {sabotage.name:24s} {outcome.seconds:6.1f}s  {sabotage.test}", flush=True
+        )
+        print("    " + outcome.detail.replace("\n", "\n    "), flush=True)
+    bad = [o for o in outcomes if o.verdict != "killed"]
+    print(f"{len(outcomes) - len(bad)} of {len(outcomes)} sabotages killed by their test")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(
+            json.dumps(
+                {
+                    "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                    "selection": "all" if args.all else "today" if args.today else "only",
+                    "killed": len(outcomes) - len(bad),
+                    "total": len(outcomes),
+                    "outcomes": [o.__dict__ for o in outcomes],
+                },
+                indent=2,
+            )
+            + "\n"
+        )
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
