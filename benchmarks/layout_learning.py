@@ -152,9 +152,13 @@ class Pipeline:
 
     def run(self, org: str, docs: Sequence[Doc]) -> list[UUID]:
         ids = [self.store.store_document(d.content, org, d.name.replace("/", "_")).invoice_id for d in docs]
+        self.process(ids)
+        return ids
+
+    def process(self, ids: Sequence[UUID]) -> None:
+        """Every stage over these invoices, as one chunk (what the sensor's next run does)."""
         chunk = claim_chunk(self.store, [(i, None) for i in ids], "bench-layouts", timedelta(minutes=5))
         process_chunk(self.env, chunk)
-        return ids
 
     def outcome(self, invoice_id: UUID, truth: dict[str, Any]) -> tuple[dict[str, bool], bool, bool, int]:
         """(fields right, held, posted with a wrong amount, fields read with a layout)."""
@@ -224,6 +228,8 @@ def review_held(p: Pipeline, invoice_id: UUID, truth: dict[str, Any]) -> Review:
         if not outcome.done:
             return Review(changes, outcome.message)
     act(p.store, "approve", invoice_id, REVIEWER)
+    # The pipeline's next run posts it: the posting registers the vendor the person approved.
+    p.process([invoice_id])
     return Review(changes)
 
 

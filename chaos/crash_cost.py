@@ -34,8 +34,9 @@ from chaos.common import (
     worker_context,
 )
 from chaos.worker import batch_worker
+from invoice_pipeline.domain.identity import Identifier, normalise
 from invoice_pipeline.engine.stages import FLUSH_AFTER_SECONDS
-from invoice_pipeline.engine.store import InvoiceStore
+from invoice_pipeline.engine.store import InvoiceStore, VendorImportRow
 from invoice_pipeline.samples.render import ubl_xml
 from invoice_pipeline.samples.scans import draw_invoice, scan_invoice
 
@@ -173,6 +174,21 @@ def run(ctx: ChaosContext, params: dict[str, int], seed: int) -> ScenarioResult:
     with timed(result):
         store = InvoiceStore(url, max_size=1)
         try:
+            # The scans' sellers are in the org's vendor master, as a team's would be: the scans
+            # are posted when the VAT id they print confirms their seller (docs/vendors.md).
+            sellers = {
+                s.vat_id: s.name
+                for s in (draw_invoice(seed + i).seller for i in range(params["scans"]))
+                if s.vat_id
+            }
+            store.import_vendors(
+                "crash-scans",
+                [
+                    VendorImportRow(name, (Identifier("vat", normalise("vat", vat), vat),))
+                    for vat, name in sellers.items()
+                ],
+                "chaos: vendor master",
+            )
             scans = {
                 str(
                     store.store_document(_scan(seed + i), "crash-scans", f"scan-{i}.pdf").invoice_id
