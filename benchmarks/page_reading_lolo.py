@@ -43,6 +43,7 @@ NOT_PRINTED_PER_README = {
     "pdf-layouts/facturx-engine/invoice_raw.pdf": frozenset({"seller_vat_id"}),
     "pdf-layouts/facturx-cas-limites/facture.pdf": frozenset({"seller_vat_id"}),
 }
+SYNTHETIC = "synthetic:"  # the layout name of a rendered page starts with this
 RESULTS = ROOT / "benchmarks" / "results" / "page_reading_lolo"
 
 
@@ -118,7 +119,7 @@ def synthetic_pages(seed: int, count: int) -> list[LabelledPage]:
             "seller_name": case.seller_name,
             "seller_vat_id": case.seller_vat_id,
         }
-        out.append(read_page(page_pdf(case), case.name, f"synthetic:{case.layout}", case.lang, truth))
+        out.append(read_page(page_pdf(case), case.name, f"{SYNTHETIC}{case.layout}", case.lang, truth))
     return out
 
 

@@ -1,9 +1,9 @@
 """Train the page-reading ranker (issue 40): one logistic regression per key field.
 
-Training rows are the candidates (`reading.candidates`) of the synthetic renders
+Training pairs are made of the candidates (`reading.candidates`) of the synthetic renders
 (`samples.page_layouts`: six languages, left/right totals, letterhead/footer/buyer-VAT variants,
-four number formats) and of the development set (`../shared/corpus/pdf-layouts`, read in place);
-a candidate is positive when its value is the page's true value. scikit-learn is used here only
+four number formats) and of the development set (`../shared/corpus/pdf-layouts`, read in place):
+on each page, a candidate whose value is the page's true value against each one whose value is not. scikit-learn is used here only
 (a dev dependency); the product reads the weights with a dot product (`reading.ranker`).
 
 `python -m benchmarks.train_ranker --write` rewrites the shipped weights
@@ -65,23 +65,33 @@ def training_pages() -> tuple[tuple[PageCandidates, ...], tuple[PageCandidates, 
 
 
 def fit_field(field: str, pages: Iterable[PageCandidates]) -> FieldModel:
+    """A pairwise logistic regression: on each page, the true value's candidate against each other
+    candidate (the difference of their features, both ways round). Its weights then score
+    candidates so that the page's softmax over them is the chance each one is the value, which is
+    how `Ranker.choose` reads them; the intercept is not needed (it cancels in differences)."""
     from sklearn.linear_model import LogisticRegression  # training only: never imported by the product
 
-    rows: list[Mapping[str, float]] = []
+    rows: list[list[float]] = []
     labels: list[int] = []
+    pages = [pc for pc in pages if field not in pc.page.not_printed]
+    names = sorted({k for pc in pages for c in pc.candidates[field] for k in c.features})
     for pc in pages:
-        if field in pc.page.not_printed:
-            continue
-        for cand in pc.candidates[field]:
-            rows.append(cand.features)
-            labels.append(1 if same(field, cand.value, pc.page.truth[field]) else 0)
-    names = sorted({k for r in rows for k in r})
+        vectors = [([c.features.get(n, 0.0) for n in names], same(field, c.value, pc.page.truth[field])) for c in pc.candidates[field]]
+        for right, ok in vectors:
+            if not ok:
+                continue
+            for other, other_ok in vectors:
+                if other_ok:
+                    continue
+                diff = [a - b for a, b in zip(right, other, strict=True)]
+                rows += [diff, [-d for d in diff]]
+                labels += [1, 0]
     if len(set(labels)) < 2:
         return FieldModel(field, dict.fromkeys(names, 0.0), 0.0, MIN_CONFIDENCE)
-    model = LogisticRegression(C=REGULARISATION, max_iter=5000)
-    model.fit([[r.get(n, 0.0) for n in names] for r in rows], labels)
+    model = LogisticRegression(C=REGULARISATION, max_iter=5000, fit_intercept=False)
+    model.fit(rows, labels)
     weights = {n: round(float(w), 6) for n, w in zip(names, model.coef_[0], strict=True)}
-    return FieldModel(field, weights, round(float(model.intercept_[0]), 6), MIN_CONFIDENCE)
+    return FieldModel(field, weights, 0.0, MIN_CONFIDENCE)
 
 
 def train(pages: Sequence[PageCandidates], use: Mapping[str, str] | None = None, trained_on: str = "") -> Ranker:

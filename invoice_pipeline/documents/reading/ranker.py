@@ -30,15 +30,15 @@ class FieldModel:
     field: str
     weights: Mapping[str, float]
     intercept: float
-    # Below this probability the best candidate is not offered as the field's value.
+    # Below this share of the page's odds the best value is not offered as the field's value.
     min_confidence: float
     # How the product reads this field: "hand", "fill" (the ranker where the hand reader read
     # nothing) or "ranker".
     use: str = "hand"
 
-    def probability(self, features: Mapping[str, float]) -> float:
-        z = self.intercept + sum(w * features.get(name, 0.0) for name, w in self.weights.items())
-        return 1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, z))))
+    def score(self, features: Mapping[str, float]) -> float:
+        """The log-odds that a candidate with these features is the field's value."""
+        return self.intercept + sum(w * features.get(name, 0.0) for name, w in self.weights.items())
 
 
 @dataclass(frozen=True)
@@ -57,22 +57,33 @@ class Ranker:
     trained_on: str = ""
 
     def choose(self, field: str, candidates: Sequence[Candidate]) -> Choice:
+        """The value with the largest share of the page's candidates' odds (the same value printed
+        in several places adds up), at its most likely place; that share is its confidence."""
         model = self.models[field]
         if not candidates:
             return Choice(field, None, 0.0, f"no {field.replace('_', ' ')} of the right shape on the page")
-        # Ties go to the earlier candidate on the page: the order is the page's, so it is stable.
-        best, p = max(
-            ((c, model.probability(c.features)) for c in candidates), key=lambda cp: cp[1]
-        )
-        if p < model.min_confidence:
+        scores = [model.score(c.features) for c in candidates]
+        top = max(scores)
+        odds = [math.exp(s - top) for s in scores]
+        total = sum(odds)
+        mass: dict[Any, float] = {}
+        best_at: dict[Any, int] = {}
+        for i, c in enumerate(candidates):
+            mass[c.value] = mass.get(c.value, 0.0) + odds[i] / total
+            if c.value not in best_at or scores[i] > scores[best_at[c.value]]:
+                best_at[c.value] = i
+        # Ties go to the value printed first: the candidates are in page order, so it is stable.
+        value = max(mass, key=lambda v: (mass[v], -best_at[v]))
+        share = mass[value]
+        if share < model.min_confidence:
             return Choice(
                 field,
                 None,
-                p,
-                f"ranker confidence {p:.2f} for {best.value!r} is below {model.min_confidence:.2f}; "
+                share,
+                f"ranker confidence {share:.2f} for {value!r} is below {model.min_confidence:.2f}; "
                 "not guessed: read it from the page",
             )
-        return Choice(field, best, p)
+        return Choice(field, candidates[best_at[value]], share)
 
     def to_json(self) -> dict[str, Any]:
         return {
