@@ -20,6 +20,9 @@ Two readers are scored on the six key fields, each field skipped where the entry
 from __future__ import annotations
 
 import json
+import math
+import statistics
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -244,8 +247,50 @@ def run(ctx: BenchContext) -> BenchResult:  # the context's database is not used
         result.notes.append(f"{label}: {report[key]['key_fields_right']}; per field {report[key]['per_field']}")
     result.notes.append(f"how the product reads each field: {report['use']}")
     result.params = {"corpus": str(CORPUS), **report["params"]}
+    report["reading_time"] = reading_time(result, [p for p in corpus_pages() if not p.error], 1 if ctx.quick else 5)
     write("lolo.json", report)
     return result
+
+
+def reading_time(result: BenchResult, pages: Sequence[LabelledPage], rounds: int) -> dict[str, float]:
+    """Milliseconds per page (median over pages of the best of `rounds`), side by side: the hand
+    reader alone (today's reading), the product (the ranker only where it is used), and the
+    ranker run on every field of every page (its worst case)."""
+    from invoice_pipeline.documents.reading.candidates import page_candidates
+    from invoice_pipeline.documents.reading.ranker import shipped_ranker
+    from invoice_pipeline.documents.text_fields import fields_from_text
+
+    ranker = shipped_ranker()
+
+    def every_field(page: LabelledPage) -> None:
+        hand = hand_fields_from_text(page.text, boxes=page.boxes)
+        for name, cands in page_candidates(page.text, page.boxes, hand).items():
+            ranker.choose(name, cands)
+
+    ways: dict[str, Callable[[LabelledPage], object]] = {
+        "hand reader": lambda page: hand_fields_from_text(page.text, boxes=page.boxes),
+        "product": lambda page: fields_from_text(page.text, boxes=page.boxes),
+        "ranker on every field": every_field,
+    }
+    out = {}
+    for label, read in ways.items():
+        per_page = []
+        for page in pages:
+            best = math.inf
+            for _ in range(rounds):
+                start = time.perf_counter()
+                read(page)
+                best = min(best, time.perf_counter() - start)
+            per_page.append(1000 * best)
+        out[label] = round(statistics.median(per_page), 2)
+        result.figure(f"reading time per page, {label}", "ms").add(out[label])
+    result.check(
+        "product reads a page within 2x the hand reader's time",
+        out["product"] <= 2 * out["hand reader"],
+        f"{out['product']} ms vs {out['hand reader']} ms",
+        fatal=False,
+    )
+    return out
 
 
 def lolo_report() -> dict[str, Any]:

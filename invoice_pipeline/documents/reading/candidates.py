@@ -176,7 +176,12 @@ def number_candidates(view: PageView) -> Iterator[Candidate]:
         for start, token in spans:
             if not re.search(r"\d", token) or len(token) > 40 or (token, seg.line) in seen:
                 continue
-            if tf.find_dates(token) or _DECIMAL_AMOUNT.fullmatch(token) or seg.text[start + len(token) :].startswith("%"):
+            if (
+                tf.find_dates(token)
+                or _DECIMAL_AMOUNT.match(seg.text, start)  # an amount ("1.234,50"), or its first part
+                or seg.text[start + len(token) :].startswith("%")
+                or re.search(r"\d[.,']$", seg.text[:start]) is not None  # the decimals of an amount
+            ):
                 continue
             seen.add((token, seg.line))
             digits = sum(ch.isdigit() for ch in token)
@@ -371,6 +376,7 @@ def currency_candidates(view: PageView, vat_currency: str | None) -> Iterator[Ca
 _NAME_ROLES = ("seller", "buyer", "buyer_ref", "heading", "legal", "number", "vat")
 _CONTACT = re.compile(r"@|www\.|https?:|\btel\b|\bfax\b|phone|t[ée]l[ée]phone|e-?mail|iban|bic\b", _I)
 _NAME_ZONE = 0.45  # the top of the first page, where letterheads and address blocks are
+_NAME_ZONE_LINES = 12  # and at least this many lines of it (a short page is all top)
 
 
 def name_candidates(view: PageView, buyer: Any) -> Iterator[Candidate]:
@@ -379,7 +385,7 @@ def name_candidates(view: PageView, buyer: Any) -> Iterator[Candidate]:
     first_page_lines = sum(1 for i in range(view.n_lines) if view.geometry.page(i) == 1)
     rank_of_line: dict[int, int] = {}
     for seg in view.doc.segs():
-        if seg.line < first_page_lines * _NAME_ZONE or seg.line in view.footer:
+        if seg.line < max(first_page_lines * _NAME_ZONE, _NAME_ZONE_LINES) or seg.line in view.footer:
             rank_of_line.setdefault(seg.line, len(rank_of_line))
     for seg in view.doc.segs():
         if seg.line not in rank_of_line:
