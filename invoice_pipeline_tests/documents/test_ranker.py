@@ -30,8 +30,9 @@ def _view(*lines: str, boxes: TextBoxes | None = None) -> PageView:
 
 
 def _one(cands: list[Candidate], value: object) -> Candidate:
-    (found,) = [c for c in cands if c.value == value]
-    return found
+    found = [c for c in cands if c.value == value]
+    assert len(found) == 1, f"{value!r} among {[c.value for c in cands]}"
+    return found[0]
 
 
 # ---------------------------------------------------------------- candidates and features

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import date
 from decimal import Decimal
@@ -123,10 +123,11 @@ class PageView:
             "in_footer": 1.0 if seg.line in self.footer else 0.0,
         }
 
-    def near(self, seg: Segment, before: str, role: str) -> dict[str, float]:
-        """Where a label of `role` stands for a value in `seg` (after `before` in it): in the same
-        segment before it, left of it on its line, or above it in its column (nearer is more)."""
-        same = 1.0 if role in roles_of(before) else 0.0
+    def near(self, seg: Segment, before: frozenset[str], role: str) -> dict[str, float]:
+        """Where a label of `role` stands for a value in `seg` (`before`: the roles of the text
+        before it in its own segment): there, left of it on its line, or above it in its column
+        (nearer is more)."""
+        same = 1.0 if role in before else 0.0
         left = 0.0
         for k in range(seg.index - 1, -1, -1):
             if role in self.roles[seg.line][k]:
@@ -144,8 +145,9 @@ class PageView:
 
     def labels(self, seg: Segment, before: str, roles: tuple[str, ...]) -> dict[str, float]:
         out: dict[str, float] = {}
+        before_roles = roles_of(before) if before.strip() else frozenset()
         for role in roles:
-            out.update(self.near(seg, before, role))
+            out.update(self.near(seg, before_roles, role))
         return out
 
 
@@ -348,7 +350,7 @@ def currency_candidates(view: PageView, vat_currency: str | None) -> Iterator[Ca
             c = stats.setdefault(code, Counter())
             c[how] += 1
             c["with_amount"] += amounts
-            c["labelled"] += "currency" in roles_of(seg.text[:pos]) or bool(view.near(seg, "", "currency")["currency_left"])
+            c["labelled"] += "currency" in roles_of(seg.text[:pos]) or bool(view.near(seg, frozenset(), "currency")["currency_left"])
             c["payable"] += bool(view.roles[seg.line][seg.index] & {"payable"})
             where.setdefault(code, seg)
     total = sum(sum(v for k, v in c.items() if k in ("iso", "symbol", "dollar_sign", "word")) for c in stats.values())
@@ -407,6 +409,7 @@ def name_candidates(view: PageView, buyer: Any) -> Iterator[Candidate]:
             seen.add((name, seg.line))
             pos = text.find(part)
             letters = sum(ch.isalpha() for ch in name)
+            compact = tf._compact(name)
             features = {
                 "legal_form_before": 1.0 if stripped else 0.0,
                 "legal_form": 1.0 if LEGAL_FORM.search(name) else 0.0,
@@ -421,7 +424,7 @@ def name_candidates(view: PageView, buyer: Any) -> Iterator[Candidate]:
                 "part": min(k, 3) / 3,
                 "whole_segment": 1.0 if name == tf._clean_name(text) else 0.0,
                 "line_rank": min(rank_of_line[seg.line], 20) / 20,
-                "repeats": _count(sum(n for t, n in texts.items() if tf._compact(name) in t) - 1),
+                "repeats": _count(sum(n for t, n in texts.items() if compact in t) - 1),
                 "buyer": _agrees(name, buyer),
                 **view.typography(seg),
                 **view.labels(seg, text[:pos], _NAME_ROLES),
@@ -484,8 +487,10 @@ def vat_candidates(view: PageView, seller_line: int | None) -> Iterator[Candidat
 # ---------------------------------------------------------------- all fields
 
 
-def page_candidates(text: str, boxes: TextBoxes | None, reader: InvoiceFields) -> dict[str, list[Candidate]]:
-    """Every candidate of each key field. Of the hand reader's fields (`reader`) only the buyer's
+def page_candidates(
+    text: str, boxes: TextBoxes | None, reader: InvoiceFields, fields: Collection[str] = KEY_FIELDS
+) -> dict[str, list[Candidate]]:
+    """Every candidate of each of `fields`. Of the hand reader's fields (`reader`) only the buyer's
     name (a seller is not the buyer), the seller's line (its VAT id is near) and the seller's VAT
     country (it may confirm a printed currency) are used: never its choice for the field itself."""
     view = PageView(text, boxes)
@@ -494,14 +499,15 @@ def page_candidates(text: str, boxes: TextBoxes | None, reader: InvoiceFields) -
     vat_currency = (
         tf.currency_of_vat_id(reader.seller_vat_id, reader.issue_date) if reader.seller_vat_id else None
     )
-    return {
-        "invoice_number": list(number_candidates(view)),
-        "issue_date": list(date_candidates(view)),
-        "payable_total": list(amount_candidates(view)),
-        "currency": list(currency_candidates(view, vat_currency)),
-        "seller_name": list(name_candidates(view, reader.buyer_name)),
-        "seller_vat_id": list(vat_candidates(view, seller_line)),
+    makers: dict[str, Callable[[], Iterator[Candidate]]] = {
+        "invoice_number": lambda: number_candidates(view),
+        "issue_date": lambda: date_candidates(view),
+        "payable_total": lambda: amount_candidates(view),
+        "currency": lambda: currency_candidates(view, vat_currency),
+        "seller_name": lambda: name_candidates(view, reader.buyer_name),
+        "seller_vat_id": lambda: vat_candidates(view, seller_line),
     }
+    return {name: list(makers[name]()) for name in fields}
 
 
 def _line_of(source: str) -> int | None:

@@ -135,7 +135,7 @@ def ranked_fields(fields: InvoiceFields, text: str, boxes: TextBoxes | None, ran
     ]
     if not used:
         return fields
-    candidates = page_candidates(text, boxes, fields)
+    candidates = page_candidates(text, boxes, fields, used)
     geometry = PageGeometry(text, boxes)
     values: dict[str, Any] = {}
     sources = dict(fields.sources)
