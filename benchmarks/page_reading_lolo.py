@@ -79,7 +79,9 @@ def _truth(want: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def read_page(content: bytes, name: str, layout: str, language: str, truth: dict[str, Any], **kw: Any) -> LabelledPage:
+def read_page(
+    content: bytes, name: str, layout: str, language: str, truth: dict[str, Any], **kw: Any
+) -> LabelledPage:
     try:
         layer = text_layer(content, ocr=False)
     except BadDocument as exc:
@@ -104,7 +106,8 @@ def corpus_pages(corpus: Path = CORPUS) -> list[LabelledPage]:
                 want["layout"],
                 want["language"],
                 _truth(want),
-                not_printed=frozenset(want.get("not_printed") or ()) | NOT_PRINTED_PER_README.get(path, frozenset()),
+                not_printed=frozenset(want.get("not_printed") or ())
+                | NOT_PRINTED_PER_README.get(path, frozenset()),
             )
         )
     return out
@@ -232,7 +235,9 @@ def write(name: str, payload: dict[str, Any]) -> Path:
 
 @register("page_reading_lolo", "six key fields, leave-one-layout-out over the development set")
 def run(ctx: BenchContext) -> BenchResult:  # the context's database is not used
-    result = BenchResult("page_reading_lolo", "page reading, each layout scored by a reader trained without it")
+    result = BenchResult(
+        "page_reading_lolo", "page reading, each layout scored by a reader trained without it"
+    )
     if not CORPUS.is_dir():
         result.notes.append("no shared corpus: skipped")
         return result
@@ -244,10 +249,14 @@ def run(ctx: BenchContext) -> BenchResult:  # the context's database is not used
         ("product (ranker for the fields it wins, else hand), leave-one-layout-out", "product"),
     ):
         result.figure(f"{label}: key fields right", "%", better="higher").add(report[key]["percent"])
-        result.notes.append(f"{label}: {report[key]['key_fields_right']}; per field {report[key]['per_field']}")
+        result.notes.append(
+            f"{label}: {report[key]['key_fields_right']}; per field {report[key]['per_field']}"
+        )
     result.notes.append(f"how the product reads each field: {report['use']}")
     result.params = {"corpus": str(CORPUS), **report["params"]}
-    report["reading_time"] = reading_time(result, [p for p in corpus_pages() if not p.error], 1 if ctx.quick else 5)
+    report["reading_time"] = reading_time(
+        result, [p for p in corpus_pages() if not p.error], 1 if ctx.quick else 5
+    )
     write("lolo.json", report)
     return result
 
@@ -339,7 +348,9 @@ def lolo_report() -> dict[str, Any]:
         def read(page: LabelledPage) -> Reading:
             hand_read, mine = by_name[page.name].hand, ranker_read(page)
             return {
-                f: mine[f] if use[f] == "ranker" or (use[f] == "fill" and hand_read[f] is None) else hand_read[f]
+                f: mine[f]
+                if use[f] == "ranker" or (use[f] == "fill" and hand_read[f] is None)
+                else hand_read[f]
                 for f in KEY_FIELDS
             }
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -76,7 +76,10 @@ def fit_field(field: str, pages: Iterable[PageCandidates]) -> FieldModel:
     pages = [pc for pc in pages if field not in pc.page.not_printed]
     names = sorted({k for pc in pages for c in pc.candidates[field] for k in c.features})
     for pc in pages:
-        vectors = [([c.features.get(n, 0.0) for n in names], same(field, c.value, pc.page.truth[field])) for c in pc.candidates[field]]
+        vectors = [
+            ([c.features.get(n, 0.0) for n in names], same(field, c.value, pc.page.truth[field]))
+            for c in pc.candidates[field]
+        ]
         for right, ok in vectors:
             if not ok:
                 continue
@@ -94,11 +97,15 @@ def fit_field(field: str, pages: Iterable[PageCandidates]) -> FieldModel:
     return FieldModel(field, weights, 0.0, MIN_CONFIDENCE)
 
 
-def train(pages: Sequence[PageCandidates], use: Mapping[str, str] | None = None, trained_on: str = "") -> Ranker:
+def train(
+    pages: Sequence[PageCandidates], use: Mapping[str, str] | None = None, trained_on: str = ""
+) -> Ranker:
     models = {}
     for field in KEY_FIELDS:
         m = fit_field(field, pages)
-        models[field] = FieldModel(field, m.weights, m.intercept, m.min_confidence, (use or {}).get(field, "hand"))
+        models[field] = FieldModel(
+            field, m.weights, m.intercept, m.min_confidence, (use or {}).get(field, "hand")
+        )
     return Ranker(models, trained_on)
 
 
@@ -127,7 +134,9 @@ def train_everything(use: Mapping[str, str]) -> Ranker:
 
 @register("ranker_training", "trains the page-reading ranker on everything; checks the shipped weights")
 def run(ctx: BenchContext) -> BenchResult:
-    result = BenchResult("ranker_training", "the shipped ranker weights are reproduced by the training script")
+    result = BenchResult(
+        "ranker_training", "the shipped ranker weights are reproduced by the training script"
+    )
     if not CORPUS.is_dir():
         result.notes.append("no shared corpus: the shipped weights cannot be reproduced here; skipped")
         return result
@@ -148,7 +157,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help=f"rewrite {WEIGHTS}")
     parser.add_argument(
-        "--use", nargs="*", default=None, metavar="FIELD=MODE", help="how the product reads a field: hand, fill, ranker"
+        "--use",
+        nargs="*",
+        default=None,
+        metavar="FIELD=MODE",
+        help="how the product reads a field: hand, fill, ranker",
     )
     args = parser.parse_args(argv)
     use = shipped_use() if args.use is None else dict(arg.split("=", 1) for arg in args.use)

@@ -30,7 +30,9 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return found
 
 
-def test_wheel_migrates_a_database_from_its_own_sql(wheel: Path, tmp_path: Path, empty_database_url: str) -> None:
+def test_wheel_migrates_a_database_from_its_own_sql(
+    wheel: Path, tmp_path: Path, empty_database_url: str
+) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     on_disk = sorted(p.relative_to(ROOT / "sql").as_posix() for p in (ROOT / "sql").rglob("*.sql"))
     assert (
@@ -63,7 +65,9 @@ def test_wheel_migrates_a_database_from_its_own_sql(wheel: Path, tmp_path: Path,
         )
 
 
-def test_wheel_reads_a_page_with_its_own_ranker_weights_without_scikit_learn(wheel: Path, tmp_path: Path) -> None:
+def test_wheel_reads_a_page_with_its_own_ranker_weights_without_scikit_learn(
+    wheel: Path, tmp_path: Path
+) -> None:
     assert "invoice_pipeline/documents/reading/ranker_weights.json" in zipfile.ZipFile(wheel).namelist()
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
@@ -85,7 +89,9 @@ def test_wheel_reads_a_page_with_its_own_ranker_weights_without_scikit_learn(whe
     assert result.returncode == 0, result.stderr
     where, fields, read, sklearn = result.stdout.splitlines()
     assert where == str(site / "invoice_pipeline" / "documents" / "reading" / "ranker.py")
-    assert fields == str(sorted(("invoice_number", "issue_date", "payable_total", "currency", "seller_name", "seller_vat_id")))
+    assert fields == str(
+        sorted(("invoice_number", "issue_date", "payable_total", "currency", "seller_name", "seller_vat_id"))
+    )
     # The hand reader finds no seller on this page; the shipped weights fill it (or say why not).
     assert read.startswith("XK-4410 ") and read.endswith("ranker")
     assert sklearn == "False"

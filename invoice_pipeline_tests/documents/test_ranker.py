@@ -92,7 +92,9 @@ def test_payable_candidates_carry_the_page_arithmetic_and_unlabelled_totals_are_
 
 
 def test_currency_comes_only_from_what_the_page_prints_and_the_vat_country_only_confirms() -> None:
-    printed = {c.value: c for c in currency_candidates(_view("Amount due   $ 12.00", "Paid in US dollars"), "EUR")}
+    printed = {
+        c.value: c for c in currency_candidates(_view("Amount due   $ 12.00", "Paid in US dollars"), "EUR")
+    }
     assert set(printed) == {"USD"}
     assert printed["USD"].features["dollar_sign"] > 0 and printed["USD"].features["word"] > 0
     assert printed["USD"].features["vat_country_agrees"] == 0.0

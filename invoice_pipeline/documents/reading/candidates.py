@@ -163,7 +163,19 @@ def _agrees(value: Any, reader: Any) -> float:
 
 _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9\-/._]*[A-Za-z0-9]|\d")
 _DECIMAL_AMOUNT = re.compile(r"[-+]?\d{1,3}(?:[.,' ]\d{3})*[.,]\d{2}")
-_NUMBER_ROLES = ("number", "heading", "customer", "po", "vat", "date", "issue", "due", "payable", "amount", "legal")
+_NUMBER_ROLES = (
+    "number",
+    "heading",
+    "customer",
+    "po",
+    "vat",
+    "date",
+    "issue",
+    "due",
+    "payable",
+    "amount",
+    "legal",
+)
 
 
 def number_candidates(view: PageView) -> Iterator[Candidate]:
@@ -350,10 +362,14 @@ def currency_candidates(view: PageView, vat_currency: str | None) -> Iterator[Ca
             c = stats.setdefault(code, Counter())
             c[how] += 1
             c["with_amount"] += amounts
-            c["labelled"] += "currency" in roles_of(seg.text[:pos]) or bool(view.near(seg, frozenset(), "currency")["currency_left"])
+            c["labelled"] += "currency" in roles_of(seg.text[:pos]) or bool(
+                view.near(seg, frozenset(), "currency")["currency_left"]
+            )
             c["payable"] += bool(view.roles[seg.line][seg.index] & {"payable"})
             where.setdefault(code, seg)
-    total = sum(sum(v for k, v in c.items() if k in ("iso", "symbol", "dollar_sign", "word")) for c in stats.values())
+    total = sum(
+        sum(v for k, v in c.items() if k in ("iso", "symbol", "dollar_sign", "word")) for c in stats.values()
+    )
     for code, c in stats.items():
         mentions = c["iso"] + c["symbol"] + c["dollar_sign"] + c["word"]
         seg = where[code]
@@ -468,7 +484,11 @@ def vat_candidates(view: PageView, seller_line: int | None) -> Iterator[Candidat
             value = (m.group(1) + m.group(2).replace(" ", "")).rstrip(".-")
             alnum = re.sub(r"[^0-9A-Z]", "", value.upper())
             prefix = m.group(1)
-            if {prefix, prefix[:2]} & tf._VAT_COUNTRIES and 8 <= len(alnum) <= 16 and sum(ch.isdigit() for ch in alnum) >= 6:
+            if (
+                {prefix, prefix[:2]} & tf._VAT_COUNTRIES
+                and 8 <= len(alnum) <= 16
+                and sum(ch.isdigit() for ch in alnum) >= 6
+            ):
                 every.append((seg, m.start(), value))
     counts = Counter(v for _, _, v in every)
     for seg, pos, value in every:
