@@ -41,6 +41,9 @@ def _one(cands: list[Candidate], value: object) -> Candidate:
 def test_an_invoice_number_is_a_candidate_with_its_label_left_of_it_or_above_it() -> None:
     view = _view(
         "Invoice number:   XK-4410",
+        "",
+        "",
+        "",
         "Order ref.   PO 7781",
         "",
         "Rechnungsnummer",
@@ -52,7 +55,7 @@ def test_an_invoice_number_is_a_candidate_with_its_label_left_of_it_or_above_it(
     under = _one(cands, "R-2025/17").features
     assert under["number_above"] == 1.0 and under["number_left"] == 0.0
     po = _one(cands, "7781").features
-    assert po["po_left"] == 1.0 and po["number_left"] == 0.0
+    assert po["po_near"] == 1.0 and po["number_near"] == 0.0
     # Dates and decimal amounts are never invoice numbers.
     assert not [c for c in number_candidates(_view("Date: 12.03.2025   Total 1.234,50")) if c.value]
 
@@ -66,7 +69,7 @@ def test_an_ambiguous_slash_date_is_offered_both_ways_and_the_page_can_prove_its
     assert month_first["page_month_first"] == 1.0 and month_first["page_day_first"] == 0.0
     assert month_first["issue_left"] == 0.0 and month_first["issue_same"] == 1.0
     due = _one(cands, date(2017, 4, 15)).features
-    assert due["due_same"] == 1.0 and due["issue_same"] == 0.0
+    assert due["due_near"] == 1.0 and due["issue_same"] == 0.0
     # An impossible date is no candidate.
     assert list(date_candidates(_view("Invoice date: 31/02/2017"))) == []
 
@@ -121,7 +124,8 @@ def test_the_letterhead_is_the_largest_type_and_the_buyer_block_is_marked() -> N
     buyer = _one(cands, "Kundenhaus AG").features
     assert head["font_is_max"] == 1.0 and head["font_rel"] == 1.0
     assert buyer["font_is_max"] == 0.0 and math.isclose(buyer["font_rel"], 10 / 18)
-    assert buyer["buyer_above"] == 1.0 and buyer["buyer"] == 1.0 and head["buyer"] == 0.0
+    assert buyer["buyer_near"] == 1.0 and buyer["buyer"] == 1.0 and head["buyer"] == 0.0
+    assert head["buyer_near"] == 0.0
     assert head["legal_form"] == 1.0 and head["y"] < buyer["y"]
 
 
