@@ -144,10 +144,16 @@ class PageView:
         return {f"{role}_same": same, f"{role}_left": left, f"{role}_above": above}
 
     def labels(self, seg: Segment, before: str, roles: tuple[str, ...]) -> dict[str, float]:
+        """Per role, how near its nearest label stands (`{role}_near`, in any direction), and for
+        the field's own role (the first) also in which direction: a few features that mean the
+        same on every layout, rather than many that each layout uses differently."""
         out: dict[str, float] = {}
         before_roles = roles_of(before) if before.strip() else frozenset()
-        for role in roles:
-            out.update(self.near(seg, before_roles, role))
+        for k, role in enumerate(roles):
+            where = self.near(seg, before_roles, role)
+            out[f"{role}_near"] = max(where.values())
+            if k == 0:
+                out.update(where)
         return out
 
 
