@@ -231,13 +231,13 @@ def test_an_unsure_ranker_leaves_the_field_for_a_person_never_a_guess() -> None:
     assert "below 1.00" in (held.sources["seller_name"].reason or "")
 
 
-def test_the_product_reads_with_the_shipped_weights() -> None:
+def test_the_product_reads_each_field_as_the_shipped_weights_say() -> None:
     fields = fields_from_text(_NO_SELLER_LABEL, boxes=_BOXES)
     hand = hand_fields_from_text(_NO_SELLER_LABEL, boxes=_BOXES)
     ranker = shipped_ranker()
+    expected = ranked_fields(hand, _NO_SELLER_LABEL, _BOXES, ranker)
+    assert fields == expected
     for name in KEY_FIELDS:
         if ranker.models[name].use == "hand":
             assert getattr(fields, name) == getattr(hand, name)
-    if ranker.models["seller_name"].use == "fill":
-        assert fields.seller_name is not None or fields.sources["seller_name"].reason
-        assert fields.sources["seller_name"].source.endswith("ranker")
+            assert fields.sources[name] == hand.sources[name]
