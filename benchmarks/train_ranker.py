@@ -2,15 +2,16 @@
 
 Training pairs are made of the candidates (`reading.candidates`) of the synthetic renders
 (`samples.page_layouts`: six languages, left/right totals, letterhead/footer/buyer-VAT variants,
-four number formats) and of the development set (`../shared/corpus/pdf-layouts`, read in place):
-on each page, a candidate whose value is the page's true value against each one whose value is not. scikit-learn is used here only
-(a dev dependency); the product reads the weights with a dot product (`reading.ranker`).
+four number formats) and of the development set (`../shared/corpus/pdf-layouts`, read in
+place): on each page, a candidate whose value is the page's true value against each one whose
+value is not. scikit-learn is used here only (a dev dependency); the product reads the weights
+with a dot product (`reading.ranker`).
 
-`python -m benchmarks.train_ranker --write` rewrites the shipped weights
-(`invoice_pipeline/documents/reading/ranker_weights.json`), trained on everything; which fields
-the product reads with the ranker is decided by the leave-one-layout-out comparison in
-`benchmarks.page_reading_lolo` (a field is used where the ranker read more of it right than the
-hand reader did). `make bench` runs `ranker_training`, which retrains and checks that the
+`python -m benchmarks.train_ranker --write [--use FIELD=MODE ...]` rewrites the shipped weights
+(`invoice_pipeline/documents/reading/ranker_weights.json`), trained on everything. How the
+product reads each field (`hand`, `fill`, `ranker`) is decided by the leave-one-layout-out
+comparison in `benchmarks.page_reading_lolo` (its `use`: more right without more wrong values
+than the hand reader). `make bench` runs `ranker_training`, which retrains and checks that the
 shipped file is reproduced.
 """
 
