@@ -44,6 +44,8 @@ BENCHMARK_MODULES = (
     "benchmarks.sandbox_overhead",
     "benchmarks.ocr",
     "benchmarks.page_reading",
+    "benchmarks.page_reading_lolo",
+    "benchmarks.train_ranker",
     "benchmarks.layout_learning",
     "benchmarks.scale_out",
     "benchmarks.review_ui",

@@ -627,6 +627,24 @@ def fields_from_text(
     ocr_layout: OcrLayout | None = None,
     boxes: TextBoxes | None = None,
 ) -> InvoiceFields:
+    """The hand reader's fields, then (text PDFs) the ranker's choice for the fields it reads
+    better leave-one-layout-out (issue 40; `reading.ranker`, docs/formats.md)."""
+    fields = hand_fields_from_text(text, ocr=ocr, ocr_layout=ocr_layout, boxes=boxes)
+    if ocr_layout is not None:
+        return fields  # scans: the ranker is not measured on OCR output yet
+    # Imported here, not at the top: the candidates read this module's label dictionaries.
+    from .reading.ranker import ranked_fields, shipped_ranker
+
+    return ranked_fields(fields, text, boxes, shipped_ranker())
+
+
+def hand_fields_from_text(
+    text: str,
+    *,
+    ocr: bool = False,
+    ocr_layout: OcrLayout | None = None,
+    boxes: TextBoxes | None = None,
+) -> InvoiceFields:
     """Fields by label rules, amounts by the page's arithmetic (`reading.amounts`).
 
     With `ocr_layout` (an OCRed scan), each field's source is its page and its confidence the OCR

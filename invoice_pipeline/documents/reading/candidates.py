@@ -1,0 +1,541 @@
+"""Every value of a key field's shape on a page, each with the evidence around it (issue 40).
+
+The hand reader (`text_fields`) takes the first value after the strongest label. Here every
+token sequence of the field's shape is a candidate, and what the page shows about it becomes
+numeric features for the ranker (`reading.ranker`): which labels stand left of it, before it in
+its own segment or above it in its column, and how far; the label's language-independent role
+(the dictionaries cover EN/DE/FR/NL/IT/ES); the segment's font size (the height of its box in
+the text layer: pdfplumber's glyph size) relative to the page's largest; where it sits on the
+page; how often it repeats; and whether the page's arithmetic (`amounts.resolve`) supports it. Only facts are hand rules here: value formats, date validity,
+VAT-id country prefixes and checksums, currency codes, symbols and names.
+
+Font weight is not used: the stored text layer keeps each segment's box, not its font name.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Callable, Collection, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import date
+from decimal import Decimal
+from typing import Any
+
+from ...domain.fields import FieldSource, InvoiceFields
+from ...domain.validation import KNOWN_CURRENCIES
+from .. import text_fields as tf
+from .amounts import EXEMPT, Found, amount_label, ends_in_amount, find_amounts, numbers_in, resolve
+from .parties import LEGAL_FORM, LEGAL_MARKERS, footer_lines
+from .words import PageGeometry, Segment, TextBoxes
+
+KEY_FIELDS = ("invoice_number", "issue_date", "payable_total", "currency", "seller_name", "seller_vat_id")
+_I = re.IGNORECASE
+# Page size assumed for positions when a text layer has no boxes (A4 in points).
+_PAGE_W, _PAGE_H = 595.0, 842.0
+# How far up a column a label may head its value.
+_ABOVE_REACH = 3
+_NO_SIZE = 0.0
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One value a field could take, where it is printed, and the evidence for it."""
+
+    field: str
+    value: Any
+    line: int
+    index: int  # the segment on its line
+    features: Mapping[str, float]
+
+
+# ---------------------------------------------------------------- label roles of a segment
+
+_ROLE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("number", re.compile("|".join(tf.NUMBER_LABELS), _I)),
+    ("issue", re.compile(tf.ISSUE_DATE_LABELS[0], _I)),
+    ("date", re.compile(tf.ISSUE_DATE_LABELS[1], _I)),
+    ("due", re.compile("|".join(tf.DUE_DATE_LABELS), _I)),
+    ("other_date", tf._ISSUE_EXCLUDE),
+    ("stamp", tf._STAMP_CONTEXT),
+    ("vat", re.compile(tf.VAT_LABELS[0], _I)),
+    ("tax_word", re.compile(r"(?<!\w)(?:" + tf.VAT_LABELS[1] + r")(?!\w)", _I)),
+    ("seller", tf.SELLER_ROLE),
+    ("buyer", tf.BUYER_ROLE),
+    ("buyer_ref", tf._BUYER_CONTEXT),
+    ("customer", tf._CUSTOMER_REFERENCE),
+    ("po", re.compile("|".join(tf.PO_LABELS), _I)),
+    ("currency", re.compile(tf.CURRENCY_LABELS, _I)),
+    ("heading", re.compile(tf.NUMBER_HEADING, _I)),
+    ("legal", LEGAL_MARKERS),
+)
+ROLES = tuple(name for name, _ in _ROLE_PATTERNS) + ("payable", "amount")
+
+
+def roles_of(text: str) -> frozenset[str]:
+    """The label roles a piece of text carries ("Invoice date" -> issue)."""
+    out = {name for name, rx in _ROLE_PATTERNS if rx.search(text)}
+    if (label := amount_label(text)) is not None:
+        out.add("payable" if label.kind in ("due", "gross") else "amount")
+    return frozenset(out)
+
+
+class PageView:
+    """A page's segments with their label roles, sizes and positions, computed once."""
+
+    def __init__(self, text: str, boxes: TextBoxes | None) -> None:
+        self.text = text
+        self.doc = tf.TextDoc(text)
+        self.lines = self.doc.lines
+        self.geometry = PageGeometry(text, boxes)
+        self.n_lines = max(1, len(self.lines))
+        self.roles = [[roles_of(s.text) for s in line] for line in self.lines]
+        self.footer = footer_lines(self.lines)
+        sizes: dict[int, float] = {}
+        for seg in self.doc.segs():
+            page = self.geometry.page(seg.line)
+            sizes[page] = max(sizes.get(page, _NO_SIZE), self.size(seg))
+        self.max_size = sizes
+        self.flat = " \n".join(s.text for s in self.doc.segs())
+
+    def size(self, seg: Segment) -> float:
+        box = self.geometry.box(seg.line, seg.index)
+        return box[3] - box[1] if box is not None else _NO_SIZE
+
+    def position(self, seg: Segment) -> tuple[float, float]:
+        """(x, y) of the segment's start as shares of the page, from its box or its column/line."""
+        box = self.geometry.box(seg.line, seg.index)
+        if box is not None:
+            return min(box[0] / _PAGE_W, 1.5), min(box[1] / _PAGE_H, 1.5)
+        return min(seg.col / 120, 1.5), seg.line / self.n_lines
+
+    def typography(self, seg: Segment) -> dict[str, float]:
+        top = self.max_size.get(self.geometry.page(seg.line), _NO_SIZE)
+        size = self.size(seg)
+        x, y = self.position(seg)
+        return {
+            "font_rel": size / top if top else 0.0,
+            "font_is_max": 1.0 if top and size >= top - 0.5 else 0.0,
+            "x": x,
+            "y": y,
+            "first_page": 1.0 if self.geometry.page(seg.line) == 1 else 0.0,
+            "in_footer": 1.0 if seg.line in self.footer else 0.0,
+        }
+
+    def near(self, seg: Segment, before: frozenset[str], role: str) -> dict[str, float]:
+        """Where a label of `role` stands for a value in `seg` (`before`: the roles of the text
+        before it in its own segment): there, left of it on its line, or above it in its column
+        (nearer is more)."""
+        same = 1.0 if role in before else 0.0
+        left = 0.0
+        for k in range(seg.index - 1, -1, -1):
+            if role in self.roles[seg.line][k]:
+                left = 1.0 / (seg.index - k)
+                break
+        above = 0.0
+        for i in range(seg.line - 1, max(-1, seg.line - 1 - _ABOVE_REACH), -1):
+            if any(
+                role in self.roles[i][s.index] and s.overlaps(seg.col, seg.end, tf.COLUMN_SLACK)
+                for s in self.lines[i]
+            ):
+                above = 1.0 / (seg.line - i)
+                break
+        return {f"{role}_same": same, f"{role}_left": left, f"{role}_above": above}
+
+    def labels(self, seg: Segment, before: str, roles: tuple[str, ...]) -> dict[str, float]:
+        """Per role, how near its nearest label stands (`{role}_near`, in any direction), and for
+        the field's own role (the first) also in which direction: a few features that mean the
+        same on every layout, rather than many that each layout uses differently."""
+        out: dict[str, float] = {}
+        before_roles = roles_of(before) if before.strip() else frozenset()
+        for k, role in enumerate(roles):
+            where = self.near(seg, before_roles, role)
+            out[f"{role}_near"] = max(where.values())
+            if k == 0:
+                out.update(where)
+        return out
+
+
+def _count(n: int) -> float:
+    return math.log1p(max(0, n))
+
+
+def _agrees(value: Any, reader: Any) -> float:
+    return 1.0 if reader is not None and value == reader else 0.0
+
+
+# ---------------------------------------------------------------- invoice number
+
+_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9\-/._]*[A-Za-z0-9]|\d")
+_DECIMAL_AMOUNT = re.compile(r"[-+]?\d{1,3}(?:[.,' ]\d{3})*[.,]\d{2}")
+_NUMBER_ROLES = (
+    "number",
+    "heading",
+    "customer",
+    "po",
+    "vat",
+    "date",
+    "issue",
+    "due",
+    "payable",
+    "amount",
+    "legal",
+)
+
+
+def number_candidates(view: PageView) -> Iterator[Candidate]:
+    seen: set[tuple[str, int]] = set()
+    counts: Counter[str] = Counter(_TOKEN.findall(view.flat))
+    for seg in view.doc.segs():
+        spans = [(m.start(), m.group()) for m in _TOKEN.finditer(seg.text)]
+        # A number written with a space or after a short prefix ("INV 42"): as the hand reader reads it.
+        for m in re.finditer(r"[:#]\s*|\s", seg.text):
+            if (ident := tf.first_identifier(seg.text[m.end() :])) is not None and " " in ident:
+                spans.append((m.end(), ident))
+        for start, token in spans:
+            if not re.search(r"\d", token) or len(token) > 40 or (token, seg.line) in seen:
+                continue
+            if (
+                tf.find_dates(token)
+                or _DECIMAL_AMOUNT.match(seg.text, start)  # an amount ("1.234,50"), or its first part
+                or seg.text[start + len(token) :].startswith("%")
+                or re.search(r"\d[.,']$", seg.text[:start]) is not None  # the decimals of an amount
+            ):
+                continue
+            seen.add((token, seg.line))
+            digits = sum(ch.isdigit() for ch in token)
+            features = {
+                "len": min(len(token), 20) / 20,
+                "digit_share": digits / len(token),
+                "has_letters": 1.0 if re.search(r"[A-Za-z]", token) else 0.0,
+                "has_separator": 1.0 if re.search(r"[-/._]", token) else 0.0,
+                "short": 1.0 if len(token) <= 2 else 0.0,
+                "repeats": _count(counts[token] - 1),
+                **view.typography(seg),
+                **view.labels(seg, seg.text[:start], _NUMBER_ROLES),
+            }
+            yield Candidate("invoice_number", token, seg.line, seg.index, features)
+
+
+# ---------------------------------------------------------------- issue date
+
+_COMPACT = re.compile(r"(?<!\d)((?:19|20)\d{2})(\d{2})(\d{2})(?!\d)")
+_DATE_ROLES = ("issue", "date", "due", "other_date", "stamp", "number", "heading")
+
+
+# A slash date whose two first numbers could both be a month: day-first ("04/01/2017" is 4 January
+# in most of the world) or month-first (1 April in the US); both are candidates.
+_SLASH = re.compile(r"(?<![\d/])(\d{1,2})/(\d{1,2})/(\d{4})(?![\d/])")
+
+
+def _dates_in(text: str) -> list[tuple[int, date, str]]:
+    """(position, date, how it was read: plain, compact or month_first) for each date."""
+    found = [(pos, d, "plain") for pos, d in tf.find_dates(text)]
+    for m in _COMPACT.finditer(text):
+        d = tf._mk(int(m.group(1)), int(m.group(2)), int(m.group(3)))
+        if d is not None and not any(p <= m.start() < p + 10 for p, _, _ in found):
+            found.append((m.start(), d, "compact"))
+    for m in _SLASH.finditer(text):
+        a, b = int(m.group(1)), int(m.group(2))
+        if a != b and a <= 12 and b <= 12 and (d := tf._mk(int(m.group(3)), a, b)) is not None:
+            found.append((m.start(), d, "month_first"))
+    return found
+
+
+def _slash_order(view: PageView) -> tuple[float, float]:
+    """Whether some slash date on the page can only be day-first, or only month-first."""
+    day_first = month_first = 0.0
+    for m in _SLASH.finditer(view.flat):
+        a, b = int(m.group(1)), int(m.group(2))
+        day_first = 1.0 if a > 12 >= b else day_first
+        month_first = 1.0 if b > 12 >= a else month_first
+    return day_first, month_first
+
+
+def date_candidates(view: PageView) -> Iterator[Candidate]:
+    every = [(seg, pos, d, how) for seg in view.doc.segs() for pos, d, how in _dates_in(seg.text)]
+    counts = Counter(d for _, _, d, _ in every)
+    ordered = sorted(set(counts))
+    day_first, month_first = _slash_order(view)
+    for rank, (seg, pos, d, how) in enumerate(every):
+        features = {
+            "compact": 1.0 if how == "compact" else 0.0,
+            "month_first": 1.0 if how == "month_first" else 0.0,
+            "page_day_first": day_first,
+            "page_month_first": month_first,
+            "page_order": min(rank, 10) / 10,
+            "earliest": 1.0 if d == ordered[0] else 0.0,
+            "latest": 1.0 if d == ordered[-1] else 0.0,
+            "repeats": _count(counts[d] - 1),
+            **view.typography(seg),
+            **view.labels(seg, seg.text[:pos], _DATE_ROLES),
+        }
+        yield Candidate("issue_date", d, seg.line, seg.index, features)
+
+
+# ---------------------------------------------------------------- payable total
+
+_KINDS = ("due", "gross", "net", "tax", "prepaid", "rounding", "other")
+
+
+def amount_candidates(view: PageView) -> Iterator[Candidate]:
+    found = find_amounts(view.text)
+    resolution = resolve(found, exempt=EXEMPT.search(view.text) is not None, source_of=_no_source)
+    chosen = resolution.payable.amount if resolution.payable is not None else None
+    largest = max((f.amount for f in found), default=Decimal(0))
+    counts = Counter(f.amount for f in found)
+    for f in found:
+        seg = f.value_seg
+        features = {
+            **{f"kind_{k}": 1.0 if f.kind == k else 0.0 for k in _KINDS},
+            "strength": f.strength,
+            "rate_row": 1.0 if f.rate_row else 0.0,
+            "arithmetic": 1.0 if f.amount == chosen else 0.0,
+            "confirmed": 1.0 if f.amount == chosen and resolution.check.confirmed else 0.0,
+            "largest": 1.0 if f.amount == largest else 0.0,
+            "zero": 1.0 if f.amount == 0 else 0.0,
+            "below_label": 1.0 if f.value_seg.line != f.label_seg.line else 0.0,
+            "repeats": _count(counts[f.amount] - 1),
+            **view.typography(seg),
+        }
+        yield Candidate("payable_total", f.amount, seg.line, seg.index, features)
+    # Amounts no label names: a total printed in a cell beside words the dictionaries lack.
+    labelled = {(f.value_seg.line, f.value_seg.index) for f in found}
+    loose = [
+        (seg, n.value)
+        for seg in view.doc.segs()
+        if (seg.line, seg.index) not in labelled and ends_in_amount(seg.text)
+        for n in numbers_in(seg.text)[-1:]
+        if n.value > 0
+    ]
+    loose_counts = Counter(v for _, v in loose)
+    top = max((v for _, v in loose), default=Decimal(0))
+    for seg, value in loose:
+        features = {
+            "unlabelled": 1.0,
+            "arithmetic": 1.0 if value == chosen else 0.0,
+            "largest": 1.0 if value >= max(top, largest) else 0.0,
+            "repeats": _count(loose_counts[value] + counts[value] - 1),
+            **view.typography(seg),
+        }
+        yield Candidate("payable_total", value, seg.line, seg.index, features)
+
+
+def _no_source(_: Found) -> FieldSource:
+    return FieldSource("", 0.0)
+
+
+# ---------------------------------------------------------------- currency
+
+# Names of currencies as pages print them (facts, not habits): the word and the code it means.
+CURRENCY_WORDS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"(?<!\w)euros?(?!\w)", _I), "EUR"),
+    (re.compile(r"(?<!\w)(?:us\s*)?dollars?(?!\w)", _I), "USD"),
+    (re.compile(r"(?<!\w)(?:rupees?|rs\.)(?!\w)", _I), "INR"),
+    (re.compile(r"(?<!\w)pounds?\s*sterling(?!\w)", _I), "GBP"),
+    (re.compile(r"(?<!\w)(?:schweizer\s*franken|francs?\s*suisses?|swiss\s*francs?)(?!\w)", _I), "CHF"),
+    (re.compile(r"(?<!\w)(?:deutsche\s*mark|DM)(?!\w)"), "DEM"),
+)
+_ISO = re.compile(r"(?<![A-Za-z])([A-Z]{3})(?![A-Za-z])")
+
+
+def _currency_mentions(text: str) -> Iterator[tuple[str, str, int]]:
+    """(code, how it is written: iso/symbol/word, position) for each currency the text prints."""
+    for m in _ISO.finditer(text):
+        if m.group(1) in KNOWN_CURRENCIES:
+            yield m.group(1), "iso", m.start()
+    for prefix, code in tf._DOLLAR_PREFIXES.items():
+        for m in re.finditer(re.escape(prefix), text):
+            yield code, "symbol", m.start()
+    for sym, code in tf._SYMBOLS.items():
+        for m in re.finditer(re.escape(sym), text):
+            yield code, "symbol", m.start()
+    for m in re.finditer(r"(?<![A-Z])\$", text):
+        if not any(text[max(0, m.start() - 3) : m.start() + 1].endswith(p) for p in tf._DOLLAR_PREFIXES):
+            yield "USD", "dollar_sign", m.start()
+    for rx, code in CURRENCY_WORDS:
+        for m in rx.finditer(text):
+            yield code, "word", m.start()
+
+
+def currency_candidates(view: PageView, vat_currency: str | None) -> Iterator[Candidate]:
+    stats: dict[str, Counter[str]] = {}
+    where: dict[str, Segment] = {}
+    for seg in view.doc.segs():
+        amounts = bool(tf._AMOUNT.search(seg.text))
+        for code, how, pos in _currency_mentions(seg.text):
+            c = stats.setdefault(code, Counter())
+            c[how] += 1
+            c["with_amount"] += amounts
+            c["labelled"] += "currency" in roles_of(seg.text[:pos]) or bool(
+                view.near(seg, frozenset(), "currency")["currency_left"]
+            )
+            c["payable"] += bool(view.roles[seg.line][seg.index] & {"payable"})
+            where.setdefault(code, seg)
+    total = sum(
+        sum(v for k, v in c.items() if k in ("iso", "symbol", "dollar_sign", "word")) for c in stats.values()
+    )
+    for code, c in stats.items():
+        mentions = c["iso"] + c["symbol"] + c["dollar_sign"] + c["word"]
+        seg = where[code]
+        features = {
+            "iso": _count(c["iso"]),
+            "symbol": _count(c["symbol"]),
+            "dollar_sign": _count(c["dollar_sign"]),
+            "word": _count(c["word"]),
+            "share": mentions / total if total else 0.0,
+            "with_amount": _count(c["with_amount"]),
+            "labelled": 1.0 if c["labelled"] else 0.0,
+            "on_payable_line": 1.0 if c["payable"] else 0.0,
+            # The seller's VAT country may confirm a printed currency; it never adds one.
+            "vat_country_agrees": 1.0 if vat_currency == code else 0.0,
+            "first_y": view.position(seg)[1],
+        }
+        yield Candidate("currency", code, seg.line, seg.index, features)
+
+
+# ---------------------------------------------------------------- seller name
+
+_NAME_ROLES = ("seller", "buyer", "buyer_ref", "heading", "legal", "number", "vat")
+_CONTACT = re.compile(r"@|www\.|https?:|\btel\b|\bfax\b|phone|t[ée]l[ée]phone|e-?mail|iban|bic\b", _I)
+_NAME_ZONE = 0.45  # the top of the first page, where letterheads and address blocks are
+_NAME_ZONE_LINES = 12  # and at least this many lines of it (a short page is all top)
+
+
+def name_candidates(view: PageView, buyer: Any) -> Iterator[Candidate]:
+    seen: set[tuple[str, int]] = set()
+    texts = Counter(tf._compact(s.text) for s in view.doc.segs())
+    first_page_lines = sum(1 for i in range(view.n_lines) if view.geometry.page(i) == 1)
+    rank_of_line: dict[int, int] = {}
+    for seg in view.doc.segs():
+        if seg.line < max(first_page_lines * _NAME_ZONE, _NAME_ZONE_LINES) or seg.line in view.footer:
+            rank_of_line.setdefault(seg.line, len(rank_of_line))
+    for seg in view.doc.segs():
+        if seg.line not in rank_of_line:
+            continue
+        text = seg.text
+        parts = list(enumerate(tf._SENDER_SEPARATORS.split(text)))
+        if ":" in text:
+            parts.append((0, text.split(":", 1)[1]))
+        named = [(k, part, tf._clean_name(part), False) for k, part in parts]
+        # "SA Acme (ACM)": the name may be written after its legal form, or be the name itself.
+        named += [
+            (k, part, tf._clean_name(part[m.end() :]), True)
+            for k, part, _, _ in list(named)
+            if (m := re.match(r"\s*" + LEGAL_FORM.pattern + r"\s+", part)) is not None
+        ]
+        for k, part, name, stripped in named:
+            if name is None or len(name) > 80 or (name, seg.line) in seen:
+                continue
+            seen.add((name, seg.line))
+            pos = text.find(part)
+            letters = sum(ch.isalpha() for ch in name)
+            compact = tf._compact(name)
+            features = {
+                "legal_form_before": 1.0 if stripped else 0.0,
+                "legal_form": 1.0 if LEGAL_FORM.search(name) else 0.0,
+                "legal_marker": 1.0 if LEGAL_MARKERS.search(text) else 0.0,
+                "digits": 1.0 if re.search(r"\d", name) else 0.0,
+                "letter_share": letters / len(name),
+                "words": min(len(name.split()), 8) / 8,
+                "all_caps": 1.0 if name.isupper() else 0.0,
+                "contact": 1.0 if _CONTACT.search(name) else 0.0,
+                "label_like": 1.0 if tf._looks_like_label(text) or roles_of(name) else 0.0,
+                "colon": 1.0 if ":" in text else 0.0,
+                "part": min(k, 3) / 3,
+                "whole_segment": 1.0 if name == tf._clean_name(text) else 0.0,
+                "line_rank": min(rank_of_line[seg.line], 20) / 20,
+                "repeats": _count(sum(n for t, n in texts.items() if compact in t) - 1),
+                "buyer": _agrees(name, buyer),
+                **view.typography(seg),
+                **view.labels(seg, text[:pos], _NAME_ROLES),
+            }
+            yield Candidate("seller_name", name, seg.line, seg.index, features)
+
+
+# ---------------------------------------------------------------- seller VAT id
+
+
+def vat_checksum(vat_id: str) -> bool | None:
+    """Whether a VAT id's check digits hold, for the countries whose rule is public; else None."""
+    country, body = vat_id[:2].upper(), re.sub(r"[^0-9A-Z]", "", vat_id[2:].upper())
+    if country == "FR" and re.fullmatch(r"\d{11}", body):
+        return int(body[:2]) == (12 + 3 * (int(body[2:]) % 97)) % 97
+    if country == "DE" and re.fullmatch(r"\d{9}", body):
+        product = 10
+        for ch in body[:8]:
+            s = (int(ch) + product) % 10 or 10
+            product = (2 * s) % 11
+        return (11 - product) % 10 == int(body[8])
+    if country == "IT" and re.fullmatch(r"\d{11}", body):
+        total = 0
+        for i, ch in enumerate(body):
+            d = int(ch) * (2 if i % 2 else 1)
+            total += d - 9 if d > 9 else d
+        return total % 10 == 0
+    return None
+
+
+_VAT_ROLES = ("vat", "tax_word", "buyer", "buyer_ref", "customer", "seller", "legal")
+
+
+def vat_candidates(view: PageView, seller_line: int | None) -> Iterator[Candidate]:
+    every: list[tuple[Segment, int, str]] = []
+    for seg in view.doc.segs():
+        # Every start, not only non-overlapping matches: "TVA FR81..." must also be read from "FR".
+        for start in re.finditer(r"\b[A-Z]{2,3}(?=[ \-]?[0-9A-Z.\-]*\d)", seg.text):
+            if (m := tf._VAT_VALUE.match(seg.text, start.start())) is None:
+                continue
+            value = (m.group(1) + m.group(2).replace(" ", "")).rstrip(".-")
+            alnum = re.sub(r"[^0-9A-Z]", "", value.upper())
+            prefix = m.group(1)
+            if (
+                {prefix, prefix[:2]} & tf._VAT_COUNTRIES
+                and 8 <= len(alnum) <= 16
+                and sum(ch.isdigit() for ch in alnum) >= 6
+            ):
+                every.append((seg, m.start(), value))
+    counts = Counter(v for _, _, v in every)
+    for seg, pos, value in every:
+        checksum = vat_checksum(value)
+        features = {
+            "checksum_ok": 1.0 if checksum else 0.0,
+            "checksum_fails": 1.0 if checksum is False else 0.0,
+            "repeats": _count(counts[value] - 1),
+            "near_seller": 1.0 if seller_line is not None and 0 <= seg.line - seller_line <= 8 else 0.0,
+            **view.typography(seg),
+            **view.labels(seg, seg.text[:pos], _VAT_ROLES),
+        }
+        yield Candidate("seller_vat_id", value, seg.line, seg.index, features)
+
+
+# ---------------------------------------------------------------- all fields
+
+
+def page_candidates(
+    text: str, boxes: TextBoxes | None, reader: InvoiceFields, fields: Collection[str] = KEY_FIELDS
+) -> dict[str, list[Candidate]]:
+    """Every candidate of each of `fields`. Of the hand reader's fields (`reader`) only the buyer's
+    name (a seller is not the buyer), the seller's line (its VAT id is near) and the seller's VAT
+    country (it may confirm a printed currency) are used: never its choice for the field itself."""
+    view = PageView(text, boxes)
+    seller_source = reader.sources.get("seller_name")
+    seller_line = _line_of(seller_source.source) if seller_source is not None else None
+    vat_currency = (
+        tf.currency_of_vat_id(reader.seller_vat_id, reader.issue_date) if reader.seller_vat_id else None
+    )
+    makers: dict[str, Callable[[], Iterator[Candidate]]] = {
+        "invoice_number": lambda: number_candidates(view),
+        "issue_date": lambda: date_candidates(view),
+        "payable_total": lambda: amount_candidates(view),
+        "currency": lambda: currency_candidates(view, vat_currency),
+        "seller_name": lambda: name_candidates(view, reader.buyer_name),
+        "seller_vat_id": lambda: vat_candidates(view, seller_line),
+    }
+    return {name: list(makers[name]()) for name in fields}
+
+
+def _line_of(source: str) -> int | None:
+    m = re.search(r"line (\d+)", source)
+    return int(m.group(1)) - 1 if m else None
