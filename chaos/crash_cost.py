@@ -218,10 +218,19 @@ def run(ctx: ChaosContext, params: dict[str, int], seed: int) -> ScenarioResult:
             posted = conn.execute(
                 "SELECT count(*), count(DISTINCT invoice_id) FROM ledger_postings"
             ).fetchone()
+            # A scan whose seller prints no VAT id, or one OCR misread, is held for a person to
+            # confirm who is paid: finished, not posted, and never a loss of work.
+            held = conn.execute(
+                "SELECT count(*) FROM invoices WHERE status = 'needs_review' AND org_id = 'crash-scans'"
+            ).fetchone()
         total = params["scans"] + params["xml"]
+        expected = total - (held[0] if held else 0)
+        result.figures["scans_held_for_a_person"] = held[0] if held else None
         if twice != (0,):
             result.violate(f"{twice[0] if twice else '?'} texts saved more than once")
-        if posted != (total, total):
-            result.violate(f"postings {posted}, expected {total} invoices posted once each")
+        if posted != (expected, expected):
+            result.violate(
+                f"postings {posted}, expected {expected} invoices posted once each ({total} less {held} held)"
+            )
     ctx.cleanup()
     return result
