@@ -87,14 +87,12 @@ class Identifier:
     shown: str  # as given
 
 
-@dataclass(frozen=True)
-class OrgProfile:
-    """An organisation's own identity: it is the buyer on every invoice it receives."""
+class Identified:
+    """Something known by identifiers (an org's own profile, a vendor): does it have this one?"""
 
-    org_id: str
-    identifiers: tuple[Identifier, ...] = ()
+    identifiers: tuple[Identifier, ...]
 
-    def owns(self, kind: IdentifierKind, value: str | None) -> bool:
+    def has(self, kind: IdentifierKind, value: str | None) -> bool:
         if not value:
             return False
         try:
@@ -105,6 +103,14 @@ class OrgProfile:
 
     def of_kind(self, kind: IdentifierKind) -> list[str]:
         return [i.shown for i in self.identifiers if i.kind == kind]
+
+
+@dataclass(frozen=True)
+class OrgProfile(Identified):
+    """An organisation's own identity: it is the buyer on every invoice it receives."""
+
+    org_id: str
+    identifiers: tuple[Identifier, ...] = ()
 
 
 def without_own_identity(fields: InvoiceFields, profile: OrgProfile, page_text: str | None) -> InvoiceFields:
@@ -124,18 +130,18 @@ def without_own_identity(fields: InvoiceFields, profile: OrgProfile, page_text: 
         previous = sources.get(name)
         sources[name] = FieldSource(previous.source if previous else "org profile", 0.0, why)
 
-    if profile.owns("vat", fields.seller_vat_id):
+    if profile.has("vat", fields.seller_vat_id):
         drop(
             "seller_vat_id",
             f"the VAT id read as the seller's ({fields.seller_vat_id}) is the org's own: it is the buyer's",
         )
-    if fields.seller_name and profile.owns("name", fields.seller_name):
+    if fields.seller_name and profile.has("name", fields.seller_name):
         drop(
             "seller_name",
             f"the name read as the seller's ({fields.seller_name}) is the org's own: the buyer's",
         )
     if fields.read_from_page and page_text is not None:
-        theirs = [iban for iban in ibans_on_page(page_text) if not profile.owns("iban", iban)]
+        theirs = [iban for iban in ibans_on_page(page_text) if not profile.has("iban", iban)]
         if theirs:
             changes["payee_iban"] = theirs[0]
             also = f"; the page also prints {', '.join(theirs[1:])}" if len(theirs) > 1 else ""
@@ -149,7 +155,7 @@ def without_own_identity(fields: InvoiceFields, profile: OrgProfile, page_text: 
             sources["payee_iban"] = FieldSource(
                 "pdf-text", 0.0, "no valid IBAN on the page other than the org's own"
             )
-    elif profile.owns("iban", fields.payee_iban):
+    elif profile.has("iban", fields.payee_iban):
         drop("payee_iban", f"the IBAN to pay ({fields.payee_iban}) is the org's own account")
     if not changes:
         return fields
@@ -157,7 +163,7 @@ def without_own_identity(fields: InvoiceFields, profile: OrgProfile, page_text: 
 
 
 @dataclass(frozen=True)
-class Vendor:
+class Vendor(Identified):
     """A vendor the org pays, with what identifies it and where that came from (store/vendors)."""
 
     vendor_id: int
@@ -165,18 +171,6 @@ class Vendor:
     name: str
     default_currency: str | None
     identifiers: tuple[Identifier, ...]
-
-    def has(self, kind: IdentifierKind, value: str | None) -> bool:
-        if not value:
-            return False
-        try:
-            wanted = normalise(kind, value)
-        except ValueError:
-            return False
-        return any(i.kind == kind and i.value == wanted for i in self.identifiers)
-
-    def of_kind(self, kind: IdentifierKind) -> list[str]:
-        return [i.shown for i in self.identifiers if i.kind == kind]
 
 
 def invoice_identifiers(fields: InvoiceFields) -> list[Identifier]:

@@ -128,4 +128,4 @@ def test_a_page_read_invoice_that_would_post_pays_its_true_seller_into_a_known_a
         )
         assert paid_into is None or compact(paid_into) == SELLER_IBAN, (paid_into, case.text)
     # The org's own identity never stands for the seller's, whatever the registry says.
-    assert not PROFILE.owns("vat", fields.seller_vat_id) and not PROFILE.owns("iban", fields.payee_iban)
+    assert not PROFILE.has("vat", fields.seller_vat_id) and not PROFILE.has("iban", fields.payee_iban)

@@ -22,7 +22,7 @@ from invoice_pipeline.domain.identity import (
     normalise,
     without_own_identity,
 )
-from invoice_pipeline.domain.review import CORRECTED, FIELD_UNREAD, ReviewPolicy, reason_code
+from invoice_pipeline.domain.review import CORRECTED, FIELD_UNREAD, ReviewPolicy
 from invoice_pipeline.engine.corrections import correct_invoice
 from invoice_pipeline.engine.review import Actor, act
 from invoice_pipeline.engine.store import InvoiceStore
@@ -36,6 +36,7 @@ from invoice_pipeline_tests.engine.review.helpers import (
     run_batch,
     sample,
     sql,
+    status_and_reasons,
 )
 from pipeline_support.factories import json_invoice
 
@@ -51,15 +52,6 @@ def _process(
     result = run_batch(database_url, ids)
     assert result.success, failure_messages(result)
     return ids
-
-
-def _state(database_url: str, invoice_id: UUID) -> tuple[str, list[str]]:
-    status, reasons = sql(
-        database_url,
-        "SELECT status, coalesce(review_reasons, '{}') FROM invoices WHERE id = %s",
-        (invoice_id,),
-    )[0]
-    return status, [reason_code(r) for r in reasons]
 
 
 def _import(store: InvoiceStore, org: str, csv_text: str) -> None:
@@ -86,7 +78,7 @@ def test_a_legible_page_without_its_total_is_held_corrected_and_posted_as_typed(
     _import(store, "acme", f"name,vat_id\n{SELLER_DE.name},{SELLER_DE.vat_id}\n")
     page = render(dataclasses.replace(sample("INV-9001"), omit_payable=True), "pdf")
     (held,) = _process(database_url, store, "acme", [(page, "no-total.pdf")])
-    status, codes = _state(database_url, held)
+    status, codes = status_and_reasons(database_url, held)
     assert status == "needs_review", f"a legible page must be held for a person, not {status}"
     assert FIELD_UNREAD in codes
     reasons = store.review_reasons(held) or []
@@ -97,7 +89,7 @@ def test_a_legible_page_without_its_total_is_held_corrected_and_posted_as_typed(
 
     corrected = correct_invoice(store, held, {"payable_total": "119.00"}, ALICE)
     assert corrected.done, corrected.message
-    assert _state(database_url, held) == ("needs_review", [CORRECTED])
+    assert status_and_reasons(database_url, held) == ("needs_review", [CORRECTED])
     assert act(store, "approve", held, ALICE).done
     assert run_batch(database_url, [held]).success
     name, number, _, _, _, amount, _ = _posting(database_url, held)
@@ -110,7 +102,7 @@ def test_a_page_read_seller_not_in_the_registry_is_held_and_approval_registers_i
     """Mechanism: vendor_reasons holds an unconfirmed page-read seller; the approved posting
     registers it (source approval, audited), so its next invoice posts by itself."""
     (first,) = _process(database_url, store, "acme", [(render(sample("INV-9101"), "pdf"), "a.pdf")])
-    assert _state(database_url, first) == ("needs_review", [VENDOR_UNCONFIRMED])
+    assert status_and_reasons(database_url, first) == ("needs_review", [VENDOR_UNCONFIRMED])
     assert postings(database_url, first) == 0
     assert store.list_vendors("acme") == []
 
@@ -124,18 +116,18 @@ def test_a_page_read_seller_not_in_the_registry_is_held_and_approval_registers_i
     assert events[0][0] == "registered" and events[0][2] == ALICE.name and events[0][3] == first
 
     (second,) = _process(database_url, store, "acme", [(render(sample("INV-9102"), "pdf"), "b.pdf")])
-    assert _state(database_url, second) == ("processed", [])
+    assert status_and_reasons(database_url, second) == ("processed", [])
     assert postings(database_url, second) == 1
     # Another org's registry is its own: the same seller is unconfirmed there.
     (elsewhere,) = _process(database_url, store, "globex", [(render(sample("INV-9103"), "pdf"), "c.pdf")])
-    assert _state(database_url, elsewhere) == ("needs_review", [VENDOR_UNCONFIRMED])
+    assert status_and_reasons(database_url, elsewhere) == ("needs_review", [VENDOR_UNCONFIRMED])
 
 
 def test_a_name_alone_confirms_no_vendor(database_url: str, store: InvoiceStore) -> None:
     """Mechanism: only an identifier in the seller's position confirms; a registered name does not."""
     _import(store, "acme", "name,vat_id\nNordwind Logistik GmbH,DE999999999\n")
     (held,) = _process(database_url, store, "acme", [(render(sample("INV-9201"), "pdf"), "a.pdf")])
-    assert _state(database_url, held) == ("needs_review", [VENDOR_UNCONFIRMED])
+    assert status_and_reasons(database_url, held) == ("needs_review", [VENDOR_UNCONFIRMED])
 
 
 def test_a_changed_iban_is_held_on_a_structured_invoice_too(database_url: str, store: InvoiceStore) -> None:
@@ -150,10 +142,10 @@ def test_a_changed_iban_is_held_on_a_structured_invoice_too(database_url: str, s
             (json_invoice("INV-9302", payee_iban=IBAN_B), "b.json"),
         ],
     )
-    assert _state(database_url, known) == ("processed", [])
+    assert status_and_reasons(database_url, known) == ("processed", [])
     *_, iban, _, _ = _posting(database_url, known)
     assert iban == IBAN_A
-    assert _state(database_url, changed) == ("needs_review", [BANK_DETAILS_CHANGED])
+    assert status_and_reasons(database_url, changed) == ("needs_review", [BANK_DETAILS_CHANGED])
     assert postings(database_url, changed) == 0
     reasons = store.review_reasons(changed) or []
     assert IBAN_B in reasons[0] and IBAN_A in reasons[0]
@@ -178,7 +170,7 @@ def test_a_first_einvoice_registers_its_vendor_unless_the_policy_holds_it(
         "acme",
         [(json_invoice("INV-9401", payee_iban=IBAN_A), "a.json"), (json_invoice("INV-9403"), "c.json")],
     )
-    assert _state(database_url, first) == ("processed", [])
+    assert status_and_reasons(database_url, first) == ("processed", [])
     # Two invoices of one new vendor in a chunk register it once, and both post to it.
     assert len(store.list_vendors("acme")) == 1
     assert _posting(database_url, same_chunk)[0] == "Acme Supplies GmbH"
@@ -195,7 +187,7 @@ def test_a_first_einvoice_registers_its_vendor_unless_the_policy_holds_it(
     )
     store.set_review_policy("strict", ReviewPolicy(register_einvoice_vendors=False), "test")
     (held,) = _process(database_url, store, "strict", [(json_invoice("INV-9402"), "b.json")])
-    assert _state(database_url, held) == ("needs_review", [VENDOR_UNCONFIRMED])
+    assert status_and_reasons(database_url, held) == ("needs_review", [VENDOR_UNCONFIRMED])
     assert store.list_vendors("strict") == []
 
 
@@ -212,7 +204,7 @@ def test_the_orgs_own_identity_is_never_taken_for_the_sellers(database_url: str,
     fields = store.load_fields(held)
     assert fields is not None and fields.seller_vat_id is None
     assert "org's own" in (fields.sources["seller_vat_id"].reason or "")
-    assert _state(database_url, held) == ("needs_review", [VENDOR_UNCONFIRMED])
+    assert status_and_reasons(database_url, held) == ("needs_review", [VENDOR_UNCONFIRMED])
     assert postings(database_url, held) == 0
 
 

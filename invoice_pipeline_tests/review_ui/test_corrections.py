@@ -10,13 +10,20 @@ from uuid import UUID
 import pytest
 
 from invoice_pipeline.domain.corrections import CorrectionError, parse_changes
-from invoice_pipeline.domain.review import AMOUNT_UNCONFIRMED, CORRECTED, CURRENCY_UNKNOWN, reason_code
+from invoice_pipeline.domain.review import AMOUNT_UNCONFIRMED, CORRECTED, CURRENCY_UNKNOWN
 from invoice_pipeline.engine.corrections import correct_invoice
 from invoice_pipeline.engine.review import Actor, act
 from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.samples.page_layouts import page_cases, page_pdf
 from invoice_pipeline.samples.render import render_invoice
-from invoice_pipeline_tests.engine.review.helpers import failure_messages, postings, run_batch, sample, sql
+from invoice_pipeline_tests.engine.review.helpers import (
+    failure_messages,
+    postings,
+    run_batch,
+    sample,
+    sql,
+    status_and_reasons,
+)
 
 ALICE = Actor("os-user:alice", "review:alice@test:1")
 
@@ -30,15 +37,6 @@ def held_pdf(database_url: str, store: InvoiceStore, number: str = "NW-2026-501"
     result = run_batch(database_url, [invoice_id])
     assert result.success, failure_messages(result)
     return invoice_id
-
-
-def reasons_of(database_url: str, invoice_id: UUID) -> tuple[str, list[str]]:
-    status, reasons = sql(
-        database_url,
-        "SELECT status, coalesce(review_reasons, '{}') FROM invoices WHERE id = %s",
-        (invoice_id,),
-    )[0]
-    return status, [reason_code(r) for r in reasons]
 
 
 def test_parse_changes_types_and_refusals() -> None:
@@ -56,7 +54,7 @@ def test_a_held_pdf_corrected_then_approved_is_posted_once_with_the_corrected_va
     database_url: str, store: InvoiceStore
 ) -> None:
     invoice_id = held_pdf(database_url, store)
-    status, codes = reasons_of(database_url, invoice_id)
+    status, codes = status_and_reasons(database_url, invoice_id)
     assert status == "needs_review", codes
     assert CURRENCY_UNKNOWN in codes or AMOUNT_UNCONFIRMED in codes
 
@@ -64,7 +62,7 @@ def test_a_held_pdf_corrected_then_approved_is_posted_once_with_the_corrected_va
         store, invoice_id, ["payable_total=119.00", "currency=EUR"], ALICE, "checked the page"
     )
     assert outcome.done, outcome.message
-    status, codes = reasons_of(database_url, invoice_id)
+    status, codes = status_and_reasons(database_url, invoice_id)
     assert status == "needs_review" and codes[-1] == CORRECTED
     assert CURRENCY_UNKNOWN not in codes and AMOUNT_UNCONFIRMED not in codes
     ((before, after, actor),) = sql(
@@ -136,4 +134,4 @@ def test_a_stale_version_is_refused_as_decided_meanwhile(database_url: str, stor
     assert correct_invoice(store, invoice_id, ["currency=EUR"], ALICE, expect_version=seen).done
     late = act(store, "reject", invoice_id, ALICE, "wrong", expect_version=seen)
     assert not late.done and "meanwhile" in late.message
-    assert reasons_of(database_url, invoice_id)[0] == "needs_review"
+    assert status_and_reasons(database_url, invoice_id)[0] == "needs_review"

@@ -11,6 +11,7 @@ import psycopg
 from dagster import DagsterInstance, ExecuteInProcessResult
 
 from invoice_pipeline.domain.fields import InvoiceFields
+from invoice_pipeline.domain.review import reason_code
 from invoice_pipeline.engine.dedupe import decide_duplicate
 from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.orchestration.jobs import make_jobs
@@ -87,6 +88,16 @@ def sql(
     with psycopg.connect(database_url, autocommit=True) as conn:
         cur = conn.execute(statement, params)
         return cur.fetchall() if cur.description else []
+
+
+def status_and_reasons(database_url: str, invoice_id: UUID) -> tuple[str, list[str]]:
+    """The invoice's status and the codes of the reasons it is held for."""
+    status, reasons = sql(
+        database_url,
+        "SELECT status, coalesce(review_reasons, '{}') FROM invoices WHERE id = %s",
+        (invoice_id,),
+    )[0]
+    return status, [reason_code(r) for r in reasons]
 
 
 def postings(database_url: str, invoice_id: UUID) -> int:
