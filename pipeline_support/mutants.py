@@ -321,13 +321,48 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "invoice_pipeline_tests/documents/test_vendor_layouts.py::test_never_applied_for_another_org",
     ),
     _one(
+        "field-unread",
+        "a legible page with an unread field is held for a person, not quarantined (issue 37)",
+        "invoice_pipeline/engine/stages.py",
+        "        if problems and found.read_from_page:\n",
+        "        if False:\n",
+        "invoice_pipeline_tests/engine/test_vendors.py::"
+        "test_a_legible_page_without_its_total_is_held_corrected_and_posted_as_typed",
+    ),
+    _one(
+        "vendor-unconfirmed",
+        "a page-read seller no registered vendor confirms is held (issue 37)",
+        "invoice_pipeline/domain/identity.py",
+        "            not fields.read_from_page\n",
+        "            True\n",
+        "invoice_pipeline_tests/engine/test_vendors.py::"
+        "test_a_page_read_seller_not_in_the_registry_is_held_and_approval_registers_it",
+    ),
+    _one(
+        "bank-details",
+        "an IBAN the vendor is not known to have is held, on every format (issue 37)",
+        "invoice_pipeline/domain/identity.py",
+        '    if fields.payee_iban and not vendor.has("iban", fields.payee_iban):\n',
+        "    if False:\n",
+        "invoice_pipeline_tests/engine/test_vendors.py::test_a_changed_iban_is_held_on_a_structured_invoice_too",
+    ),
+    _one(
+        "own-identity",
+        "the org's own identity is never taken for the seller's (issue 37)",
+        "invoice_pipeline/domain/identity.py",
+        "    changes: dict[str, object] = {}\n",
+        "    return fields\n",
+        "invoice_pipeline_tests/domain/test_identity_properties.py::"
+        "test_a_page_read_invoice_that_would_post_pays_its_true_seller_into_a_known_account",
+    ),
+    _one(
         "layout-vendor",
-        "a vendor layout reads only pages its vendor is printed on",
+        "a vendor layout reads only pages whose seller-position identifier is its vendor's (issue 37)",
         "invoice_pipeline/documents/reading/layouts.py",
-        '    """The vendor the layout belongs to is printed on the page (its VAT id, IBAN or name)."""\n',
-        '    """The vendor the layout belongs to is printed on the page (its VAT id, IBAN or name)."""\n'
+        "    return vendor_key in seller_keys(page)\n",
         "    return True\n",
-        "invoice_pipeline_tests/documents/test_vendor_layouts.py::test_never_applied_to_another_vendors_similar_page",
+        "invoice_pipeline_tests/documents/test_vendor_layouts.py::"
+        "test_a_layout_is_refused_for_another_vendor_that_prints_its_vat_id_as_the_buyers_or_in_a_reference",
     ),
 )
 
