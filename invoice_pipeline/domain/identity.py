@@ -117,8 +117,9 @@ def without_own_identity(fields: InvoiceFields, profile: OrgProfile, page_text: 
     """Fields in which nothing of the org's own identity stands for the seller's.
 
     On a page, the org's VAT id or name read as the seller's is dropped (it is the buyer's), and
-    the IBAN to pay is the page's only valid IBAN that is not the org's own (a direct-debit
-    notice prints the org's account). Structured invoices say who is who in their data; only a
+    the IBAN to pay is the page's first valid IBAN that is not the org's own (a direct-debit
+    notice prints the org's account; the others printed are named in the evidence, and only the
+    one paid into is checked against the vendor's known accounts). Structured invoices say who is who in their data; only a
     seller identity equal to the org's own is dropped there too, because paying oneself is
     always wrong.
     """
@@ -141,19 +142,20 @@ def without_own_identity(fields: InvoiceFields, profile: OrgProfile, page_text: 
             f"the name read as the seller's ({fields.seller_name}) is the org's own: the buyer's",
         )
     if fields.read_from_page and page_text is not None:
+        read_by = "ocr" if any(s.source.startswith("ocr") for s in fields.sources.values()) else "pdf-text"
         theirs = [iban for iban in ibans_on_page(page_text) if not profile.has("iban", iban)]
         if theirs:
             changes["payee_iban"] = theirs[0]
             also = f"; the page also prints {', '.join(theirs[1:])}" if len(theirs) > 1 else ""
             sources["payee_iban"] = FieldSource(
-                "pdf-text: IBAN printed on the page",
+                f"{read_by}: IBAN printed on the page",
                 0.9,
                 f"the first valid IBAN that is not the org's own{also}",
             )
         else:
             changes["payee_iban"] = None
             sources["payee_iban"] = FieldSource(
-                "pdf-text", 0.0, "no valid IBAN on the page other than the org's own"
+                read_by, 0.0, "no valid IBAN on the page other than the org's own"
             )
     elif profile.has("iban", fields.payee_iban):
         drop("payee_iban", f"the IBAN to pay ({fields.payee_iban}) is the org's own account")
