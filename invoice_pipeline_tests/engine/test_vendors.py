@@ -241,3 +241,22 @@ def test_a_vendor_csv_with_a_bad_iban_imports_nothing() -> None:
         assert "line 3" in str(exc) and "IBAN" in str(exc)
     else:
         raise AssertionError("a bad IBAN must refuse the file")
+
+
+def test_a_seller_known_by_name_only_is_registered_once(database_url: str, store: InvoiceStore) -> None:
+    """A page without a VAT id or IBAN can never confirm its seller (every invoice is held), but
+    approving two of them registers one vendor, not two (store/vendors.vendor_for_posting)."""
+    nameless = dataclasses.replace(SELLER_DE, vat_id=None)
+    ids = _process(
+        database_url,
+        store,
+        "acme",
+        [(render(sample(f"INV-96{n:02d}", seller=nameless), "pdf"), f"n{n}.pdf") for n in (1, 2)],
+    )
+    for invoice_id in ids:
+        assert status_and_reasons(database_url, invoice_id) == ("needs_review", [VENDOR_UNCONFIRMED])
+        assert act(store, "approve", invoice_id, ALICE).done
+        assert run_batch(database_url, [invoice_id]).success
+    (vendor,) = store.list_vendors("acme")
+    assert vendor.name == SELLER_DE.name and [i.kind for i in vendor.identifiers] == ["name"]
+    assert sql(database_url, "SELECT count(DISTINCT vendor_id), count(*) FROM ledger_postings")[0] == (1, 2)

@@ -70,9 +70,11 @@ VALUES (%(org_id)s, %(vendor_id)s, %(kind)s, %(value)s, %(shown)s, %(source)s, %
 ON CONFLICT DO NOTHING
 RETURNING vendor_id
 
+-- The owner of an identifier (for a name, which several vendors may share, the first registered).
 -- name: vendor_owning
 SELECT vendor_id FROM vendor_identifiers
 WHERE org_id = %(org_id)s AND kind = %(kind)s AND value = %(value)s
+ORDER BY vendor_id LIMIT 1
 
 -- name: vendor_event
 INSERT INTO vendor_events (org_id, vendor_id, event, detail, actor, invoice_id)

@@ -163,7 +163,10 @@ class VendorsStore(StoreBase):
         Runs in the posting's fenced transaction. Of two postings registering the same new vendor
         at once, the second finds the first's identifier under the unique index and joins it.
         """
-        owners = self._owners(conn, org_id, registration.identifiers)
+        name = Identifier("name", normalise("name", registration.name), registration.name)
+        # Without an identifier, a vendor already registered under the same name is reused rather
+        # than registered twice (a name confirms no invoice; it only names a row).
+        owners = self._owners(conn, org_id, registration.identifiers or (name,), names_too=True)
         if len(owners) == 1:
             vendor_id = owners.pop()
         elif owners:
@@ -194,7 +197,6 @@ class VendorsStore(StoreBase):
                 registration.actor,
                 invoice_id,
             )
-        name = Identifier("name", normalise("name", registration.name), registration.name)
         for ident in (name, *registration.identifiers):
             if (
                 self._add_identifier(
@@ -213,10 +215,17 @@ class VendorsStore(StoreBase):
                 )
         return vendor_id
 
-    def _owners(self, conn: psycopg.Connection[Any], org_id: str, idents: Sequence[Identifier]) -> set[int]:
+    def _owners(
+        self,
+        conn: psycopg.Connection[Any],
+        org_id: str,
+        idents: Sequence[Identifier],
+        *,
+        names_too: bool = False,
+    ) -> set[int]:
         owners: set[int] = set()
         for ident in idents:
-            if ident.kind == "name":
+            if ident.kind == "name" and not names_too:
                 continue
             row = conn.execute(
                 VENDORS["vendor_owning"], {"org_id": org_id, "kind": ident.kind, "value": ident.value}
