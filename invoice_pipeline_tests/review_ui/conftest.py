@@ -18,7 +18,7 @@ import uvicorn
 from starlette.applications import Starlette
 
 from invoice_pipeline.engine.store import InvoiceStore
-from invoice_pipeline.review_ui.app import COOKIE, create_app
+from invoice_pipeline.review_ui.app import BROWSER_COOKIE, COOKIE, create_app
 from invoice_pipeline.review_ui.auth import AuthConfig, Reviewer, hash_password
 from pipeline_support.helpers import free_port
 
@@ -74,9 +74,10 @@ class Client:
         self.cookies = http.cookiejar.CookieJar()
         self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.cookies))
 
-    def has_session(self) -> bool:
-        """Whether the server gave this client a session cookie."""
-        return any(c.name == COOKIE for c in self.cookies)
+    def has_browser_cookie(self) -> bool:
+        """Whether the server gave this client the cookie its CSRF token is bound to (a session's,
+        or in local mode the browser's)."""
+        return any(c.name in (COOKIE, BROWSER_COOKIE) for c in self.cookies)
 
     def get(self, path: str) -> tuple[int, str]:
         try:

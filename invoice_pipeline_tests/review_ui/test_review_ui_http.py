@@ -60,13 +60,14 @@ def test_passwords_are_scrypt_hashes() -> None:
 
 
 def test_a_forged_post_without_the_token_is_refused(review_server: ReviewServer) -> None:
-    """The attacker holds a valid session (its cookie, from a page it loaded) and the invoice's
-    version: the missing token is the only thing wrong with its form, so only the CSRF check can
-    refuse it (with `csrf_ok` answering yes, the reject was written: fails)."""
+    """The attacker holds what a browser that loaded the page holds (its browser cookie: local
+    mode makes no server session, issue 41) and the invoice's version: the missing token is the
+    only thing wrong with its form, so only the CSRF check can refuse it (with `csrf_ok`
+    answering yes, the reject was written: fails)."""
     inv = held_invoice(review_server.store, "acme", "INV-F1", ["negative_total: payable -50.00 EUR"])
     attacker = Client(review_server.base_url)
     status, own_page = attacker.get(f"/invoice/{inv}")
-    assert status == 200 and attacker.has_session()
+    assert status == 200 and attacker.has_browser_cookie()
     status, body = attacker.post(
         f"/invoice/{inv}/action",
         {"action": "reject", "note": "forged", "version": hidden(own_page, "version")},
