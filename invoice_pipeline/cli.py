@@ -841,12 +841,19 @@ def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
         f"Dagster UI on http://{args.host}:{args.port}  (DAGSTER_HOME={home}; inbox {settings.inbox})",
         flush=True,
     )
-    # The review page beside it (review_ui/), on loopback, in its own process group.
-    review_ui = subprocess.Popen(
-        python_command("-m", "invoice_pipeline.cli", "review-ui", "--port", str(args.review_port)),
-        env=child_environment(),
-        start_new_session=True,
-    )
+    # The review page beside it (review_ui/), on loopback, in its own process group. Started with
+    # SIGINT handled here, so that exec gives it (and the workers it starts before its server
+    # installs handlers: the login pool, the page sandbox) the default action, not an ignored
+    # SIGINT a script's `invoice-pipeline dev &` handed this process (see run_process_group).
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        review_ui = subprocess.Popen(
+            python_command("-m", "invoice_pipeline.cli", "review-ui", "--port", str(args.review_port)),
+            env=child_environment(),
+            start_new_session=True,
+        )
+    finally:
+        signal.signal(signal.SIGINT, inherited)
     print(f"Review page on http://127.0.0.1:{args.review_port}  (invoices held for a person)", flush=True)
     try:
         return run_process_group(

@@ -10,7 +10,10 @@ dagster; the deployment's image is the Dockerfile's.
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -100,11 +103,24 @@ def test_the_deployment_image_is_the_dockerfile_s_and_python_matches() -> None:
     assert "NOT RUN HERE" in VALUES.read_text()[:1200]
 
 
-def test_the_production_code_location_has_no_launchpad_approvals(monkeypatch: pytest.MonkeyPatch) -> None:
+def _job_names(env: dict[str, str]) -> set[str]:
+    """The code location's jobs as a fresh interpreter loads them with `env`: Dagster keeps a
+    process-wide definitions-load context, which an earlier test's instance may have left behind."""
+    script = (
+        "from invoice_pipeline.orchestration.definitions import make_definitions, make_resources\n"
+        "print(' '.join(j.name for j in make_definitions(make_resources()).get_repository_def().get_all_jobs()))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return set(done.stdout.split())
+
+
+def test_the_production_code_location_has_no_launchpad_approvals() -> None:
     """Dagster's webserver has no login: a Launchpad review job would let anyone who reaches it
     approve any org's invoice under any name. The deployed code location leaves them out
     (issue 41); a development one (the variable unset) keeps them."""
-    from invoice_pipeline.orchestration.definitions import make_definitions, make_resources
     from invoice_pipeline.orchestration.review_jobs import CORRECT_INVOICE, REQUEUE_INVOICES, REVIEW_INVOICE
 
     approvals = {REVIEW_INVOICE, CORRECT_INVOICE, REQUEUE_INVOICES}
@@ -114,11 +130,9 @@ def test_the_production_code_location_has_no_launchpad_approvals(monkeypatch: py
     launched = dict(v.split("=", 1) for v in values["runLauncher"]["config"]["k8sRunLauncher"]["envVars"])
     for env in (deployed, launched):
         assert config.Settings.from_env(env).review_jobs is False
-    monkeypatch.setenv(config.ENV_REVIEW_JOBS, deployed[config.ENV_REVIEW_JOBS])
-    jobs = {j.name for j in make_definitions(make_resources()).get_repository_def().get_all_jobs()}
+    development = {k: v for k, v in os.environ.items() if k != config.ENV_REVIEW_JOBS}
+    jobs = _job_names(development | {config.ENV_REVIEW_JOBS: deployed[config.ENV_REVIEW_JOBS]})
     assert "process_invoice" in jobs and not jobs & approvals
-    monkeypatch.delenv(config.ENV_REVIEW_JOBS)
-    jobs = {j.name for j in make_definitions(make_resources()).get_repository_def().get_all_jobs()}
-    assert approvals <= jobs
+    assert approvals <= _job_names(development)
     with pytest.raises(config.ConfigError):
         config.Settings.from_env({config.ENV_REVIEW_JOBS: "false"})
