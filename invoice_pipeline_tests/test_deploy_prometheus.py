@@ -19,7 +19,6 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -33,7 +32,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from invoice_pipeline.engine.store import InvoiceStore
 from pipeline_support.factories import json_invoice
-from pipeline_support.helpers import answers, cli_environment, free_port, stop_process_group, wait_for
+from pipeline_support.helpers import (
+    answers,
+    cli_environment,
+    free_port,
+    start_cli_server,
+    stop_process_group,
+    wait_for,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 ALERTS = ROOT / "deploy" / "prometheus" / "alerts.yml"
@@ -85,22 +91,18 @@ def get_json(url: str) -> Any:
 def metrics_endpoint(tmp_path: Path, database_url: str) -> Iterator[int]:
     """`invoice-pipeline metrics` serving the test database on a free loopback port."""
     port = free_port()
-    with cli_environment(tmp_path / "home", database_url) as env, open(tmp_path / "metrics.log", "w") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "invoice_pipeline.cli", "metrics", "--port", str(port)],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+    with cli_environment(tmp_path / "home", database_url) as env:
+        log = tmp_path / "metrics.log"
+        proc = start_cli_server(
+            ["metrics", "--port", str(port)],
+            env,
+            log,
+            f"http://127.0.0.1:{port}/metrics",
+            timeout=60,
+            interval=0.1,
         )
         try:
-            wait_for(
-                lambda: proc.poll() is not None or answers(f"http://127.0.0.1:{port}/metrics"),
-                timeout=60,
-                interval=0.1,
-                what="invoice-pipeline metrics to answer",
-            )
-            assert proc.poll() is None, (tmp_path / "metrics.log").read_text()
+            assert proc.poll() is None, log.read_text()
             yield port
         finally:
             stop_process_group(proc)

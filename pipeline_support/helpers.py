@@ -92,15 +92,17 @@ def answers(url: str) -> bool:
         return False
 
 
-def start_dev_server(env: dict[str, str], port: int, log: Path) -> subprocess.Popen[bytes]:
-    """`invoice-pipeline dev` in its own process group, once /server_info answers or it has exited.
+def start_cli_server(
+    args: list[str], env: dict[str, str], log: Path, url: str, *, timeout: float, interval: float = 0.5
+) -> subprocess.Popen[bytes]:
+    """`invoice-pipeline ARGS` in its own process group, once `url` answers or it has exited.
 
     The caller checks `poll()` (an exit means it failed; the log says why) and stops it with
     stop_process_group.
     """
     with open(log, "w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "invoice_pipeline.cli", "dev", "--port", str(port)],
+            [sys.executable, "-m", "invoice_pipeline.cli", *args],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -108,15 +110,22 @@ def start_dev_server(env: dict[str, str], port: int, log: Path) -> subprocess.Po
         )
     try:
         wait_for(
-            lambda: proc.poll() is not None or answers(f"http://127.0.0.1:{port}/server_info"),
-            timeout=180,
-            interval=0.5,
-            what="invoice-pipeline dev to answer /server_info",
+            lambda: proc.poll() is not None or answers(url),
+            timeout=timeout,
+            interval=interval,
+            what=f"invoice-pipeline {args[0]} to answer {url}",
         )
     except BaseException:
         stop_process_group(proc)
         raise
     return proc
+
+
+def start_dev_server(env: dict[str, str], port: int, log: Path) -> subprocess.Popen[bytes]:
+    """`invoice-pipeline dev`, once /server_info answers or it has exited (start_cli_server)."""
+    return start_cli_server(
+        ["dev", "--port", str(port)], env, log, f"http://127.0.0.1:{port}/server_info", timeout=180
+    )
 
 
 def run_cli(*args: str, env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess[str]:
