@@ -7,7 +7,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from ..domain.fields import InvoiceFields
+from ..domain.fields import FIELD_NAMES, InvoiceFields
 from .collect import FieldCollector
 from .errors import BadDocument
 from .json_schema import DuplicateKey, first_error, json_path, unique_keys
@@ -66,23 +66,20 @@ def load_invoice_json(text: str) -> dict[str, Any]:
     return data
 
 
+DATE_FIELDS = ("issue_date", "due_date")
+AMOUNT_FIELDS = ("net_total", "tax_total", "payable_total")
+# Every other field is text (the schema's `text`), a new one included.
+TEXT_FIELDS = tuple(n for n in FIELD_NAMES if n not in (*DATE_FIELDS, *AMOUNT_FIELDS, "document_type"))
+
+
 def fields_from_json(text: str) -> InvoiceFields:
     data = load_invoice_json(text)
     c = FieldCollector(default_reason="not present in the JSON document")
-    for name in (
-        "invoice_number",
-        "currency",
-        "seller_name",
-        "seller_vat_id",
-        "buyer_name",
-        "po_number",
-        "buyer_vat_id",
-        "payee_iban",
-    ):
+    for name in TEXT_FIELDS:
         value = data.get(name)
         c.set(name, value if value else None, f"$.{name}")
     c.set("document_type", data.get("document_type") or "invoice", "$.document_type")
-    for name in ("issue_date", "due_date"):
+    for name in DATE_FIELDS:
         raw = data.get(name)
         if raw is None:
             continue
@@ -90,7 +87,7 @@ def fields_from_json(text: str) -> InvoiceFields:
         if parsed is None:
             c.miss(name, unparseable(f"$.{name}", raw, "date"))
         c.set(name, parsed, f"$.{name}")
-    for name in ("net_total", "tax_total", "payable_total"):
+    for name in AMOUNT_FIELDS:
         raw = data.get(name)
         if raw is None:
             continue
