@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from invoice_pipeline.cli_store import open_store
 from invoice_pipeline.config import ConfigError, Settings
 from invoice_pipeline.terminal import printable, printable_json
 
@@ -26,10 +27,9 @@ def _org(value: str | None) -> str | None:
 
 
 def cmd_layouts_list(args: argparse.Namespace, settings: Settings) -> int:
-    from invoice_pipeline.cli import _store
     from invoice_pipeline.engine.layouts import describe_rows
 
-    store = _store(settings)
+    store = open_store(settings)
     try:
         rows = store.list_layouts(_org(args.org), include_disabled=args.all)
     finally:
@@ -42,9 +42,8 @@ def cmd_layouts_list(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_layouts_show(args: argparse.Namespace, settings: Settings) -> int:
-    from invoice_pipeline.cli import _store
 
-    store = _store(settings)
+    store = open_store(settings)
     try:
         row = store.layout_row(args.layout_id)
     finally:
@@ -67,11 +66,10 @@ def cmd_layouts_show(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_layouts_learn(args: argparse.Namespace, settings: Settings) -> int:
-    from invoice_pipeline.cli import _store
     from invoice_pipeline.engine.layouts import teach_layout
     from invoice_pipeline.engine.review import Actor
 
-    store = _store(settings)
+    store = open_store(settings)
     try:
         learnt = teach_layout(store, args.invoice_id, Actor.os_user().name)
     finally:
@@ -81,11 +79,10 @@ def cmd_layouts_learn(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_layouts_disable(args: argparse.Namespace, settings: Settings) -> int:
-    from invoice_pipeline.cli import _store
     from invoice_pipeline.engine.review import Actor
 
     reason = f"disabled by {Actor.os_user().name}" + (f": {args.reason.strip()}" if args.reason else "")
-    store = _store(settings)
+    store = open_store(settings)
     try:
         done = store.disable_layout(args.layout_id, reason, _org(args.org))
     finally:
@@ -103,12 +100,11 @@ def cmd_layouts_disable(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_layouts_export(args: argparse.Namespace, settings: Settings) -> int:
-    from invoice_pipeline.cli import _store
     from invoice_pipeline.engine.layouts import export_layouts
 
     org = _org(args.org)
     assert org is not None
-    store = _store(settings)
+    store = open_store(settings)
     try:
         data = export_layouts(store, org, include_disabled=args.all)
     finally:
@@ -123,7 +119,6 @@ def cmd_layouts_export(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_layouts_import(args: argparse.Namespace, settings: Settings) -> int:
-    from invoice_pipeline.cli import _store
     from invoice_pipeline.documents.reading.layout_export import parse_export_text
     from invoice_pipeline.engine.layouts import import_layouts
     from invoice_pipeline.engine.review import Actor
@@ -132,7 +127,7 @@ def cmd_layouts_import(args: argparse.Namespace, settings: Settings) -> int:
     assert org is not None
     text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
     data = parse_export_text(text)  # ExportRefused (a ValueError): the CLI prints why, exit 2
-    store = _store(settings)
+    store = open_store(settings)
     try:
         rows = import_layouts(store, data, org, Actor.os_user().name)
     finally:

@@ -11,7 +11,6 @@ from invoice_pipeline.cli_store import open_store
 from invoice_pipeline.config import ConfigError, Settings
 from invoice_pipeline.domain.identity import IDENTIFIER_KINDS
 from invoice_pipeline.engine.review import Actor
-from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.terminal import printable
 
 EXIT_OK = 0
@@ -26,14 +25,10 @@ def _org(value: str) -> str:
     return value
 
 
-def _with_store(settings: Settings) -> InvoiceStore:
-    return open_store(settings)
-
-
 def cmd_vendors_list(args: argparse.Namespace, settings: Settings) -> int:
     from invoice_pipeline.engine.vendors import describe_vendors
 
-    store = _with_store(settings)
+    store = open_store(settings)
     try:
         vendors = store.list_vendors(_org(args.org))
     finally:
@@ -54,7 +49,7 @@ def cmd_vendors_import(args: argparse.Namespace, settings: Settings) -> int:
     except (OSError, UnicodeDecodeError, VendorFileError) as exc:
         print(f"nothing imported: {printable(str(exc))}", file=sys.stderr)
         return EXIT_REFUSED
-    store = _with_store(settings)
+    store = open_store(settings)
     try:
         result = store.import_vendors(org, rows, Actor.os_user().name)
     finally:
@@ -74,7 +69,7 @@ def cmd_org_profile(args: argparse.Namespace, settings: Settings) -> int:
         raise ConfigError(
             f"org profile {args.action} needs a kind ({', '.join(IDENTIFIER_KINDS)}) and a value"
         )
-    store = _with_store(settings)
+    store = open_store(settings)
     try:
         actor = Actor.os_user().name
         if args.action == "add":
