@@ -7,22 +7,15 @@ import argparse
 import sys
 from pathlib import Path
 
-from invoice_pipeline.cli_store import open_store
+from invoice_pipeline.cli.arguments import checked_org
+from invoice_pipeline.cli.exit_codes import EXIT_OK
+from invoice_pipeline.cli.store import open_store
 from invoice_pipeline.config import ConfigError, Settings
 from invoice_pipeline.domain.identity import IDENTIFIER_KINDS
 from invoice_pipeline.engine.review import Actor
 from invoice_pipeline.terminal import printable
 
-EXIT_OK = 0
 EXIT_REFUSED = 2
-
-
-def _org(value: str) -> str:
-    from invoice_pipeline.engine.ingest import org_problem
-
-    if (problem := org_problem(value)) is not None:
-        raise ConfigError(f"--org: {problem}")
-    return value
 
 
 def cmd_vendors_list(args: argparse.Namespace, settings: Settings) -> int:
@@ -30,7 +23,7 @@ def cmd_vendors_list(args: argparse.Namespace, settings: Settings) -> int:
 
     store = open_store(settings)
     try:
-        vendors = store.list_vendors(_org(args.org))
+        vendors = store.list_vendors(checked_org(args.org))
     finally:
         store.close()
     if not vendors:
@@ -43,7 +36,7 @@ def cmd_vendors_list(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_vendors_import(args: argparse.Namespace, settings: Settings) -> int:
     from invoice_pipeline.engine.vendors import VendorFileError, read_vendor_csv
 
-    org = _org(args.org)
+    org = checked_org(args.org)
     try:
         rows = read_vendor_csv(Path(args.file).read_text(encoding="utf-8-sig"))
     except (OSError, UnicodeDecodeError, VendorFileError) as exc:
@@ -64,7 +57,7 @@ def cmd_vendors_import(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_org_profile(args: argparse.Namespace, settings: Settings) -> int:
-    org = _org(args.org)
+    org = checked_org(args.org)
     if args.action in ("add", "remove") and not (args.kind and args.value):
         raise ConfigError(
             f"org profile {args.action} needs a kind ({', '.join(IDENTIFIER_KINDS)}) and a value"

@@ -10,20 +10,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from invoice_pipeline.cli_store import open_store
-from invoice_pipeline.config import ConfigError, Settings
+from invoice_pipeline.cli.arguments import checked_org
+from invoice_pipeline.cli.exit_codes import EXIT_OK
+from invoice_pipeline.cli.store import open_store
+from invoice_pipeline.config import Settings
 from invoice_pipeline.terminal import printable, printable_json
 
-EXIT_OK = 0
 EXIT_NOT_FOUND = 1
 
 
 def _org(value: str | None) -> str | None:
-    from invoice_pipeline.engine.ingest import org_problem
-
-    if value is not None and (problem := org_problem(value)) is not None:
-        raise ConfigError(f"--org: {problem}")
-    return value
+    """`--org` checked when given: the filters take no org as every org."""
+    return None if value is None else checked_org(value)
 
 
 def cmd_layouts_list(args: argparse.Namespace, settings: Settings) -> int:
@@ -139,7 +137,7 @@ def cmd_layouts_import(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def add_layout_commands(actions: Any) -> None:
-    """`review layouts ...` under the `review` subcommands (cli.build_parser)."""
+    """`review layouts ...` under the `review` subcommands (cli.review.add_review_commands)."""
     layouts = actions.add_parser(
         "layouts", help="vendor layouts learnt from corrections: list, show, disable, export, import"
     )
