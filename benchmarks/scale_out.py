@@ -65,7 +65,7 @@ SELECT count(*) FROM processing_jobs a JOIN processing_jobs b
 def drain_round(
     cluster: Cluster, url: str, work: Path, n_hosts: int, invoices: int, rnd: int
 ) -> dict[str, Any]:
-    from chaos.partitions import HEARTBEAT_S, TTL_S, Trial, ingest, wait
+    from chaos.partition_trial import HEARTBEAT_S, TTL_S, Trial, ingest, wait
 
     ingest(url, invoices, f"B{n_hosts}r{rnd}", random.Random(rnd * 10 + n_hosts))
     trial = Trial(cluster, "scale", work, rnd * 10 + n_hosts, TTL_S, HEARTBEAT_S)
@@ -100,7 +100,8 @@ def run(ctx: BenchContext) -> BenchResult:
     cut_trials = 2 if ctx.quick else 6
     result.params = {"invoices_per_round": invoices, "rounds": rounds, "chunk": 4, "cut_trials": cut_trials}
     from chaos.common import AUDIT_SQL, ScenarioResult, check_common_invariants
-    from chaos.partitions import HEARTBEAT_S, TICK_S, TTL_S, trial_one
+    from chaos.partition_trial import HEARTBEAT_S, TICK_S, TTL_S
+    from chaos.partitions import trial_one
     from invoice_pipeline.db.migrate import migrate
 
     work = Path(tempfile.mkdtemp(prefix="scale_out-"))

@@ -48,6 +48,7 @@ from typing import Any
 import psycopg
 
 from chaos.common import AUDIT_SQL, ScenarioResult, check_common_invariants
+from chaos.partition_trial import HEARTBEAT_S, TTL_S, Trial, ingest, q, wait
 from pipeline_support.celery_cluster import (
     BrokerCluster,
     CeleryRig,
@@ -85,11 +86,6 @@ def chunks_started(log: Path) -> int:
     return len(re.findall(r"work_chunk\[chunk_\d+\] - STEP_START", log.read_text(errors="replace")))
 
 
-def _q(url: str, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
-    with psycopg.connect(url, connect_timeout=5) as conn:
-        return conn.execute(sql, params).fetchall()
-
-
 def asym_trial(
     cluster: BrokerCluster,
     rig: CeleryRig,
@@ -100,8 +96,6 @@ def asym_trial(
     result: ScenarioResult,
     fig: dict[str, Any],
 ) -> None:
-    from chaos.partitions import Trial, ingest
-
     rabbit = cluster.broker == "rabbitmq"
     kind = kind.removesuffix("_rabbitmq")  # the same cut, the broker is the cluster's
     fig["trials"] = fig.get("trials", 0) + 1
@@ -201,7 +195,7 @@ def asym_trial(
             )
     if t_cut is not None and kind == "asym_db":
         # The first job another host started on an invoice a run's step had claimed before.
-        first = _q(
+        first = q(
             url,
             "SELECT min(extract(epoch FROM b.started_at)) FROM processing_jobs a JOIN processing_jobs b "
             "ON a.invoice_id = b.invoice_id AND b.started_at > a.started_at "
@@ -212,7 +206,7 @@ def asym_trial(
             fig.setdefault("takeover_s_from_cut", []).append(round(float(first) - t_cut, 2))
     if kind == "asym_broker":
         # The zombie kept its leases: no invoice of this run was claimed twice.
-        twice = _q(
+        twice = q(
             url,
             "SELECT count(*) FROM (SELECT invoice_id FROM processing_jobs WHERE invoice_id = ANY(%s::uuid[]) "
             "GROUP BY 1 HAVING count(*) > 1) t",
@@ -220,7 +214,7 @@ def asym_trial(
         )[0][0]
         fig["invoices_claimed_twice"] = fig.get("invoices_claimed_twice", 0) + twice
     else:
-        taken = _q(
+        taken = q(
             url,
             "SELECT count(*) FROM (SELECT invoice_id FROM processing_jobs WHERE invoice_id = ANY(%s::uuid[]) "
             "GROUP BY 1 HAVING count(*) > 1) t",
@@ -234,9 +228,7 @@ def _drain(cluster: BrokerCluster, url: str, work: Path, n: int, result: Scenari
     """What the run left (a failed chunk, a swept lease): a plain engine worker on host 1 finishes
     it, as the next run would, leaving the celery workers running (partitions._drain kills a
     host's every process)."""
-    from chaos.partitions import HEARTBEAT_S, TTL_S, Trial, wait
-
-    pending = lambda: _q(  # noqa: E731
+    pending = lambda: q(  # noqa: E731
         url,
         "SELECT count(*) FROM invoices WHERE status NOT IN ('processed', 'needs_review', 'quarantined', 'needs_attention')",
     )[0][0]
@@ -283,10 +275,10 @@ def run_trials(
                 check_common_invariants(rig.url, result, audited=True)
                 result.trials += 1
                 result.failures_injected += 1
-            accepted = figures[f"{prefix}_zombie_writes_accepted"] = _q(
+            accepted = figures[f"{prefix}_zombie_writes_accepted"] = q(
                 rig.url, "SELECT count(*) FROM chaos_audit WHERE job_status IS DISTINCT FROM 'running'"
             )[0][0]
-            doubles = figures[f"{prefix}_double_postings"] = _q(
+            doubles = figures[f"{prefix}_double_postings"] = q(
                 rig.url,
                 "SELECT count(*) FROM (SELECT invoice_id FROM ledger_postings GROUP BY 1 HAVING count(*) > 1) d",
             )[0][0]

@@ -30,7 +30,7 @@ CHUNK = 2
 
 
 def test_one_batch_runs_its_chunks_on_different_hosts_and_posts_each_invoice_once(tmp_path: Path) -> None:
-    from chaos.partitions import ingest
+    from chaos.partition_trial import ingest
 
     with BrokerCluster(3) as cluster:
         rig = CeleryRig(cluster, tmp_path / "rig", ttl_s=10)

@@ -17,7 +17,8 @@ import psycopg
 import pytest
 
 from chaos.common import AUDIT_SQL, ScenarioResult, check_common_invariants
-from chaos.partitions import HEARTBEAT_S, TTL_S, trial_one
+from chaos.partition_trial import HEARTBEAT_S, TTL_S
+from chaos.partitions import trial_one
 from invoice_pipeline.db.migrate import migrate
 from pipeline_support.netns import Cluster, unavailable_reason
 

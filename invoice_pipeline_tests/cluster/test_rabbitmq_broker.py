@@ -71,7 +71,7 @@ def rabbit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerClu
 def test_a_batch_run_over_rabbitmq_spreads_its_chunks_and_posts_each_invoice_once(
     rabbit: tuple[BrokerCluster, CeleryRig, Path],
 ) -> None:
-    from chaos.partitions import ingest
+    from chaos.partition_trial import ingest
 
     cluster, rig, _ = rabbit
     ids = ingest(rig.url, INVOICES, "rabbit", random.Random(22))

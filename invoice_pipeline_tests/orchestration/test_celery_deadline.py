@@ -144,7 +144,7 @@ def test_a_run_whose_task_the_broker_lost_is_failed_at_its_deadline_and_its_invo
 ) -> None:
     from dagster import DagsterInstance, DagsterRunStatus
 
-    from chaos.partitions import ingest
+    from chaos.partition_trial import ingest
 
     bin_dir = Path(sys.executable).parent
     ids = ingest(database_url, INVOICES, "deadline", random.Random(7))
