@@ -15,18 +15,21 @@ config as dagster-postgres' own classes; see invoice_pipeline.orchestration.dags
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-# Private on purpose, and the only private Dagster import: dagster.yaml loads a storage by
-# `module`/`class` (public), but the class it loads must speak ConfigurableClass, whose
-# `inst_data` type Dagster 1.13 exports only from dagster._serdes (dagster-postgres imports it
-# from there too), and no public setting pools dagster-postgres' connections outside the
-# webserver. invoice_pipeline_tests/orchestration/test_dagster_storage.py pins what this uses.
-from dagster._serdes import ConfigurableClassData
 from dagster_postgres.event_log.event_log import PostgresEventLogStorage
 from dagster_postgres.run_storage.run_storage import PostgresRunStorage
 from dagster_postgres.schedule_storage.schedule_storage import PostgresScheduleStorage
 from dagster_postgres.utils import get_token_provider_from_config, pg_url_from_config
+
+if TYPE_CHECKING:
+    # For the annotations only, so nothing private is imported at run time: dagster.yaml loads
+    # a storage by `module`/`class` (public), but the class it loads must speak
+    # ConfigurableClass, whose `inst_data` type Dagster 1.13 exports only from dagster._serdes
+    # (dagster-postgres imports it from there too), and no public setting pools
+    # dagster-postgres' connections outside the webserver.
+    # invoice_pipeline_tests/orchestration/test_dagster_storage.py pins what this uses.
+    from dagster._serdes import ConfigurableClassData
 
 # The webserver's own defaults (dagster-webserver --db-statement-timeout, --db-pool-recycle,
 # --db-pool-max-overflow), but with a small overflow: a run worker writes from one thread or two.

@@ -8,7 +8,7 @@ here first, by name, instead of at the first `dagster.yaml` load.
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import Any, get_type_hints
 
 import dagster
 import pytest
@@ -30,7 +30,15 @@ def test_the_private_import_is_checked_against_this_dagster() -> None:
     assert "ConfigurableClassData" not in dir(dagster), "now public: import it from dagster"
     from dagster._serdes import ConfigurableClass, ConfigurableClassData
 
-    assert dagster_storage.ConfigurableClassData is ConfigurableClassData
+    # dagster_storage imports it for its annotations only (under TYPE_CHECKING: mypy checks the
+    # name there); here, that it is the type dagster-postgres' storages take as inst_data.
+    assert "ConfigurableClassData" not in vars(dagster_storage), "imported at run time again"
+    for parent in PARENTS:
+        assert get_type_hints(parent.from_config_value)["inst_data"] == ConfigurableClassData | None
+        assert get_type_hints(
+            getattr(dagster_storage, f"Pooled{parent.__name__}").from_config_value,
+            vars(dagster_storage) | {"ConfigurableClassData": ConfigurableClassData},
+        )["inst_data"] == (ConfigurableClassData | None)
     assert ConfigurableClassData._fields == ("module_name", "class_name", "config_yaml")
     assert all(issubclass(parent, ConfigurableClass) for parent in PARENTS)
 
