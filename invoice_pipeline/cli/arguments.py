@@ -91,3 +91,13 @@ def checked_org(org: str) -> str:
     if (problem := org_problem(org)) is not None:
         raise ConfigError(f"--org: {problem}")
     return org
+
+
+def add_batch_size_argument(parser: argparse.ArgumentParser) -> None:
+    """`--batch-size`, for the commands that process (process, demo)."""
+    parser.add_argument(
+        "--batch-size",
+        type=positive_int,
+        default=None,
+        help="invoices per run (default: INVOICE_PIPELINE_BATCH_SIZE)",
+    )

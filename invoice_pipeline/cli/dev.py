@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from invoice_pipeline.cli.arguments import port_number, positive_int
+from invoice_pipeline.cli.arguments import add_batch_size_argument, port_number, positive_int
 from invoice_pipeline.cli.output import progress
 from invoice_pipeline.cli.process import process_due
 from invoice_pipeline.cli.store import open_store
@@ -265,10 +265,5 @@ def add_dev_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     demo = sub.add_parser("demo", help="generate samples, ingest, process through Dagster, summarise")
     demo.add_argument("--count", type=positive_int, default=30)
     demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument(
-        "--batch-size",
-        type=positive_int,
-        default=None,
-        help="invoices per run (default: INVOICE_PIPELINE_BATCH_SIZE)",
-    )
+    add_batch_size_argument(demo)
     demo.set_defaults(func=cmd_demo)

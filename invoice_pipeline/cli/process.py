@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from invoice_pipeline.cli.arguments import checked_org, positive_int
+from invoice_pipeline.cli.arguments import add_batch_size_argument, checked_org, positive_int
 from invoice_pipeline.cli.exit_codes import EXIT_INVOICES_FAILED, EXIT_OK
 from invoice_pipeline.cli.output import progress
 from invoice_pipeline.cli.store import open_store
@@ -198,12 +198,7 @@ def add_process_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser
     ingest.add_argument("--org", default="default")
     ingest.set_defaults(func=cmd_ingest)
     process = sub.add_parser("process", help="process every due invoice through the Dagster jobs, headlessly")
-    process.add_argument(
-        "--batch-size",
-        type=positive_int,
-        default=None,
-        help="invoices per run (default: INVOICE_PIPELINE_BATCH_SIZE)",
-    )
+    add_batch_size_argument(process)
     process.add_argument(
         "--workers",
         type=positive_int,

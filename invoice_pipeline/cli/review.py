@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
 
 from invoice_pipeline.cli.arguments import (
@@ -42,6 +42,23 @@ REVIEW_COMMANDS: dict[str, Action] = {
     "reject": "reject",
     "not-duplicate": "not_duplicate",
     "confirm-duplicate": "confirm_duplicate",
+}
+
+
+# The review policy's settings `review policy` sets, each with its argument type and help. An
+# option left out is absent from the arguments (argparse.SUPPRESS): the setting keeps its value.
+POLICY_SETTINGS: dict[str, tuple[Callable[[str], object], str]] = {
+    "auto_approve_limit": (amount_or_none, "hold invoices above this amount (none: no limit)"),
+    "home_currency": (currency_or_none, "hold invoices in any other currency (none: any)"),
+    "stale_after_days": (days_or_none, "hold invoices issued longer ago (none: never)"),
+    "default_currency": (
+        currency_or_none,
+        "the currency of documents that name none (none: hold them as currency_unknown)",
+    ),
+    "register_einvoice_vendors": (
+        yes_or_no,
+        "yes (default): a vendor's first structured e-invoice registers the vendor; no: hold it",
+    ),
 }
 
 
@@ -145,17 +162,7 @@ def cmd_review_list(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_review_policy(args: argparse.Namespace, settings: Settings) -> int:
     checked_org(args.org)
-    changes = {
-        k: getattr(args, k)
-        for k in (
-            "auto_approve_limit",
-            "home_currency",
-            "stale_after_days",
-            "default_currency",
-            "register_einvoice_vendors",
-        )
-        if k in args
-    }
+    changes = {k: getattr(args, k) for k in POLICY_SETTINGS if k in args}
     store = open_store(settings)
     try:
         policy = store.review_policies([args.org])[args.org]
@@ -246,37 +253,9 @@ def add_review_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
 
 
 def add_policy_command(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """`review policy`: each setting left out keeps its value (argparse.SUPPRESS)."""
     policy = actions.add_parser("policy", help="show or set an org's review policy")
     policy.add_argument("--org", required=True)
-    policy.add_argument(
-        "--auto-approve-limit",
-        type=amount_or_none,
-        default=argparse.SUPPRESS,
-        help="hold invoices above this amount (none: no limit)",
-    )
-    policy.add_argument(
-        "--home-currency",
-        type=currency_or_none,
-        default=argparse.SUPPRESS,
-        help="hold invoices in any other currency (none: any)",
-    )
-    policy.add_argument(
-        "--stale-after-days",
-        type=days_or_none,
-        default=argparse.SUPPRESS,
-        help="hold invoices issued longer ago (none: never)",
-    )
-    policy.add_argument(
-        "--default-currency",
-        type=currency_or_none,
-        default=argparse.SUPPRESS,
-        help="the currency of documents that name none (none: hold them as currency_unknown)",
-    )
-    policy.add_argument(
-        "--register-einvoice-vendors",
-        type=yes_or_no,
-        default=argparse.SUPPRESS,
-        help="yes (default): a vendor's first structured e-invoice registers the vendor; no: hold it",
-    )
+    for setting, (kind, help_text) in POLICY_SETTINGS.items():
+        option = "--" + setting.replace("_", "-")
+        policy.add_argument(option, type=kind, default=argparse.SUPPRESS, help=help_text)
     policy.set_defaults(func=cmd_review_policy)
