@@ -1,5 +1,5 @@
-"""Argument types, refused by argparse (exit 2) before anything runs; and the org check every
-command that takes `--org` makes before any SQL."""
+"""Argument types, refused by argparse (exit 2) before anything runs; the org check every
+command that takes `--org` makes before any SQL; `--batch-size`, which two commands take."""
 
 from __future__ import annotations
 
