@@ -39,10 +39,12 @@ from ...domain.fields import FieldSource, InvoiceFields
 from ...domain.review import SHADOW_SOURCE
 from ...domain.validation import KNOWN_CURRENCIES
 from ..extracted import ExtractedText
-from ..ocr import MIN_FIELD_CONFIDENCE, OcrLayout
-from ..text_fields import fields_labelled, find_dates, first_identifier, labelled_date, seller_position_vat
 from .amounts import EXEMPT, Found, Kind, amount_label, ends_in_amount, find_amounts, numbers_in, resolve
+from .labels import fields_labelled
+from .ocr_layout import MIN_FIELD_CONFIDENCE, OcrLayout
+from .page_values import find_dates, first_identifier, labelled_date
 from .parties import LEGAL_MARKERS
+from .seller_buyer import seller_position_vat
 from .words import PageGeometry, Segment, TextBoxes, segments, union
 
 FORMAT_VERSION = 1
@@ -282,7 +284,7 @@ def fingerprint_score(page: Page, words: Sequence[StableWord]) -> float:
 
 def seller_keys(page: Page) -> frozenset[str]:
     """Who issued the page, by an identifier printed in the seller's position: the VAT id of the
-    legal footer, the seller's block or a line naming the seller (`text_fields.seller_position_vat`,
+    legal footer, the seller's block or a line naming the seller (`reading.seller_buyer.seller_position_vat`,
     as the page reader places the seller), else the page's one IBAN (the payment block) when no VAT
     id stands in the seller's position. A VAT id in the buyer's block, a reference or an item
     line is not the seller's; a name never says who the seller is (it may appear anywhere)."""
