@@ -28,6 +28,8 @@ Seg = Segment
 
 @dataclass(frozen=True)
 class Hit(Generic[T]):
+    """A value read off the page: the line of its label, the label, and how sure the rule is."""
+
     value: T
     line: int
     label: str
@@ -47,6 +49,8 @@ COLUMN_SLACK = 6
 
 
 class TextDoc:
+    """A page as lines of segments (columns split where three spaces stand between them)."""
+
     def __init__(self, text: str) -> None:
         self.lines: list[list[Seg]] = segments(text)
 
