@@ -39,7 +39,7 @@ import psycopg
 
 from benchmarks.harness import BenchContext, BenchResult, register
 from invoice_pipeline.documents import BadDocument, extract_fields, extract_text
-from invoice_pipeline.documents.ocr import MIN_FIELD_CONFIDENCE, OcrLayout
+from invoice_pipeline.documents.reading.ocr_layout import MIN_FIELD_CONFIDENCE, OcrLayout
 from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.keys import search_ids
 from invoice_pipeline.domain.matching import MatchCandidate, find_match

@@ -18,7 +18,8 @@ from .errors import TOO_COMPLEX, BadDocument
 from .extracted import ExtractedText
 from .json_format import JSON_SCHEMA_PATH, decode_json_text, fields_from_json, load_invoice_json
 from .limits import DEFAULT_MAX_BYTES, MAX_PDF_PAGES, MAX_TEXT_CHARS, first_unstorable, storable_text
-from .ocr import KEY_FIELDS, METHOD, OcrLayout, illegible, ocr_image
+from .ocr import KEY_FIELDS, METHOD, illegible, ocr_image
+from .reading.ocr_layout import OcrLayout
 from .reading.words import TextBoxes
 from .text_fields import fields_from_text, looks_like_invoice
 from .ubl import fields_from_ubl

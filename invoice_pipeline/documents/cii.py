@@ -6,6 +6,8 @@ the D16B path first and the ZUGFeRD 1 path as a fallback.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from lxml import etree
 
 from ..domain.fields import FieldSource, InvoiceFields
@@ -41,19 +43,41 @@ def _first(
 
 
 def fields_from_cii(root: etree._Element) -> InvoiceFields:
-    c = FieldCollector()
-    top = f"/{root.prefix + ':' if root.prefix else ''}{local_name(root)}"
+    cii = _CiiInvoice(root, FieldCollector())
+    currency = _header(cii)
+    _totals(cii, currency)
+    _parties(cii)
+    _payment(cii)
+    return cii.collector.build()
 
-    def p(rel: str) -> str:
-        return f"{top}/{rel}"
 
+@dataclass(frozen=True)
+class _CiiInvoice:
+    """A CII invoice being read: its root and the fields collected so far."""
+
+    root: etree._Element
+    collector: FieldCollector
+
+    @property
+    def top(self) -> str:
+        """The root element's path, as every field's source starts."""
+        root = self.root
+        return f"/{root.prefix + ':' if root.prefix else ''}{local_name(root)}"
+
+    def path(self, rel: str) -> str:
+        return f"{self.top}/{rel}"
+
+
+def _header(cii: _CiiInvoice) -> str | None:
+    """Number, document type, issue and due dates, and the currency (returned)."""
+    root, c, p = cii.root, cii.collector, cii.path
     node, path = _first(root, _DOC, ("ram:ID",))
     c.set("invoice_number", collapse(text_of(node)), p(path))
 
     node, path = _first(root, _DOC, ("ram:TypeCode",))
     type_code = text_of(node)
     doc_type = "credit_note" if type_code in CREDIT_NOTE_TYPE_CODES else "invoice"
-    c.set("document_type", doc_type, p(path) if type_code else top)
+    c.set("document_type", doc_type, p(path) if type_code else cii.top)
 
     for name, bases, rels in (
         ("issue_date", _DOC, ("ram:IssueDateTime/udt:DateTimeString",)),
@@ -70,7 +94,12 @@ def fields_from_cii(root: etree._Element) -> InvoiceFields:
     node, path = _first(root, _SETTLEMENT, ("ram:InvoiceCurrencyCode",))
     currency = collapse(text_of(node))
     c.set("currency", currency, p(path))
+    return currency
 
+
+def _totals(cii: _CiiInvoice, currency: str | None) -> None:
+    """Payable, net and tax totals from the settlement's summation."""
+    root, c, p = cii.root, cii.collector, cii.path
     amount_rels: dict[str, tuple[str, ...]] = {
         "payable_total": ("ram:DuePayableAmount", "ram:GrandTotalAmount"),
         "net_total": ("ram:TaxBasisTotalAmount",),
@@ -102,6 +131,10 @@ def fields_from_cii(root: etree._Element) -> InvoiceFields:
             c.set("tax_total", amount, p(path))
             break
 
+
+def _parties(cii: _CiiInvoice) -> None:
+    """Seller's and buyer's names and VAT ids (a registration with scheme VA)."""
+    root, c, p = cii.root, cii.collector, cii.path
     for role, name_field in (("ram:SellerTradeParty", "seller_name"), ("ram:BuyerTradeParty", "buyer_name")):
         node, path = _first(root, _AGREEMENT, (f"{role}/ram:Name",))
         c.set(name_field, collapse(text_of(node)), p(path))
@@ -128,6 +161,11 @@ def fields_from_cii(root: etree._Element) -> InvoiceFields:
             value = collapse(text_of(reg))
             if value and (reg.get("schemeID") or "").upper() == "VA" and not c.has("buyer_vat_id"):
                 c.set("buyer_vat_id", value, p(f"{base}/{buyer_vat_path}[@schemeID='VA']"))
+
+
+def _payment(cii: _CiiInvoice) -> None:
+    """The payee's account and the buyer's order reference."""
+    root, c, p = cii.root, cii.collector, cii.path
     node, path = _first(
         root,
         _SETTLEMENT,
@@ -140,4 +178,3 @@ def fields_from_cii(root: etree._Element) -> InvoiceFields:
 
     node, path = _first(root, _AGREEMENT, ("ram:BuyerOrderReferencedDocument/ram:IssuerAssignedID",))
     c.set("po_number", collapse(text_of(node)), p(path))
-    return c.build()

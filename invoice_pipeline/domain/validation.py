@@ -88,26 +88,43 @@ def validate_fields(
     include_warnings: bool = False,
 ) -> list[ValidationProblem]:
     """Problems that stop the invoice, in field order; warnings only when asked for."""
-    today = today or date.today()
-    out: list[ValidationProblem] = []
+    out = [
+        *_identity_problems(fields),
+        *_amount_problems(fields, max_total),
+        *_currency_problems(fields),
+        *_date_problems(fields, today or date.today()),
+        *_totals_problems(fields),
+    ]
+    if include_warnings:
+        return sorted(out, key=lambda p: p.severity != "error")
+    return [p for p in out if p.severity == "error"]
 
-    def add(code: str, name: str | None, reason: str, severity: Severity = "error") -> None:
-        out.append(ValidationProblem(code, name, reason, severity))
 
+def _identity_problems(fields: InvoiceFields) -> list[ValidationProblem]:
+    """No invoice number (duplicates could not be found), or nothing that names the vendor."""
+    out = []
     if not (fields.invoice_number or "").strip():
-        add(
-            "missing_invoice_number",
-            "invoice_number",
-            "no invoice number found; it is needed to detect duplicates",
+        out.append(
+            ValidationProblem(
+                "missing_invoice_number",
+                "invoice_number",
+                "no invoice number found; it is needed to detect duplicates",
+            )
         )
-
     if not (fields.seller_name or "").strip() and not (fields.seller_vat_id or "").strip():
-        add(
-            "missing_seller",
-            "seller_name",
-            "neither seller name nor seller VAT id found; cannot identify the vendor",
+        out.append(
+            ValidationProblem(
+                "missing_seller",
+                "seller_name",
+                "neither seller name nor seller VAT id found; cannot identify the vendor",
+            )
         )
+    return out
 
+
+def _amount_problems(fields: InvoiceFields, max_total: Decimal) -> list[ValidationProblem]:
+    """Amounts that are not numbers, no payable total, or one beyond the plausibility limit."""
+    out = []
     amounts = {
         "net_total": fields.net_total,
         "tax_total": fields.tax_total,
@@ -116,60 +133,59 @@ def validate_fields(
     for name, value in amounts.items():
         bad = _unparseable(fields, name)
         if bad is not None:
-            add(
-                "bad_amount", name, f"{name} is not a number ({bad.reason}); correct the amount at the source"
-            )
+            reason = f"{name} is not a number ({bad.reason}); correct the amount at the source"
+            out.append(ValidationProblem("bad_amount", name, reason))
         elif value is not None and not value.is_finite():
-            add(
-                "bad_amount",
-                name,
-                f"{name} is {value}, not a finite amount; correct the amount at the source",
-            )
+            reason = f"{name} is {value}, not a finite amount; correct the amount at the source"
+            out.append(ValidationProblem("bad_amount", name, reason))
 
     payable = fields.payable_total
     if payable is None and _unparseable(fields, "payable_total") is None:
         src = fields.sources.get("payable_total")
         hint = f" ({src.reason})" if src and src.reason else ""
-        add("missing_total", "payable_total", f"no payable total found{hint}; the amount due is required")
-    elif payable is not None and payable.is_finite():
-        if abs(payable) > max_total:
-            add(
-                "amount_too_large",
-                "payable_total",
-                f"total {payable} exceeds the plausibility limit {max_total}; check for a misplaced decimal separator",
-            )
+        reason = f"no payable total found{hint}; the amount due is required"
+        out.append(ValidationProblem("missing_total", "payable_total", reason))
+    elif payable is not None and payable.is_finite() and abs(payable) > max_total:
+        reason = f"total {payable} exceeds the plausibility limit {max_total}; check for a misplaced decimal separator"
+        out.append(ValidationProblem("amount_too_large", "payable_total", reason))
+    return out
 
+
+def _currency_problems(fields: InvoiceFields) -> list[ValidationProblem]:
+    """No currency (a warning), or one that is not ISO 4217."""
     if fields.currency is None:
-        add("missing_currency", "currency", "no currency code found", "warning")
-    elif not is_known_currency(fields.currency):
-        add(
-            "unknown_currency",
-            "currency",
-            f"currency {fields.currency!r} is not an ISO 4217 code; expected e.g. EUR, USD, GBP",
-        )
+        return [ValidationProblem("missing_currency", "currency", "no currency code found", "warning")]
+    if not is_known_currency(fields.currency):
+        reason = f"currency {fields.currency!r} is not an ISO 4217 code; expected e.g. EUR, USD, GBP"
+        return [ValidationProblem("unknown_currency", "currency", reason)]
+    return []
 
+
+def _date_problems(fields: InvoiceFields, today: date) -> list[ValidationProblem]:
+    """Dates that are no calendar date, no issue date (a warning), or an implausible one."""
+    out = []
     for name in ("issue_date", "due_date"):
         bad = _unparseable(fields, name)
         if bad is not None:
-            add("bad_date", name, f"{name} is not a real calendar date ({bad.reason})")
+            out.append(
+                ValidationProblem("bad_date", name, f"{name} is not a real calendar date ({bad.reason})")
+            )
     issue = fields.issue_date
     if issue is None and _unparseable(fields, "issue_date") is None:
-        add("missing_issue_date", "issue_date", "no issue date found", "warning")
+        out.append(ValidationProblem("missing_issue_date", "issue_date", "no issue date found", "warning"))
     if issue is not None:
         if issue < EARLIEST_ISSUE_DATE:
-            add(
-                "bad_date",
-                "issue_date",
-                f"issue date {issue} is before {EARLIEST_ISSUE_DATE}; probably mistyped",
-            )
+            reason = f"issue date {issue} is before {EARLIEST_ISSUE_DATE}; probably mistyped"
+            out.append(ValidationProblem("bad_date", "issue_date", reason))
         elif issue > today + MAX_FUTURE:
-            add(
-                "bad_date",
-                "issue_date",
-                f"issue date {issue} is more than a year in the future; probably mistyped",
-            )
+            reason = f"issue date {issue} is more than a year in the future; probably mistyped"
+            out.append(ValidationProblem("bad_date", "issue_date", reason))
+    return out
 
-    net, tax = fields.net_total, fields.tax_total
+
+def _totals_problems(fields: InvoiceFields) -> list[ValidationProblem]:
+    """Net + tax that differs from the payable total (a warning: prepayments and rounding exist)."""
+    net, tax, payable = fields.net_total, fields.tax_total, fields.payable_total
     if (
         net is not None
         and tax is not None
@@ -177,17 +193,12 @@ def validate_fields(
         and all(v.is_finite() for v in (net, tax, payable))
         and abs(net + tax - payable) > TOTALS_TOLERANCE
     ):
-        add(
-            "totals_mismatch",
-            "payable_total",
+        reason = (
             f"net {net} + tax {tax} = {net + tax} differs from payable {payable} "
-            "(fine when prepayments or rounding apply)",
-            "warning",
+            "(fine when prepayments or rounding apply)"
         )
-
-    if include_warnings:
-        return sorted(out, key=lambda p: p.severity != "error")
-    return [p for p in out if p.severity == "error"]
+        return [ValidationProblem("totals_mismatch", "payable_total", reason, "warning")]
+    return []
 
 
 def posting_gaps(fields: InvoiceFields) -> list[str]:

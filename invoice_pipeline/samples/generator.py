@@ -168,86 +168,13 @@ def generate_samples(
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     b = _Builder(out_dir, seed)
-    base: list[tuple[str, SampleInvoice, str]] = []
-    for i in range(count):
-        fmt = BASE_FORMATS[i % len(BASE_FORMATS)]
-        inv = b.invoice()
-        base.append(
-            (b.add_invoice(f"invoice_{fmt.replace('-pdf', '')}", inv, fmt, note="original"), inv, fmt)
-        )
-
+    base = _add_originals(b, count)
     if count >= 4:
-        name0, inv0, fmt0 = base[0]
-        b.add(
-            "resent_identical",
-            name0.rsplit(".", 1)[1],
-            (out_dir / name0).read_bytes(),
-            fmt0,
-            expected=inv0.to_fields(),
-            duplicate_of=name0,
-            note="byte-identical re-send",
-        )
-        name1, inv1, fmt1 = base[1]
-        b.add_invoice(
-            "resent_renumbered",
-            replace(inv1, invoice_number=_reformat_number(inv1.invoice_number)),
-            fmt1,
-            duplicate_of=name1,
-            note=f"same invoice, number reformatted {inv1.invoice_number} -> {_reformat_number(inv1.invoice_number)}",
-        )
-        name2, inv2, fmt2 = base[2]
-        for other in ("ubl", "cii", "pdf"):
-            if other != fmt2:
-                b.add_invoice(
-                    f"copy_as_{other}",
-                    inv2,
-                    other,
-                    duplicate_of=name2,
-                    note=f"{fmt2} invoice re-sent as {other}",
-                )
-
-        _, inv3, _ = base[3]
-        other_seller = next(s for s in b.sellers if s.name != inv3.seller.name and s.vat_id)
-        b.add_invoice(
-            "same_number_other_vendor",
-            replace(b.invoice(seller=other_seller), invoice_number=inv3.invoice_number),
-            "ubl",
-            note="look-alike: same invoice number, different vendor",
-        )
-        b.add_invoice(
-            "same_number_other_amount",
-            replace(
-                inv3, lines=inv3.lines + (Line("Additional item", Decimal(1), Decimal("99.90"), Decimal(19)),)
-            ),
-            "cii",
-            note="look-alike: same vendor and number, different total (a different invoice)",
-        )
-        b.add_invoice(
-            "credit_note_same_number",
-            replace(inv3, document_type="credit_note"),
-            "ubl",
-            note="credit note reusing the invoice number; not a duplicate",
-        )
-        b.add_invoice(
-            "credit_note_pdf",
-            replace(b.invoice(), document_type="credit_note", due_date=None),
-            "pdf",
-            note="credit note as PDF",
-        )
-
-    sql_vendor = replace(
-        b.sellers[0], name="Robert'); DROP TABLE invoices; --\x07\x1b Supplies", vat_id=None, country="US"
-    )
-    b.add_invoice(
-        "hostile_vendor_name",
-        b.invoice(seller=sql_vendor, currency="USD"),
-        "json",
-        note="vendor name with SQL and control characters: must be stored verbatim and processed",
-    )
-
+        _add_resends(b, base)
+        _add_look_alikes(b, base[3])
+    _add_hostile_vendor(b)
     if scans and count >= 1:
         _add_scans(b, base[0])
-
     if bad:
         _add_bad_inputs(b)
     _add_review_cases(b)
@@ -259,7 +186,99 @@ def generate_samples(
     return sample_set
 
 
-def _add_scans(b: _Builder, original: tuple[str, SampleInvoice, str]) -> None:
+# An original as written: its file name, the invoice drawn, and its format.
+_Original = tuple[str, SampleInvoice, str]
+
+
+def _add_originals(b: _Builder, count: int) -> list[_Original]:
+    """`count` distinct valid invoices, the formats taking turns."""
+    base: list[_Original] = []
+    for i in range(count):
+        fmt = BASE_FORMATS[i % len(BASE_FORMATS)]
+        inv = b.invoice()
+        base.append(
+            (b.add_invoice(f"invoice_{fmt.replace('-pdf', '')}", inv, fmt, note="original"), inv, fmt)
+        )
+    return base
+
+
+def _add_resends(b: _Builder, base: list[_Original]) -> None:
+    """Duplicates of the first three originals: byte-identical, renumbered, in the other formats."""
+    name0, inv0, fmt0 = base[0]
+    b.add(
+        "resent_identical",
+        name0.rsplit(".", 1)[1],
+        (b.out / name0).read_bytes(),
+        fmt0,
+        expected=inv0.to_fields(),
+        duplicate_of=name0,
+        note="byte-identical re-send",
+    )
+    name1, inv1, fmt1 = base[1]
+    b.add_invoice(
+        "resent_renumbered",
+        replace(inv1, invoice_number=_reformat_number(inv1.invoice_number)),
+        fmt1,
+        duplicate_of=name1,
+        note=f"same invoice, number reformatted {inv1.invoice_number} -> {_reformat_number(inv1.invoice_number)}",
+    )
+    name2, inv2, fmt2 = base[2]
+    for other in ("ubl", "cii", "pdf"):
+        if other != fmt2:
+            b.add_invoice(
+                f"copy_as_{other}",
+                inv2,
+                other,
+                duplicate_of=name2,
+                note=f"{fmt2} invoice re-sent as {other}",
+            )
+
+
+def _add_look_alikes(b: _Builder, original: _Original) -> None:
+    """Invoices that look like `original` and are not duplicates of it, and a credit note as PDF."""
+    _, inv3, _ = original
+    other_seller = next(s for s in b.sellers if s.name != inv3.seller.name and s.vat_id)
+    b.add_invoice(
+        "same_number_other_vendor",
+        replace(b.invoice(seller=other_seller), invoice_number=inv3.invoice_number),
+        "ubl",
+        note="look-alike: same invoice number, different vendor",
+    )
+    b.add_invoice(
+        "same_number_other_amount",
+        replace(
+            inv3, lines=inv3.lines + (Line("Additional item", Decimal(1), Decimal("99.90"), Decimal(19)),)
+        ),
+        "cii",
+        note="look-alike: same vendor and number, different total (a different invoice)",
+    )
+    b.add_invoice(
+        "credit_note_same_number",
+        replace(inv3, document_type="credit_note"),
+        "ubl",
+        note="credit note reusing the invoice number; not a duplicate",
+    )
+    b.add_invoice(
+        "credit_note_pdf",
+        replace(b.invoice(), document_type="credit_note", due_date=None),
+        "pdf",
+        note="credit note as PDF",
+    )
+
+
+def _add_hostile_vendor(b: _Builder) -> None:
+    sql_vendor = replace(
+        b.sellers[0], name="Robert'); DROP TABLE invoices; --\x07\x1b Supplies", vat_id=None, country="US"
+    )
+    b.add_invoice(
+        "hostile_vendor_name",
+        b.invoice(seller=sql_vendor, currency="USD"),
+        "json",
+        note="vendor name with SQL and control characters: must be stored verbatim and processed",
+    )
+
+
+def _add_scans(b: _Builder, original: _Original) -> None:
     name, inv, _ = original
     scan_rng = random.Random(b.rng.random())
     b.add(

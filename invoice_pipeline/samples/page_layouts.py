@@ -274,17 +274,34 @@ def page_pdf(case: PageCase, *, grow: int = 0, items: int = 0, labels: PageLabel
     """The page; `grow` extra lines push everything under the letterhead down (a longer address),
     `items` item rows push the totals further (a longer invoice), `labels` replace the language's
     (a vendor's own wording). All left out: the page as always."""
-    lab = labels or PAGE_LABELS[case.lang]
-    top = 6.0 * grow
-    money = (
-        (lambda v: f"{fmt_amount(v, case.number_format)} {case.currency}")
-        if case.show_currency
-        else (lambda v: fmt_amount(v, case.number_format))
-    )
     pdf = FPDF(format="A4")
     pdf.set_creation_date(FIXED_PDF_DATE)
     pdf.set_auto_page_break(False)  # the legal footer sits below fpdf's default bottom margin
     pdf.add_page()
+    page = _PageDrawing(pdf, case, labels or PAGE_LABELS[case.lang], top=6.0 * grow)
+    _letterhead_and_address(page, grow)
+    _item_rows(page, items)
+    _heading_and_header(page)
+    _totals(page, items)
+    _legal_footer(page)
+    out = io.BytesIO()
+    pdf.output(out)
+    return out.getvalue()
+
+
+@dataclass(frozen=True)
+class _PageDrawing:
+    """A page case being drawn, in the order fpdf writes it (the PDF's bytes depend on it)."""
+
+    pdf: FPDF
+    case: PageCase
+    labels: PageLabels
+    top: float  # how far a longer address pushes everything under the letterhead down
+
+
+def _letterhead_and_address(page: _PageDrawing, grow: int) -> None:
+    """The seller's letterhead (not on a footer-seller page) and the buyer's address block."""
+    pdf, case, lab = page.pdf, page.case, page.labels
     if case.variant != "footer_seller":
         pdf.set_font("Helvetica", "B", 15)
         pdf.set_xy(20, 15)
@@ -300,9 +317,18 @@ def page_pdf(case: PageCase, *, grow: int = 0, items: int = 0, labels: PageLabel
     for k, text in enumerate(address):
         pdf.set_xy(20, 45 + 6 * k)
         pdf.cell(60, 5, text)
+
+
+def _item_rows(page: _PageDrawing, items: int) -> None:
     for k in range(items):
-        pdf.set_xy(20, 104 + top + 6 * k)
-        pdf.cell(150, 5, f"{k + 1}. Service item {k + 1}")
+        page.pdf.set_xy(20, 104 + page.top + 6 * k)
+        page.pdf.cell(150, 5, f"{k + 1}. Service item {k + 1}")
+
+
+def _heading_and_header(page: _PageDrawing) -> None:
+    """The heading, then number and dates: labelled in a header block, or (heading_number) the
+    number and issue date under the heading with only the due date labelled."""
+    pdf, case, lab, top = page.pdf, page.case, page.labels, page.top
     pdf.set_font("Helvetica", "B", 16)
     pdf.set_xy(20, 80 + top)
     pdf.cell(80, 8, lab.heading)
@@ -324,6 +350,16 @@ def page_pdf(case: PageCase, *, grow: int = 0, items: int = 0, labels: PageLabel
         pdf.set_xy(110, 45 + top + 6 * k)
         pdf.cell(40, 5, f"{label}:")
         pdf.cell(40, 5, value)
+
+
+def _totals(page: _PageDrawing, items: int) -> None:
+    """Net, the tax rows (and their total), gross, and prepaid then due when something was prepaid."""
+    pdf, case, lab = page.pdf, page.case, page.labels
+
+    def money(value: Decimal) -> str:
+        shown = fmt_amount(value, case.number_format)
+        return f"{shown} {case.currency}" if case.show_currency else shown
+
     rows: list[tuple[str, Decimal]] = [(lab.net, case.net)]
     rows += [(lab.tax.format(rate=f"{rate}"), tax) for rate, tax in case.tax_rows]
     if len(case.tax_rows) > 1:
@@ -333,12 +369,17 @@ def page_pdf(case: PageCase, *, grow: int = 0, items: int = 0, labels: PageLabel
         rows.append((lab.prepaid, case.prepaid))
         rows.append((lab.due, case.amount_due))
     x = 110 if case.totals_right else 20
-    y = 110.0 + top + 6 * items
+    y = 110.0 + page.top + 6 * items
     for label, amount in rows:
         pdf.set_xy(x, y)
         pdf.cell(50, 6, label)
         pdf.cell(35, 6, money(amount), align="R")
         y += 6
+
+
+def _legal_footer(page: _PageDrawing) -> None:
+    """The print stamp, then the seller's name and VAT id: one line, or a three-line legal footer."""
+    pdf, case, lab = page.pdf, page.case, page.labels
     pdf.set_font("Helvetica", "", 7)
     pdf.set_xy(20, 270)
     pdf.cell(170, 4, f"{lab.stamp} 02.01.2019")
@@ -355,6 +396,3 @@ def page_pdf(case: PageCase, *, grow: int = 0, items: int = 0, labels: PageLabel
         ):
             pdf.set_xy(20, 276 + 4 * k)
             pdf.cell(170, 4, text)
-    out = io.BytesIO()
-    pdf.output(out)
-    return out.getvalue()

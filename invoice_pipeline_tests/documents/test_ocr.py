@@ -22,7 +22,7 @@ from invoice_pipeline.documents import BadDocument, ExtractedText, extract_field
 from invoice_pipeline.documents import ocr as ocr_module
 from invoice_pipeline.documents.detect import sniff
 from invoice_pipeline.documents.limits import MAX_OCR_PAGES
-from invoice_pipeline.documents.ocr import OcrLayout, OcrLine, OcrPage
+from invoice_pipeline.documents.reading.ocr_layout import MIN_FIELD_CONFIDENCE, OcrLayout, OcrLine, OcrPage
 from invoice_pipeline.documents.sandbox import Sandbox, SandboxLimits
 from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.samples.render import SampleInvoice, letter_pdf, render_invoice
@@ -55,7 +55,7 @@ def _assert_reads(fields: object, expected: object, page: int = 1) -> None:
         assert getattr(fields, name) == getattr(expected, name), name
         source = fields.sources[name]  # type: ignore[attr-defined]
         assert source.source.startswith(f"ocr:page {page}:"), (name, source)
-        assert ocr_module.MIN_FIELD_CONFIDENCE <= source.confidence <= 1.0, (name, source)
+        assert MIN_FIELD_CONFIDENCE <= source.confidence <= 1.0, (name, source)
 
 
 # -- without the engine ------------------------------------------------------------------------------

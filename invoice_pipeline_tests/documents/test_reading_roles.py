@@ -9,8 +9,9 @@ import datetime as dt
 from decimal import Decimal
 
 from invoice_pipeline.documents.reading.amounts import EXEMPT, find_amounts, resolve
+from invoice_pipeline.documents.reading.page_values import currency_of_vat_id
 from invoice_pipeline.documents.reading.parties import name_like
-from invoice_pipeline.documents.text_fields import currency_of_vat_id, fields_from_text
+from invoice_pipeline.documents.text_fields import fields_from_text
 from invoice_pipeline.domain.fields import FieldSource
 
 TOTALS = """

@@ -9,7 +9,7 @@ from decimal import Decimal
 import pytest
 
 from invoice_pipeline.documents import extract_fields, extract_text
-from invoice_pipeline.documents.text_fields import first_identifier, vat_value
+from invoice_pipeline.documents.reading.page_values import first_identifier, vat_value
 from invoice_pipeline.samples.render import Line, Party, SampleInvoice, invoice_pdf
 
 

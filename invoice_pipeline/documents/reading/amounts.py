@@ -381,19 +381,96 @@ class _Tax:
 
 def resolve(found: Sequence[Found], *, exempt: bool, source_of: Callable[[Found], FieldSource]) -> Resolution:
     """The payable total the page's arithmetic supports, and whether it confirms it."""
-    candidates = tuple(AmountCandidate(_role(f.kind), f.amount, source_of(f)) for f in found)
+    printed = _Printed.of(found, exempt, source_of)
+    payable, targets, refusal = _payable(printed)
+    if refusal is not None:
+        return printed.unconfirmed(payable, refusal)
+    assert payable is not None  # no refusal: a due or a gross amount was found
+    taxes, refusal = _tax_options(printed)
+    if refusal is not None:
+        return printed.unconfirmed(payable, refusal)
+    best = _first_closing_chain(printed, targets, taxes)
+    if best is None:
+        return printed.unconfirmed(payable, _why_unconfirmed(printed, payable, taxes))
+    net, tax, rule = best
+    return Resolution(
+        payable,
+        net,
+        tax.amount if tax else Decimal("0.00"),
+        tax.found if tax else None,
+        AmountCheck(True, rule, printed.candidates),
+    )
 
-    def of(kind: Kind, rows: bool = False) -> list[Found]:
-        return [f for f in found if f.kind == kind and f.rate_row == rows]
 
-    dues, grosses, nets = of("due"), of("gross"), of("net")
-    prepaids = [f for f in of("prepaid") if f.amount != 0]
-    roundings = of("rounding")
-    taxes: list[_Tax] = [_Tax(f.amount, f, f"tax {_fmt(f.amount)}", Decimal("0.02")) for f in of("tax")]
-    rate_rows = of("tax", rows=True)
-    # Each breakdown is summed on its own: the rows of one column under its header, or the rows
-    # that carry their rate in their own label. A table with a net column and a tax column under
-    # tax-ish headers holds two breakdowns, and only the tax column's can add up to the total.
+@dataclass(frozen=True)
+class _Printed:
+    """The page's labelled amounts by kind, as the resolver weighs them."""
+
+    candidates: tuple[AmountCandidate, ...]
+    dues: list[Found]
+    grosses: list[Found]
+    nets: list[Found]
+    labelled_taxes: list[Found]  # tax totals with a label of their own (not per-rate rows)
+    rate_rows: list[Found]
+    prepaids: list[Found]  # the non-zero ones
+    roundings: list[Found]
+    exempt: bool  # the page says no VAT is charged
+
+    @classmethod
+    def of(cls, found: Sequence[Found], exempt: bool, source_of: Callable[[Found], FieldSource]) -> _Printed:
+        def of(kind: Kind, rows: bool = False) -> list[Found]:
+            return [f for f in found if f.kind == kind and f.rate_row == rows]
+
+        return cls(
+            candidates=tuple(AmountCandidate(_role(f.kind), f.amount, source_of(f)) for f in found),
+            dues=of("due"),
+            grosses=of("gross"),
+            nets=of("net"),
+            labelled_taxes=of("tax"),
+            rate_rows=of("tax", rows=True),
+            prepaids=[f for f in of("prepaid") if f.amount != 0],
+            roundings=of("rounding"),
+            exempt=exempt,
+        )
+
+    def unconfirmed(self, payable: Found | None, why: str) -> Resolution:
+        """`payable` as the page labels it, not confirmed by its arithmetic, for `why`."""
+        net = max(self.nets, key=lambda f: (f.strength, f.label_seg.line), default=None)
+        tax = max(self.labelled_taxes, key=lambda f: (f.strength, f.label_seg.line), default=None)
+        return Resolution(
+            payable, net, tax.amount if tax else None, tax, AmountCheck(False, why, self.candidates)
+        )
+
+
+def _payable(printed: _Printed) -> tuple[Found | None, list[Found], str | None]:
+    """Which printed amount would be paid: the amount due when one is labelled, else the gross.
+
+    (payable, the amounts a chain must reach, why the page cannot confirm it or None)."""
+    dues, grosses = printed.dues, printed.grosses
+    if dues:
+        strongest = max(f.strength for f in dues)
+        top = [f for f in dues if f.strength == strongest]
+        payable = max(top, key=lambda f: f.label_seg.line)
+        if len({f.amount for f in top}) > 1:
+            shown = ", ".join(_fmt(f.amount) for f in top)
+            return payable, [], f"the page labels different amounts as due ({shown})"
+        return payable, [payable], None
+    if grosses:
+        strongest = max(f.strength for f in grosses)
+        top = [f for f in grosses if f.strength == strongest]
+        payable = max(top, key=lambda f: (f.amount, f.label_seg.line))
+        if printed.prepaids:
+            amount = _fmt(printed.prepaids[0].amount)
+            return payable, top, f"prepaid {amount} is printed but no amount due after it to check"
+        return payable, top, None
+    return None, [], "no amount labelled as due or as the gross total"
+
+
+def _rate_row_taxes(rate_rows: Sequence[Found]) -> list[_Tax]:
+    """The tax of each per-rate breakdown, summed on its own: the rows of one column under its
+    header, or the rows that carry their rate in their own label. A table with a net column and a
+    tax column under tax-ish headers holds two breakdowns, and only the tax column's can add up
+    to the total."""
     breakdowns: dict[object, list[Found]] = {}
     for f in rate_rows:
         under_header = f.value_seg.line != f.label_seg.line
@@ -405,106 +482,93 @@ def resolve(found: Sequence[Found], *, exempt: bool, source_of: Callable[[Found]
         total = sum((f.amount for f in rows), Decimal(0))
         shown = " + ".join(_fmt(f.amount) for f in rows)
         row_taxes.append(_Tax(total, None, f"tax rows {shown}", max(Decimal("0.02"), CENT * len(rows))))
+    return row_taxes
 
-    def unconfirmed(payable: Found | None, why: str) -> Resolution:
-        net = max(nets, key=lambda f: (f.strength, f.label_seg.line), default=None)
-        tax = max(of("tax"), key=lambda f: (f.strength, f.label_seg.line), default=None)
-        return Resolution(payable, net, tax.amount if tax else None, tax, AmountCheck(False, why, candidates))
 
-    # Which printed amount would be paid: the amount due when one is labelled, else the gross.
-    if dues:
-        strongest = max(f.strength for f in dues)
-        top = [f for f in dues if f.strength == strongest]
-        payable = max(top, key=lambda f: f.label_seg.line)
-        if len({f.amount for f in top}) > 1:
-            shown = ", ".join(_fmt(f.amount) for f in top)
-            return unconfirmed(payable, f"the page labels different amounts as due ({shown})")
-        targets = [payable]
-    elif grosses:
-        strongest = max(f.strength for f in grosses)
-        top = [f for f in grosses if f.strength == strongest]
-        payable = max(top, key=lambda f: (f.amount, f.label_seg.line))
-        targets = top
-        if prepaids:
-            return unconfirmed(
-                payable,
-                f"prepaid {_fmt(prepaids[0].amount)} is printed but no amount due after it to check",
-            )
-    else:
-        return unconfirmed(None, "no amount labelled as due or as the gross total")
-
+def _tax_options(printed: _Printed) -> tuple[list[_Tax], str | None]:
+    """The tax amounts a chain may use (labelled totals, then breakdowns that add up to one), or
+    why the page's taxes or prepaid amounts contradict each other."""
+    taxes = [_Tax(f.amount, f, f"tax {_fmt(f.amount)}", Decimal("0.02")) for f in printed.labelled_taxes]
+    row_taxes = _rate_row_taxes(printed.rate_rows)
     if row_taxes and taxes:
         adding_up = [r for r in row_taxes if any(abs(t.amount - r.amount) <= r.tolerance for t in taxes)]
         if not adding_up:
             shown = "; ".join(r.what for r in row_taxes)
-            return unconfirmed(payable, f"the per-rate {shown} do not add up to the tax total")
+            return taxes, f"the per-rate {shown} do not add up to the tax total"
         row_taxes = adding_up
     taxes += row_taxes
-    if len({f.amount for f in prepaids}) > 1:
-        return unconfirmed(payable, "the page prints different prepaid amounts")
-    tax_options: list[_Tax | None] = [*taxes, None]
-    best: tuple[Found, Found | None, _Tax | None, str] | None = None
+    if len({f.amount for f in printed.prepaids}) > 1:
+        return taxes, "the page prints different prepaid amounts"
+    return taxes, None
+
+
+def _gross_chains(printed: _Printed, target: Found) -> list[tuple[Found | None, str]]:
+    """The grosses a payable amount is reached from, each with its rule's tail: for an amount due,
+    gross + rounding - prepaid = due (or no gross, with nothing prepaid); a gross is its own."""
+    if target.kind != "due":
+        return [(target, "nothing prepaid")]
+    chains: list[tuple[Found | None, str]] = []
+    prepaid = printed.prepaids[0] if printed.prepaids else None
+    for gross, rounding in product([*printed.grosses, None], [*printed.roundings, None]):
+        if gross is None and (rounding is not None or prepaid is not None):
+            continue
+        if gross is None:
+            chains.append((None, "nothing prepaid"))
+            continue
+        value = gross.amount + (rounding.amount if rounding else 0) - (prepaid.amount if prepaid else 0)
+        if value != target.amount or gross.value_seg == target.value_seg:
+            continue
+        steps = f"gross {_fmt(gross.amount)}"
+        if rounding is not None:
+            steps += f" + rounding {_fmt(rounding.amount)}"
+        if prepaid is not None:
+            steps += f" - prepaid {_fmt(prepaid.amount)}"
+        chains.append((gross, f"{steps} = due {_fmt(target.amount)}"))
+    return chains
+
+
+def _first_closing_chain(
+    printed: _Printed, targets: Sequence[Found], taxes: Sequence[_Tax]
+) -> tuple[Found, _Tax | None, str] | None:
+    """The first net (+ tax) that adds up to a target through one of its chains, with its rule."""
     for target in targets:
-        if target.kind == "due":
-            # gross + rounding - prepaid = due, and net + tax = gross (or = due, with no gross).
-            chains: list[tuple[Found | None, str]] = []
-            prepaid = prepaids[0] if prepaids else None
-            for gross, rounding in product([*grosses, None], [*roundings, None]):
-                if gross is None and (rounding is not None or prepaid is not None):
-                    continue
-                if gross is None:
-                    chains.append((None, "nothing prepaid"))
-                    continue
-                value = (
-                    gross.amount + (rounding.amount if rounding else 0) - (prepaid.amount if prepaid else 0)
-                )
-                if value != target.amount or gross.value_seg == target.value_seg:
-                    continue
-                steps = f"gross {_fmt(gross.amount)}"
-                if rounding is not None:
-                    steps += f" + rounding {_fmt(rounding.amount)}"
-                if prepaid is not None:
-                    steps += f" - prepaid {_fmt(prepaid.amount)}"
-                chains.append((gross, f"{steps} = due {_fmt(target.amount)}"))
-        else:
-            chains = [(target, "nothing prepaid")]
-        for gross, tail in chains:
-            top_amount = gross.amount if gross is not None else target.amount
-            top_name = "gross" if gross is not None else "due"
-            for net, tax in product(nets, tax_options):
-                if (
-                    net.value_seg in (target.value_seg, gross.value_seg if gross else None)
-                    and tax is not None
-                ):
-                    continue
-                if tax is None:
-                    # No tax row: only where the page says no VAT is charged, and net and the
-                    # total are separately printed.
-                    if not exempt or net.amount != top_amount or net.value_seg == (gross or target).value_seg:
-                        continue
-                    head = f"net {_fmt(net.amount)} = {top_name} {_fmt(top_amount)} (VAT exemption stated)"
-                else:
-                    if tax.found is not None and tax.found.value_seg == net.value_seg:
-                        continue
-                    if abs(net.amount + tax.amount - top_amount) > tax.tolerance:
-                        continue
-                    # A printed tax of 0.00 is a statement like any other row (an
-                    # intra-EU or export invoice): net + 0.00 = total closes the chain. Only a
-                    # missing tax row needs the page to say why (above).
-                    head = f"net {_fmt(net.amount)} + {tax.what} = {top_name} {_fmt(top_amount)}"
-                rule = f"{head}; {tail}"
-                if best is None:
-                    best = (net, tax.found if tax else None, tax, rule)
-    if best is None:
-        if not nets or (not taxes and not exempt):
-            what = "due" if payable.kind == "due" else "gross"
-            why = f"no net/tax found to check the {what} {_fmt(payable.amount)} against"
-        else:
-            why = f"no printed net + tax adds up to the {payable.kind} {_fmt(payable.amount)}"
-            if prepaids and payable.kind == "due":
-                why += f" after prepaid {_fmt(prepaids[0].amount)}"
-        return unconfirmed(payable, why)
-    net, tax_found, tax, rule = best
-    return Resolution(
-        payable, net, tax.amount if tax else Decimal("0.00"), tax_found, AmountCheck(True, rule, candidates)
-    )
+        for gross, tail in _gross_chains(printed, target):
+            for net, tax in product(printed.nets, [*taxes, None]):
+                head = _net_plus_tax(printed, target, gross, net, tax)
+                if head is not None:
+                    return net, tax, f"{head}; {tail}"
+    return None
+
+
+def _net_plus_tax(
+    printed: _Printed, target: Found, gross: Found | None, net: Found, tax: _Tax | None
+) -> str | None:
+    """The rule "net + tax = total" when these printed amounts make it, else None."""
+    top_amount = gross.amount if gross is not None else target.amount
+    top_name = "gross" if gross is not None else "due"
+    if net.value_seg in (target.value_seg, gross.value_seg if gross else None) and tax is not None:
+        return None
+    if tax is None:
+        # No tax row: only where the page says no VAT is charged, and net and the total are
+        # separately printed.
+        if not printed.exempt or net.amount != top_amount or net.value_seg == (gross or target).value_seg:
+            return None
+        return f"net {_fmt(net.amount)} = {top_name} {_fmt(top_amount)} (VAT exemption stated)"
+    if tax.found is not None and tax.found.value_seg == net.value_seg:
+        return None
+    if abs(net.amount + tax.amount - top_amount) > tax.tolerance:
+        return None
+    # A printed tax of 0.00 is a statement like any other row (an intra-EU or export invoice):
+    # net + 0.00 = total closes the chain. Only a missing tax row needs the page to say why (above).
+    return f"net {_fmt(net.amount)} + {tax.what} = {top_name} {_fmt(top_amount)}"
+
+
+def _why_unconfirmed(printed: _Printed, payable: Found, taxes: Sequence[_Tax]) -> str:
+    """Why no chain closes: nothing to check against, or nothing that adds up."""
+    if not printed.nets or (not taxes and not printed.exempt):
+        what = "due" if payable.kind == "due" else "gross"
+        return f"no net/tax found to check the {what} {_fmt(payable.amount)} against"
+    why = f"no printed net + tax adds up to the {payable.kind} {_fmt(payable.amount)}"
+    if printed.prepaids and payable.kind == "due":
+        why += f" after prepaid {_fmt(printed.prepaids[0].amount)}"
+    return why

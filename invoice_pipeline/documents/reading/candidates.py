@@ -25,9 +25,37 @@ from typing import Any
 
 from ...domain.fields import FieldSource, InvoiceFields
 from ...domain.validation import KNOWN_CURRENCIES
-from .. import text_fields as tf
 from .amounts import EXEMPT, Found, amount_label, ends_in_amount, find_amounts, numbers_in, resolve
+from .labels import (
+    BUYER_CONTEXT,
+    BUYER_ROLE,
+    COLUMN_SLACK,
+    CURRENCY_LABELS,
+    DUE_DATE_LABELS,
+    ISSUE_DATE_LABELS,
+    ISSUE_EXCLUDE,
+    NUMBER_HEADING,
+    NUMBER_LABELS,
+    PO_LABELS,
+    SELLER_ROLE,
+    SENDER_SEPARATORS,
+    STAMP_CONTEXT,
+    VAT_LABELS,
+    TextDoc,
+)
+from .page_values import (
+    AMOUNT,
+    CURRENCY_SYMBOLS,
+    DOLLAR_PREFIXES,
+    VAT_COUNTRIES,
+    VAT_VALUE,
+    currency_of_vat_id,
+    find_dates,
+    first_identifier,
+    make_date,
+)
 from .parties import LEGAL_FORM, LEGAL_MARKERS, footer_lines
+from .seller_buyer import CUSTOMER_REFERENCE, clean_name, folded_letters, looks_like_label
 from .words import PageGeometry, Segment, TextBoxes
 
 KEY_FIELDS = ("invoice_number", "issue_date", "payable_total", "currency", "seller_name", "seller_vat_id")
@@ -53,21 +81,21 @@ class Candidate:
 # ---------------------------------------------------------------- label roles of a segment
 
 _ROLE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("number", re.compile("|".join(tf.NUMBER_LABELS), _I)),
-    ("issue", re.compile(tf.ISSUE_DATE_LABELS[0], _I)),
-    ("date", re.compile(tf.ISSUE_DATE_LABELS[1], _I)),
-    ("due", re.compile("|".join(tf.DUE_DATE_LABELS), _I)),
-    ("other_date", tf._ISSUE_EXCLUDE),
-    ("stamp", tf._STAMP_CONTEXT),
-    ("vat", re.compile(tf.VAT_LABELS[0], _I)),
-    ("tax_word", re.compile(r"(?<!\w)(?:" + tf.VAT_LABELS[1] + r")(?!\w)", _I)),
-    ("seller", tf.SELLER_ROLE),
-    ("buyer", tf.BUYER_ROLE),
-    ("buyer_ref", tf._BUYER_CONTEXT),
-    ("customer", tf._CUSTOMER_REFERENCE),
-    ("po", re.compile("|".join(tf.PO_LABELS), _I)),
-    ("currency", re.compile(tf.CURRENCY_LABELS, _I)),
-    ("heading", re.compile(tf.NUMBER_HEADING, _I)),
+    ("number", re.compile("|".join(NUMBER_LABELS), _I)),
+    ("issue", re.compile(ISSUE_DATE_LABELS[0], _I)),
+    ("date", re.compile(ISSUE_DATE_LABELS[1], _I)),
+    ("due", re.compile("|".join(DUE_DATE_LABELS), _I)),
+    ("other_date", ISSUE_EXCLUDE),
+    ("stamp", STAMP_CONTEXT),
+    ("vat", re.compile(VAT_LABELS[0], _I)),
+    ("tax_word", re.compile(r"(?<!\w)(?:" + VAT_LABELS[1] + r")(?!\w)", _I)),
+    ("seller", SELLER_ROLE),
+    ("buyer", BUYER_ROLE),
+    ("buyer_ref", BUYER_CONTEXT),
+    ("customer", CUSTOMER_REFERENCE),
+    ("po", re.compile("|".join(PO_LABELS), _I)),
+    ("currency", re.compile(CURRENCY_LABELS, _I)),
+    ("heading", re.compile(NUMBER_HEADING, _I)),
     ("legal", LEGAL_MARKERS),
 )
 ROLES = tuple(name for name, _ in _ROLE_PATTERNS) + ("payable", "amount")
@@ -86,7 +114,7 @@ class PageView:
 
     def __init__(self, text: str, boxes: TextBoxes | None) -> None:
         self.text = text
-        self.doc = tf.TextDoc(text)
+        self.doc = TextDoc(text)
         self.lines = self.doc.lines
         self.geometry = PageGeometry(text, boxes)
         self.n_lines = max(1, len(self.lines))
@@ -136,7 +164,7 @@ class PageView:
         above = 0.0
         for i in range(seg.line - 1, max(-1, seg.line - 1 - _ABOVE_REACH), -1):
             if any(
-                role in self.roles[i][s.index] and s.overlaps(seg.col, seg.end, tf.COLUMN_SLACK)
+                role in self.roles[i][s.index] and s.overlaps(seg.col, seg.end, COLUMN_SLACK)
                 for s in self.lines[i]
             ):
                 above = 1.0 / (seg.line - i)
@@ -191,13 +219,13 @@ def number_candidates(view: PageView) -> Iterator[Candidate]:
         spans = [(m.start(), m.group()) for m in _TOKEN.finditer(seg.text)]
         # A number written with a space or after a short prefix ("INV 42"): as the hand reader reads it.
         for m in re.finditer(r"[:#]\s*|\s", seg.text):
-            if (ident := tf.first_identifier(seg.text[m.end() :])) is not None and " " in ident:
+            if (ident := first_identifier(seg.text[m.end() :])) is not None and " " in ident:
                 spans.append((m.end(), ident))
         for start, token in spans:
             if not re.search(r"\d", token) or len(token) > 40 or (token, seg.line) in seen:
                 continue
             if (
-                tf.find_dates(token)
+                find_dates(token)
                 or _DECIMAL_AMOUNT.match(seg.text, start)  # an amount ("1.234,50"), or its first part
                 or seg.text[start + len(token) :].startswith("%")
                 or re.search(r"\d[.,']$", seg.text[:start]) is not None  # the decimals of an amount
@@ -231,14 +259,14 @@ _SLASH = re.compile(r"(?<![\d/])(\d{1,2})/(\d{1,2})/(\d{4})(?![\d/])")
 
 def _dates_in(text: str) -> list[tuple[int, date, str]]:
     """(position, date, how it was read: plain, compact or month_first) for each date."""
-    found = [(pos, d, "plain") for pos, d in tf.find_dates(text)]
+    found = [(pos, d, "plain") for pos, d in find_dates(text)]
     for m in _COMPACT.finditer(text):
-        d = tf._mk(int(m.group(1)), int(m.group(2)), int(m.group(3)))
+        d = make_date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
         if d is not None and not any(p <= m.start() < p + 10 for p, _, _ in found):
             found.append((m.start(), d, "compact"))
     for m in _SLASH.finditer(text):
         a, b = int(m.group(1)), int(m.group(2))
-        if a != b and a <= 12 and b <= 12 and (d := tf._mk(int(m.group(3)), a, b)) is not None:
+        if a != b and a <= 12 and b <= 12 and (d := make_date(int(m.group(3)), a, b)) is not None:
             found.append((m.start(), d, "month_first"))
     return found
 
@@ -345,14 +373,14 @@ def _currency_mentions(text: str) -> Iterator[tuple[str, str, int]]:
     for m in _ISO.finditer(text):
         if m.group(1) in KNOWN_CURRENCIES:
             yield m.group(1), "iso", m.start()
-    for prefix, code in tf._DOLLAR_PREFIXES.items():
+    for prefix, code in DOLLAR_PREFIXES.items():
         for m in re.finditer(re.escape(prefix), text):
             yield code, "symbol", m.start()
-    for sym, code in tf._SYMBOLS.items():
+    for sym, code in CURRENCY_SYMBOLS.items():
         for m in re.finditer(re.escape(sym), text):
             yield code, "symbol", m.start()
     for m in re.finditer(r"(?<![A-Z])\$", text):
-        if not any(text[max(0, m.start() - 3) : m.start() + 1].endswith(p) for p in tf._DOLLAR_PREFIXES):
+        if not any(text[max(0, m.start() - 3) : m.start() + 1].endswith(p) for p in DOLLAR_PREFIXES):
             yield "USD", "dollar_sign", m.start()
     for rx, code in CURRENCY_WORDS:
         for m in rx.finditer(text):
@@ -363,7 +391,7 @@ def currency_candidates(view: PageView, vat_currency: str | None) -> Iterator[Ca
     stats: dict[str, Counter[str]] = {}
     where: dict[str, Segment] = {}
     for seg in view.doc.segs():
-        amounts = bool(tf._AMOUNT.search(seg.text))
+        amounts = bool(AMOUNT.search(seg.text))
         for code, how, pos in _currency_mentions(seg.text):
             c = stats.setdefault(code, Counter())
             c[how] += 1
@@ -405,7 +433,7 @@ _NAME_ZONE_LINES = 12  # and at least this many lines of it (a short page is all
 
 def name_candidates(view: PageView, buyer: Any) -> Iterator[Candidate]:
     seen: set[tuple[str, int]] = set()
-    texts = Counter(tf._compact(s.text) for s in view.doc.segs())
+    texts = Counter(folded_letters(s.text) for s in view.doc.segs())
     first_page_lines = sum(1 for i in range(view.n_lines) if view.geometry.page(i) == 1)
     rank_of_line: dict[int, int] = {}
     for seg in view.doc.segs():
@@ -415,13 +443,13 @@ def name_candidates(view: PageView, buyer: Any) -> Iterator[Candidate]:
         if seg.line not in rank_of_line:
             continue
         text = seg.text
-        parts = list(enumerate(tf._SENDER_SEPARATORS.split(text)))
+        parts = list(enumerate(SENDER_SEPARATORS.split(text)))
         if ":" in text:
             parts.append((0, text.split(":", 1)[1]))
-        named = [(k, part, tf._clean_name(part), False) for k, part in parts]
+        named = [(k, part, clean_name(part), False) for k, part in parts]
         # "SA Acme (ACM)": the name may be written after its legal form, or be the name itself.
         named += [
-            (k, part, tf._clean_name(part[m.end() :]), True)
+            (k, part, clean_name(part[m.end() :]), True)
             for k, part, _, _ in list(named)
             if (m := re.match(r"\s*" + LEGAL_FORM.pattern + r"\s+", part)) is not None
         ]
@@ -431,7 +459,7 @@ def name_candidates(view: PageView, buyer: Any) -> Iterator[Candidate]:
             seen.add((name, seg.line))
             pos = text.find(part)
             letters = sum(ch.isalpha() for ch in name)
-            compact = tf._compact(name)
+            compact = folded_letters(name)
             features = {
                 "legal_form_before": 1.0 if stripped else 0.0,
                 "legal_form": 1.0 if LEGAL_FORM.search(name) else 0.0,
@@ -441,10 +469,10 @@ def name_candidates(view: PageView, buyer: Any) -> Iterator[Candidate]:
                 "words": min(len(name.split()), 8) / 8,
                 "all_caps": 1.0 if name.isupper() else 0.0,
                 "contact": 1.0 if _CONTACT.search(name) else 0.0,
-                "label_like": 1.0 if tf._looks_like_label(text) or roles_of(name) else 0.0,
+                "label_like": 1.0 if looks_like_label(text) or roles_of(name) else 0.0,
                 "colon": 1.0 if ":" in text else 0.0,
                 "part": min(k, 3) / 3,
-                "whole_segment": 1.0 if name == tf._clean_name(text) else 0.0,
+                "whole_segment": 1.0 if name == clean_name(text) else 0.0,
                 "line_rank": min(rank_of_line[seg.line], 20) / 20,
                 "repeats": _count(sum(n for t, n in texts.items() if compact in t) - 1),
                 "buyer": _agrees(name, buyer),
@@ -485,13 +513,13 @@ def vat_candidates(view: PageView, seller_line: int | None) -> Iterator[Candidat
     for seg in view.doc.segs():
         # Every start, not only non-overlapping matches: "TVA FR81..." must also be read from "FR".
         for start in re.finditer(r"\b[A-Z]{2,3}(?=[ \-]?[0-9A-Z.\-]*\d)", seg.text):
-            if (m := tf._VAT_VALUE.match(seg.text, start.start())) is None:
+            if (m := VAT_VALUE.match(seg.text, start.start())) is None:
                 continue
             value = (m.group(1) + m.group(2).replace(" ", "")).rstrip(".-")
             alnum = re.sub(r"[^0-9A-Z]", "", value.upper())
             prefix = m.group(1)
             if (
-                {prefix, prefix[:2]} & tf._VAT_COUNTRIES
+                {prefix, prefix[:2]} & VAT_COUNTRIES
                 and 8 <= len(alnum) <= 16
                 and sum(ch.isdigit() for ch in alnum) >= 6
             ):
@@ -523,7 +551,7 @@ def page_candidates(
     seller_source = reader.sources.get("seller_name")
     seller_line = _line_of(seller_source.source) if seller_source is not None else None
     vat_currency = (
-        tf.currency_of_vat_id(reader.seller_vat_id, reader.issue_date) if reader.seller_vat_id else None
+        currency_of_vat_id(reader.seller_vat_id, reader.issue_date) if reader.seller_vat_id else None
     )
     makers: dict[str, Callable[[], Iterator[Candidate]]] = {
         "invoice_number": lambda: number_candidates(view),

@@ -39,10 +39,22 @@ from ...domain.fields import FieldSource, InvoiceFields
 from ...domain.review import SHADOW_SOURCE
 from ...domain.validation import KNOWN_CURRENCIES
 from ..extracted import ExtractedText
-from ..ocr import MIN_FIELD_CONFIDENCE, OcrLayout
-from ..text_fields import fields_labelled, find_dates, first_identifier, labelled_date, seller_position_vat
-from .amounts import EXEMPT, Found, Kind, amount_label, ends_in_amount, find_amounts, numbers_in, resolve
+from .amounts import (
+    EXEMPT,
+    Found,
+    Kind,
+    Resolution,
+    amount_label,
+    ends_in_amount,
+    find_amounts,
+    numbers_in,
+    resolve,
+)
+from .labels import fields_labelled
+from .ocr_layout import MIN_FIELD_CONFIDENCE, OcrLayout
+from .page_values import find_dates, first_identifier, labelled_date
 from .parties import LEGAL_MARKERS
+from .seller_buyer import seller_position_vat
 from .words import PageGeometry, Segment, TextBoxes, segments, union
 
 FORMAT_VERSION = 1
@@ -282,7 +294,7 @@ def fingerprint_score(page: Page, words: Sequence[StableWord]) -> float:
 
 def seller_keys(page: Page) -> frozenset[str]:
     """Who issued the page, by an identifier printed in the seller's position: the VAT id of the
-    legal footer, the seller's block or a line naming the seller (`text_fields.seller_position_vat`,
+    legal footer, the seller's block or a line naming the seller (`reading.seller_buyer.seller_position_vat`,
     as the page reader places the seller), else the page's one IBAN (the payment block) when no VAT
     id stands in the seller's position. A VAT id in the buyer's block, a reference or an item
     line is not the seller's; a name never says who the seller is (it may appear anywhere)."""
@@ -733,50 +745,111 @@ def _merge(
     confidence_of: Callable[[Sequence[int]], tuple[int, float]] | None,
     min_confidence: float,
 ) -> InvoiceFields:
-    layout = read.layout
-    label = layout.label
-    sources = dict(template_free.sources)
-    updates: dict[str, Any] = {}
-
-    def source_for(value: ReadValue) -> FieldSource | None:
-        lines = sorted({value.anchor_seg.line, value.seg.line})
-        pg, confidence = page.geometry.page(lines[0]), 0.95
-        if confidence_of is not None:
-            pg, confidence = confidence_of(lines)
-            if confidence < min_confidence:
-                return None
-        box = union([page.geometry.box(ln, ix) for ln, ix in value.segs])
-        return FieldSource(
-            f"{label}:page {pg}:line {value.line + 1}:{value.anchor!r}", round(confidence, 3), None, pg, box
-        )
-
-    def fallback(name: str, why: str) -> None:
-        if name in sources:
-            sources[name] = _annotated(sources[name], f"{label} {why}; read template-free")
-
-    for name in ANCHORED_FIELDS:
-        rule = layout.rule(name)
-        if rule is None:
-            continue
-        got = read.values.get(name)
-        src = source_for(got) if got is not None else None
-        if got is None or src is None:
-            fallback(name, read.missed.get(name, "read it below the OCR confidence threshold"))
-            continue
-        updates[name] = got.value
-        sources[name] = src
-
+    """The template-free reading with what the layout reads instead: its anchored fields, the
+    vendor's currency, and the amounts it places (the page's arithmetic decides)."""
+    merging = _Merging(page, read, confidence_of, min_confidence, dict(template_free.sources))
+    _anchored_fields(merging)
     # Who the seller is never comes from a layout: its seller_name / seller_vat_id are what a person
     # (or an import) said, and an import may say anything. The page reader's values stand (the
     # vendor registry confirms them); a layout that could rename the seller could also hide a
     # re-sent copy from the duplicate check.
-    if _currency_on_page(page, layout.currency):
-        updates["currency"] = layout.currency
-        sources["currency"] = FieldSource(f"{label}:the vendor's currency, printed on the page", 0.9)
-    elif layout.currency is not None:
-        fallback("currency", f"did not find its currency {layout.currency} (alone) on the page")
+    _vendor_currency(merging)
+    _amounts_with_layout(merging)
+    return replace(template_free, **merging.updates, sources=merging.sources)
 
-    # Amounts: the layout says which printed amount is which; the page's arithmetic decides.
+
+@dataclass
+class _Merging:
+    """A layout's reading being merged into the template-free one."""
+
+    page: Page
+    read: LayoutRead
+    confidence_of: Callable[[Sequence[int]], tuple[int, float]] | None  # a scan's (page, confidence)
+    min_confidence: float
+    sources: dict[str, FieldSource]  # the template-free sources, replaced field by field
+    # The values the layout reads, as `dataclasses.replace` takes them.
+    updates: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return self.read.layout.label
+
+    def take(self, name: str, value: Any, source: FieldSource) -> None:
+        self.updates[name] = value
+        self.sources[name] = source
+
+    def fallback(self, name: str, why: str) -> None:
+        """The field stays template-free; its source says why the layout did not read it."""
+        if name in self.sources:
+            self.sources[name] = _annotated(self.sources[name], f"{self.label} {why}; read template-free")
+
+    def source_for(self, value: ReadValue) -> FieldSource | None:
+        """Where the layout read `value`; None when OCR was not sure of its lines."""
+        page = self.page
+        lines = sorted({value.anchor_seg.line, value.seg.line})
+        pg, confidence = page.geometry.page(lines[0]), 0.95
+        if self.confidence_of is not None:
+            pg, confidence = self.confidence_of(lines)
+            if confidence < self.min_confidence:
+                return None
+        box = union([page.geometry.box(ln, ix) for ln, ix in value.segs])
+        return FieldSource(
+            f"{self.label}:page {pg}:line {value.line + 1}:{value.anchor!r}",
+            round(confidence, 3),
+            None,
+            pg,
+            box,
+        )
+
+    def amount_source(self, f: Found, placed: Sequence[Found]) -> FieldSource:
+        """Where an amount was read: by the layout when it placed it, else template-free."""
+        page, label = self.page, self.label
+        lines = sorted({f.label_seg.line, f.value_seg.line})
+        pg, confidence = page.geometry.page(lines[0]), 0.9 * min(f.strength, 1.0)
+        if self.confidence_of is not None:
+            pg, confidence = self.confidence_of(lines)
+        box = union(
+            [
+                page.geometry.box(f.label_seg.line, f.label_seg.index),
+                page.geometry.box(f.value_seg.line, f.value_seg.index),
+            ]
+        )
+        # An amount the layout did not place was read template-free: from the text layer, or
+        # from OCR on a scan (which is what confidence_of says the page is).
+        template_free = "ocr:" if self.confidence_of is not None else "pdf-text:"
+        prefix = f"{label}:" if f in placed else template_free
+        label_text = f.label[len(label) + 1 :] if f in placed else f.label
+        where = f"page {pg}:line {lines[-1] + 1}:{label_text!r}"
+        return FieldSource(f"{prefix}{where}", round(confidence, 3), None, pg, box)
+
+
+def _anchored_fields(merging: _Merging) -> None:
+    """Each field the layout has a rule for, read after its anchor (or template-free, and why)."""
+    layout, read = merging.read.layout, merging.read
+    for name in ANCHORED_FIELDS:
+        if layout.rule(name) is None:
+            continue
+        got = read.values.get(name)
+        src = merging.source_for(got) if got is not None else None
+        if got is None or src is None:
+            merging.fallback(name, read.missed.get(name, "read it below the OCR confidence threshold"))
+            continue
+        merging.take(name, got.value, src)
+
+
+def _vendor_currency(merging: _Merging) -> None:
+    """The vendor's currency, when the page prints it (alone)."""
+    layout = merging.read.layout
+    if _currency_on_page(merging.page, layout.currency):
+        source = FieldSource(f"{merging.label}:the vendor's currency, printed on the page", 0.9)
+        merging.take("currency", layout.currency, source)
+    elif layout.currency is not None:
+        merging.fallback("currency", f"did not find its currency {layout.currency} (alone) on the page")
+
+
+def _amounts_with_layout(merging: _Merging) -> None:
+    """Amounts: the layout says which printed amount is which; the page's arithmetic decides."""
+    read, label = merging.read, merging.label
     placed: list[Found] = []
     for role in AMOUNT_ROLES:
         got = read.values.get(f"amount:{role}")
@@ -785,76 +858,66 @@ def _merge(
         placed.append(
             Found(role, got.value, f"{label}:{got.anchor}", LAYOUT_STRENGTH, got.anchor_seg, got.seg)
         )
-    if placed:
-        taken = {(f.value_seg.line, f.value_seg.index) for f in placed}
-        found = placed + [
-            f for f in find_amounts(page.text) if (f.value_seg.line, f.value_seg.index) not in taken
-        ]
-
-        def amount_source(f: Found) -> FieldSource:
-            lines = sorted({f.label_seg.line, f.value_seg.line})
-            pg, confidence = page.geometry.page(lines[0]), 0.9 * min(f.strength, 1.0)
-            if confidence_of is not None:
-                pg, confidence = confidence_of(lines)
-            box = union(
-                [
-                    page.geometry.box(f.label_seg.line, f.label_seg.index),
-                    page.geometry.box(f.value_seg.line, f.value_seg.index),
-                ]
-            )
-            # An amount the layout did not place was read template-free: from the text layer, or
-            # from OCR on a scan (which is what confidence_of says the page is).
-            template_free = "ocr:" if confidence_of is not None else "pdf-text:"
-            prefix = f"{label}:" if f in placed else template_free
-            label_text = f.label[len(label) + 1 :] if f in placed else f.label
-            where = f"page {pg}:line {lines[-1] + 1}:{label_text!r}"
-            return FieldSource(f"{prefix}{where}", round(confidence, 3), None, pg, box)
-
-        resolution = resolve(found, exempt=EXEMPT.search(page.text) is not None, source_of=amount_source)
-        unknown = unexplained_amounts(page, placed, found, resolution.payable)
-        if resolution.check.confirmed and unknown:
-            # A row the layout never saw (a prepayment, a fee) may change what is due: the
-            # arithmetic of the rows it knows proves nothing then. Held for a person.
-            resolution = replace(
-                resolution,
-                check=replace(
-                    resolution.check,
-                    confirmed=False,
-                    rule=f"the totals print amounts {label} does not know ({'; '.join(unknown)}): "
-                    f"not confirmed although {resolution.check.rule}",
-                ),
-            )
-        disagree = labels_disagreeing(placed, found, label)
-        if disagree:
-            # The page's own label outranks what anyone taught: a layout (learnt wrong, or imported
-            # with its roles moved) may point at an item row that the arithmetic happens to
-            # confirm. Both readings are shown; a person decides.
-            resolution = replace(
-                resolution,
-                check=replace(
-                    resolution.check,
-                    confirmed=False,
-                    rule=f"the page's own labels disagree with {label}: {'; '.join(disagree)}: not confirmed"
-                    + (f" although {resolution.check.rule}" if resolution.check.confirmed else ""),
-                ),
-            )
-        for name, chosen in (("payable_total", resolution.payable), ("net_total", resolution.net)):
-            if chosen is not None:
-                updates[name] = chosen.amount
-                sources[name] = amount_source(chosen)
-        if resolution.tax_found is not None:
-            updates["tax_total"] = resolution.tax_found.amount
-            sources["tax_total"] = amount_source(resolution.tax_found)
-        elif resolution.tax is not None and resolution.check.confirmed:
-            updates["tax_total"] = resolution.tax
-            sources["tax_total"] = FieldSource(f"{label}:{resolution.check.rule}", 0.8)
-        updates["amount_check"] = resolution.check
-    else:
+    if not placed:
         for role in AMOUNT_ROLES:
             if (why := read.missed.get(f"amount:{role}")) is not None:
-                fallback("payable_total", f"found no {role} amount: {why}")
+                merging.fallback("payable_total", f"found no {role} amount: {why}")
                 break
-    return replace(template_free, **updates, sources=sources)
+        return
+    resolution = _resolved_with_layout(merging, placed)
+    for name, chosen in (("payable_total", resolution.payable), ("net_total", resolution.net)):
+        if chosen is not None:
+            merging.take(name, chosen.amount, merging.amount_source(chosen, placed))
+    if resolution.tax_found is not None:
+        merging.take(
+            "tax_total", resolution.tax_found.amount, merging.amount_source(resolution.tax_found, placed)
+        )
+    elif resolution.tax is not None and resolution.check.confirmed:
+        merging.take("tax_total", resolution.tax, FieldSource(f"{label}:{resolution.check.rule}", 0.8))
+    merging.updates["amount_check"] = resolution.check
+
+
+def _resolved_with_layout(merging: _Merging, placed: list[Found]) -> Resolution:
+    """The amounts the layout placed, with the page's others, resolved; not confirmed when the
+    totals print a row the layout does not know or the page's own labels disagree with it."""
+    page, label = merging.page, merging.label
+    taken = {(f.value_seg.line, f.value_seg.index) for f in placed}
+    found = placed + [
+        f for f in find_amounts(page.text) if (f.value_seg.line, f.value_seg.index) not in taken
+    ]
+    resolution = resolve(
+        found,
+        exempt=EXEMPT.search(page.text) is not None,
+        source_of=lambda f: merging.amount_source(f, placed),
+    )
+    unknown = unexplained_amounts(page, placed, found, resolution.payable)
+    if resolution.check.confirmed and unknown:
+        # A row the layout never saw (a prepayment, a fee) may change what is due: the
+        # arithmetic of the rows it knows proves nothing then. Held for a person.
+        resolution = replace(
+            resolution,
+            check=replace(
+                resolution.check,
+                confirmed=False,
+                rule=f"the totals print amounts {label} does not know ({'; '.join(unknown)}): "
+                f"not confirmed although {resolution.check.rule}",
+            ),
+        )
+    disagree = labels_disagreeing(placed, found, label)
+    if disagree:
+        # The page's own label outranks what anyone taught: a layout (learnt wrong, or imported
+        # with its roles moved) may point at an item row that the arithmetic happens to
+        # confirm. Both readings are shown; a person decides.
+        resolution = replace(
+            resolution,
+            check=replace(
+                resolution.check,
+                confirmed=False,
+                rule=f"the page's own labels disagree with {label}: {'; '.join(disagree)}: not confirmed"
+                + (f" although {resolution.check.rule}" if resolution.check.confirmed else ""),
+            ),
+        )
+    return resolution
 
 
 # Lines below the payable (and the last amount a layout placed) looked at for other amounts.
