@@ -3,7 +3,7 @@
 Run inside a worker host's network namespace (pipeline_support.netns.Cluster.run), it shares
 only PostgreSQL with the other hosts: each tick it sweeps stale leases and reschedules their
 invoices (what the sweep schedule does), claims a chunk of due invoices and runs every stage
-over it (stages.process_chunk) with a LeaseKeeper heartbeating the chunk's leases, like an op.
+over it (chunk_loop.process_chunk) with a LeaseKeeper heartbeating the chunk's leases, like an op.
 
 CONFIG is a JSON file: url, owner, events (a JSONL file this worker appends to), ttl_s,
 heartbeat_s, chunk, deadline_s, self_fence (bool), stop_file (exit once it exists and nothing
@@ -29,8 +29,9 @@ from typing import Any
 from uuid import UUID
 
 from invoice_pipeline.documents import extract_fields, extract_text
+from invoice_pipeline.engine.chunk_loop import claim_chunk, process_chunk
 from invoice_pipeline.engine.leases import LeaseKeeper
-from invoice_pipeline.engine.stages import Lost, StageEnv, claim_chunk, process_chunk
+from invoice_pipeline.engine.stages import Lost, StageEnv
 from invoice_pipeline.engine.store import InvoiceStore
 
 _events_lock = threading.Lock()
