@@ -197,6 +197,14 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "",
         f"{LIVENESS}::test_a_stage_op_that_fails_outside_its_stage_releases_its_chunk",
     ),
+    _one(
+        "chunk-loop-release",
+        "a chunk the loop drives in one go (the celery task) is released at once when a stage raises",
+        "invoice_pipeline/engine/chunk_loop.py",
+        '            self.release_after_failure(claims, f"chunk failed: {describe_error(exc)}", hooks)\n',
+        "",
+        "invoice_pipeline_tests/engine/test_chunk_loop.py::test_a_chunk_whose_stage_raises_is_released_at_once",
+    ),
     Sabotage(
         "processing-lock",
         "one running job per invoice: the unique index and the bounce of acquire_processing_lock",
