@@ -15,28 +15,20 @@ from datetime import timedelta
 import psycopg
 import pytest
 
-from invoice_pipeline.config import DEFAULT_MAX_DOCUMENT_BYTES
-from invoice_pipeline.documents import ExtractedText
-from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.engine.chunk_loop import ChunkHooks, ChunkLoop
 from invoice_pipeline.engine.leases import LeaseKeeper
 from invoice_pipeline.engine.records import Rescheduled
-from invoice_pipeline.engine.stages import STAGES, DocumentParser, Stage, StageEnv, StageReport
+from invoice_pipeline.engine.stages import STAGES, Stage, StageReport
 from invoice_pipeline.engine.store import InvoiceStore
-from invoice_pipeline.orchestration.resources import DocumentReader
+from invoice_pipeline_tests.engine.test_stages import Reader, stage_env
 from pipeline_support.factories import json_invoice
 
 TTL = timedelta(minutes=5)
 
 
-class DatabaseGoneReader:
-    """A reader whose first document meets an unreachable database: a systemic error."""
-
-    def read_text(self, content: bytes, filename: str | None, max_bytes: int) -> ExtractedText:
-        raise psycopg.OperationalError("the database went away")
-
-    def read_fields(self, extracted: ExtractedText) -> InvoiceFields:
-        raise AssertionError("never reached")
+def database_gone(filename: str) -> None:
+    """The first document's read meets an unreachable database: a systemic error."""
+    raise psycopg.OperationalError("the database went away")
 
 
 @pytest.fixture
@@ -44,18 +36,6 @@ def keeper(store: InvoiceStore) -> Iterator[LeaseKeeper]:
     keeper = LeaseKeeper(store.heartbeat_many, timedelta(seconds=30), TTL)
     yield keeper
     keeper.stop()
-
-
-def stage_env(store: InvoiceStore, parser: DocumentParser, keeper: LeaseKeeper) -> StageEnv:
-    return StageEnv(
-        store=store,
-        parser=parser,
-        max_document_bytes=DEFAULT_MAX_DOCUMENT_BYTES,
-        max_stage_seconds=120,
-        max_attempts=3,
-        retry_base=timedelta(minutes=1),
-        may_hold=keeper.may_hold,
-    )
 
 
 def test_a_chunk_run_through_every_stage_is_released_with_one_hook_call_per_stage(
@@ -70,7 +50,7 @@ def test_a_chunk_run_through_every_stage_is_released_with_one_hook_call_per_stag
     def stage_done(stage: Stage, report: StageReport) -> None:
         stages.append(stage.name)
 
-    result = loop.run(stage_env(store, DocumentReader(isolate=False), keeper), claims, ChunkHooks(stage_done))
+    result = loop.run(stage_env(store, Reader()), claims, ChunkHooks(stage_done))
 
     assert stages == [s.name for s in STAGES]
     assert set(result.finished.written) == set(ids)
@@ -88,7 +68,9 @@ def test_a_chunk_whose_stage_raises_is_released_at_once(store: InvoiceStore, kee
     released: list[Rescheduled] = []
 
     with pytest.raises(psycopg.OperationalError, match="the database went away"):
-        loop.run(stage_env(store, DatabaseGoneReader(), keeper), claims, ChunkHooks(released=released.append))
+        loop.run(
+            stage_env(store, Reader(on_read_text=database_gone)), claims, ChunkHooks(released=released.append)
+        )
 
     assert sorted(r.invoice_id for r in released) == sorted(ids)
     assert keeper.held() == frozenset(), "no lease is heartbeated after the failure"
