@@ -3,7 +3,7 @@
 Three ways to process the same kind of invoices (generated UBL and CII XML, all distinct
 originals over four orgs, so extraction does not hide the pipeline's own cost):
 
-* bare loop: `stages.claim_chunk` + `stages.process_chunk` over chunks of the default size:
+* bare loop: `chunk_loop.claim_chunk` + `chunk_loop.process_chunk` over chunks of the default size:
   the very stage functions the ops are made from (stages.py), with the same sandboxed
   DocumentReader, store and SQL, and no Dagster.
 * batch: one `process_invoice_batch` run (execute_in_process, in-process executor) over all
@@ -35,9 +35,10 @@ import psycopg
 from psycopg import sql
 
 from benchmarks.harness import BenchContext, BenchResult, cell, fmt, pivot, plot_bars, register
+from invoice_pipeline.engine.chunk_loop import claim_chunk, process_chunk
 from invoice_pipeline.engine.leases import LeaseKeeper
 from invoice_pipeline.engine.runs import DEFAULT_CHUNK_SIZE, InvoiceRef, batch_run_config, single_run_config
-from invoice_pipeline.engine.stages import StageEnv, claim_chunk, process_chunk
+from invoice_pipeline.engine.stages import StageEnv
 from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.orchestration.dagster_home import DAGSTER_YAML, ENV_DAGSTER_PG_URL, dagster_database_url
 from invoice_pipeline.orchestration.resources import DocumentReader, InvoiceDatabase

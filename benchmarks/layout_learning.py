@@ -3,7 +3,7 @@
 Groups of invoices that share a page layout and a vendor: (a) the shared corpus's pdf-layouts
 with several files per layout (the XML stripped: `page_reading.strip_to_page`) and (b) generated
 vendor series (`samples.vendor_series`; lines move between invoices; some vendors print their own
-wording). Per group, through the real pipeline (`stages.process_chunk`) and the real review
+wording). Per group, through the real pipeline (`chunk_loop.process_chunk`) and the real review
 functions (`engine.corrections.correct_invoice`, `engine.review.act` approve, and
 `engine.layouts.teach_layout`, which is `review layouts learn`):
 
@@ -47,10 +47,11 @@ from invoice_pipeline.documents import ExtractedText, extract_fields, extract_te
 from invoice_pipeline.documents.reading.layouts import VendorLayout, apply_layouts, norm_text
 from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.review import reason_code
+from invoice_pipeline.engine.chunk_loop import claim_chunk, process_chunk
 from invoice_pipeline.engine.corrections import correct_invoice
 from invoice_pipeline.engine.layouts import teach_layout
 from invoice_pipeline.engine.review import Actor, act
-from invoice_pipeline.engine.stages import StageEnv, claim_chunk, process_chunk
+from invoice_pipeline.engine.stages import StageEnv
 from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.orchestration.resources import DocumentReader
 from invoice_pipeline.samples.vendor_series import SeriesInvoice, due_date_of, vendor_series

@@ -4,7 +4,7 @@ stuck peers press on the same rows (issue 25: a live holder is never hurt by som
 One process, real PostgreSQL, the real stages and store, threads released together by a barrier.
 A trial is one run: it claims a random, overlapping part of its wave's invoices (new ones,
 copies of earlier originals, invoices a reviewer just released) and takes what it got through
-every stage (`stages.process_chunk`), with its own store and LeaseKeeper, as a Dagster run
+every stage (`chunk_loop.process_chunk`), with its own store and LeaseKeeper, as a Dagster run
 process would. Meanwhile, per wave:
 
 * a sweeper runs the maintenance statements in a loop (the global sweep with the scenario's
@@ -53,10 +53,11 @@ from invoice_pipeline.documents import ExtractedText
 from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.keys import decision_lock_ids
 from invoice_pipeline.domain.matching import MatchCandidate
+from invoice_pipeline.engine.chunk_loop import claim_chunk, process_chunk
 from invoice_pipeline.engine.leases import LeaseKeeper
 from invoice_pipeline.engine.records import ChunkWrite, Lease
 from invoice_pipeline.engine.review import Actor, act
-from invoice_pipeline.engine.stages import Claimed, Failed, Lost, StageEnv, claim_chunk, process_chunk
+from invoice_pipeline.engine.stages import Claimed, Failed, Lost, StageEnv
 from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.orchestration.resources import DocumentReader
 from pipeline_support.factories import json_invoice

@@ -9,7 +9,8 @@ from uuid import UUID
 import psycopg
 
 from invoice_pipeline.config import DEFAULT_MAX_DOCUMENT_BYTES
-from invoice_pipeline.engine.stages import StageEnv, claim_chunk, process_chunk
+from invoice_pipeline.engine.chunk_loop import claim_chunk, process_chunk
+from invoice_pipeline.engine.stages import StageEnv
 from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.orchestration.resources import DocumentReader
 

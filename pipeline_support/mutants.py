@@ -180,8 +180,10 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "claim-release",
         "a claim op that fails after taking leases releases them",
         "invoice_pipeline/orchestration/ops.py",
-        "        release_after_failure(\n"
-        '            context, invoice_db, claims, f"claim failed after taking the lock: {describe_error(exc)}"\n'
+        "        loop.release_after_failure(\n"
+        "            claims,\n"
+        '            f"claim failed after taking the lock: {describe_error(exc)}",\n'
+        "            dagster_hooks(context, store),\n"
         "        )\n",
         "",
         f"{LIVENESS}::test_a_claim_that_fails_after_taking_its_leases_releases_them",
@@ -191,9 +193,17 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "a stage op that fails outside its stage releases its chunk on its last try",
         "invoice_pipeline/orchestration/ops.py",
         "            if _last_try(context) or not isinstance(exc, Exception):\n"
-        "                release_after_failure(context, invoice_db, chunk.claims, message)\n",
+        "                loop.release_after_failure(chunk.claims, message, hooks)\n",
         "",
         f"{LIVENESS}::test_a_stage_op_that_fails_outside_its_stage_releases_its_chunk",
+    ),
+    _one(
+        "chunk-loop-release",
+        "a chunk the loop drives in one go (the celery task) is released at once when a stage raises",
+        "invoice_pipeline/engine/chunk_loop.py",
+        '            self.release_after_failure(claims, f"chunk failed: {describe_error(exc)}", hooks)\n',
+        "",
+        "invoice_pipeline_tests/engine/test_chunk_loop.py::test_a_chunk_whose_stage_raises_is_released_at_once",
     ),
     Sabotage(
         "processing-lock",

@@ -3,7 +3,8 @@
 Run inside a worker host's network namespace (pipeline_support.netns.Cluster.run), it shares
 only PostgreSQL with the other hosts: each tick it sweeps stale leases and reschedules their
 invoices (what the sweep schedule does), claims a chunk of due invoices and runs every stage
-over it (stages.process_chunk) with a LeaseKeeper heartbeating the chunk's leases, like an op.
+over it with the engine's chunk loop (ChunkLoop: claim, work, drop) and a LeaseKeeper heartbeating
+the chunk's leases, like an op.
 
 CONFIG is a JSON file: url, owner, events (a JSONL file this worker appends to), ttl_s,
 heartbeat_s, chunk, deadline_s, self_fence (bool), stop_file (exit once it exists and nothing
@@ -29,8 +30,9 @@ from typing import Any
 from uuid import UUID
 
 from invoice_pipeline.documents import extract_fields, extract_text
+from invoice_pipeline.engine.chunk_loop import ChunkLoop
 from invoice_pipeline.engine.leases import LeaseKeeper
-from invoice_pipeline.engine.stages import Lost, StageEnv, claim_chunk, process_chunk
+from invoice_pipeline.engine.stages import Lost, StageEnv
 from invoice_pipeline.engine.store import InvoiceStore
 
 _events_lock = threading.Lock()
@@ -135,6 +137,7 @@ def main(config_path: str) -> int:
         retry_base=timedelta(0),
         may_hold=keeper.may_hold if cfg["self_fence"] else None,
     )
+    loop = ChunkLoop(store, env.max_attempts, env.retry_base, keeper)
     deadline = time.monotonic() + cfg["deadline_s"]
     stop = Path(cfg["stop_file"])
     events("started", pid=os.getpid(), self_fence=cfg["self_fence"])
@@ -149,15 +152,14 @@ def main(config_path: str) -> int:
                         break
                     time.sleep(cfg.get("tick_s", 0.2))
                     continue
-                chunk = claim_chunk(store, [(i, None) for i in due], owner, ttl)
+                chunk = loop.claim([(i, None) for i in due], owner, ttl)
                 if not chunk:
                     time.sleep(0.05)
                     continue
-                for c in chunk:
-                    keeper.hold(c.job_id)
                 events("claimed", jobs={str(c.invoice_id): str(c.job_id) for c in chunk})
                 try:
-                    result = process_chunk(env, chunk)
+                    # The chunk loop without its failure release: an abandoned chunk is the sweep's.
+                    result = loop.work(env, chunk)
                     lost = {
                         str(i): o.detail
                         for r in result.reports
@@ -166,8 +168,7 @@ def main(config_path: str) -> int:
                     }
                     events("chunk_done", finished=[str(i) for i in result.finished.written], lost=lost)
                 finally:
-                    for c in chunk:
-                        keeper.drop(c.job_id)
+                    loop.drop(chunk)
             except Exception as exc:  # the database unreachable: the chunk is abandoned, tick again
                 events("error", error=f"{type(exc).__name__}: {exc}"[:300])
                 time.sleep(0.2)

@@ -3,9 +3,8 @@
 Each `Stage` has a name, an "already done?" query over a chunk of invoices, and its work over
 the chunk's remaining invoices, which returns one `Outcome` per invoice. `run_stage` is the
 shape they all share: breadcrumbs, fast-forward, work, then the settling of every outcome. The
-Dagster ops (`ops.py`) are made from `STAGES` by one factory, and the benchmarks' bare loop
-(`process_chunk`) calls the same functions with nothing around them, so the ratio between the
-two measures Dagster alone.
+chunk loop (`chunk_loop.py`: claim, the stages under the leases, release) runs them, for the
+Dagster ops, the celery task and the bare loop alike.
 
 Data moves between stages through the database, which is what lets a retry skip finished work.
 One bad invoice never fails its chunk: it is quarantined (the document is unusable), held for a
@@ -672,38 +671,3 @@ STAGES: tuple[Stage, ...] = (
         post_to_ledger,
     ),
 )
-
-
-# -- claiming, finishing, and the bare loop ------------------------------------------------------
-
-
-def claim_chunk(
-    store: InvoiceStore, refs: Sequence[tuple[UUID, int | None]], owner: str, stale_after: timedelta
-) -> list[Claimed]:
-    """Take the locks of a chunk in one statement; invoices held elsewhere or finished are left out."""
-    store.release_stale_locks_of([invoice_id for invoice_id, _ in refs], stale_after)
-    return [
-        Claimed(row.invoice_id, row.org_id, row.job_id, row.attempt, owner)
-        for row in store.acquire_many(refs, owner)
-    ]
-
-
-def finish_chunk(store: InvoiceStore, chunk: Sequence[Claimed]) -> ChunkWrite[None]:
-    """Release every lock as succeeded and mark each invoice processed (or needs_review)."""
-    return store.complete_many([c.lease for c in chunk])
-
-
-@dataclass(frozen=True)
-class ChunkResult:
-    reports: tuple[StageReport, ...]
-    finished: ChunkWrite[None]
-
-
-def process_chunk(env: StageEnv, chunk: Sequence[Claimed]) -> ChunkResult:
-    """Every stage over a claimed chunk, then its release: the pipeline with nothing around it."""
-    reports = []
-    for stage in STAGES:
-        report = run_stage(stage, env, chunk)
-        reports.append(report)
-        chunk = report.survivors
-    return ChunkResult(tuple(reports), finish_chunk(env.store, chunk))

@@ -42,24 +42,9 @@ from dagster import (
 
 from invoice_pipeline.config import Settings
 from invoice_pipeline.engine.runs import PROCESS_INVOICE_BATCH, InvoiceRef, run_owner
-from invoice_pipeline.engine.stages import (
-    STAGES,
-    Claimed,
-    Failed,
-    Lost,
-    Quarantined,
-    claim_chunk,
-    finish_chunk,
-    run_stage,
-)
+from invoice_pipeline.engine.stages import Lost
 from invoice_pipeline.engine.store import as_uuid
-from invoice_pipeline.orchestration.ops import (
-    TRANSIENT_RETRY,
-    describe_error,
-    fan_out,
-    release_after_failure,
-    report_stage,
-)
+from invoice_pipeline.orchestration.ops import TRANSIENT_RETRY, chunk_loop, dagster_hooks, fan_out
 from invoice_pipeline.orchestration.resources import DocumentReader, InvoiceDatabase
 
 ENV_CELERY_BROKER = "INVOICE_PIPELINE_CELERY_BROKER"
@@ -190,37 +175,16 @@ def work_chunk(
     document_reader: DocumentReader,
 ) -> Output[dict]:
     store = invoice_db.store
-    keeper = invoice_db.lease_keeper
     client_addr = store.connected_from() or "local socket"
+    env = invoice_db.stage_env(document_reader)
+    loop = chunk_loop(invoice_db)
     wanted = [(as_uuid(r.invoice_id), r.attempt) for r in refs]
-    claims = claim_chunk(store, wanted, run_owner(context.run_id), invoice_db.lock_ttl)
-    for c in claims:
-        keeper.hold(c.job_id)
-    chunk: tuple[Claimed, ...] = tuple(claims)
-    lost = 0
-    try:
-        env = invoice_db.stage_env(document_reader)
-        for stage in STAGES:
-            if not chunk:
-                break
-            report = run_stage(stage, env, chunk)
-            for c in chunk:
-                if isinstance(report.outcomes.get(c.invoice_id), Quarantined | Failed | Lost):
-                    keeper.drop(c.job_id)
-            lost += report.count(Lost)
-            report_stage(context, store, stage, report)
-            chunk = report.survivors
-        for c in chunk:
-            keeper.drop(c.job_id)
-        finished = finish_chunk(store, chunk)
-    except BaseException as exc:
-        # Released at once (fenced: only leases still ours), so a retry of this step, on any
-        # host, claims them afresh; when the database is what failed, the sweep does it after the TTL.
-        release_after_failure(context, invoice_db, claims, f"chunk failed: {describe_error(exc)}")
-        raise
-    finally:
-        for c in claims:
-            keeper.drop(c.job_id)
+    claims = loop.claim(wanted, run_owner(context.run_id), invoice_db.lock_ttl)
+    # Every stage in this one step, and a failed chunk released at once, so a retry of this step,
+    # on any host, claims it afresh; when the database is what failed, the sweep does after the TTL.
+    result = loop.run(env, claims, dagster_hooks(context, store))
+    finished = result.finished
+    lost = sum(report.count(Lost) for report in result.reports)
     summary: dict[str, str | int] = {
         "host": host_label(),
         "client_addr": client_addr,

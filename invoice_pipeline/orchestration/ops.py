@@ -1,14 +1,15 @@
 """The pipeline's stages as Dagster ops: one factory over `stages.STAGES`, plus claim and release.
 
-What flows between ops is a `Chunk`: the ids of the leases a run holds (small, so it survives
-pickling and re-execution). Each stage op resumes the chunk's leases, runs the stage
-(`stages.run_stage`: breadcrumbs, fast-forward, work, outcomes), materializes its assets once
-for the chunk, and passes the survivors on. One bad invoice never fails the op; a systemic
-error (the database is unreachable) does: the retry policy retries it, and its last try releases the chunk's leases.
+The ops are the chunk loop's steps (`chunk_loop.ChunkLoop`: claim, resume, run_stage, release),
+one op each, with Dagster's hooks: the run's log, and each stage's assets materialized once for
+the chunk (`dagster_hooks`). What flows between ops is a `Chunk`: the ids of the leases a run
+holds (small, so it survives pickling and re-execution). One bad invoice never fails the op; a
+systemic error (the database is unreachable) does: the retry policy retries it, and its last try
+releases the chunk's leases.
 """
 
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterator
+from dataclasses import dataclass
 from uuid import UUID
 
 from dagster import (
@@ -29,6 +30,8 @@ from dagster import (
 )
 from pydantic import Field
 
+from invoice_pipeline.engine.chunk_loop import ChunkHooks, ChunkLoop, describe_error
+from invoice_pipeline.engine.records import Rescheduled
 from invoice_pipeline.engine.runs import (
     DEFAULT_CHUNK_SIZE,
     InvoiceRef,
@@ -46,9 +49,6 @@ from invoice_pipeline.engine.stages import (
     Quarantined,
     Stage,
     StageReport,
-    claim_chunk,
-    finish_chunk,
-    run_stage,
 )
 from invoice_pipeline.engine.store import InvoiceStore, as_uuid
 from invoice_pipeline.orchestration.resources import DocumentReader, InvoiceDatabase
@@ -122,12 +122,9 @@ def claim(
     context: OpExecutionContext, refs: list[InvoiceRef], invoice_db: InvoiceDatabase
 ) -> Iterator[Output[Chunk]]:
     store = invoice_db.store
+    loop = chunk_loop(invoice_db)
     wanted = [(as_uuid(r.invoice_id), r.attempt) for r in refs]
-    claims = claim_chunk(store, wanted, run_owner(context.run_id), invoice_db.lock_ttl)
-    keeper = invoice_db.lease_keeper
-    for c in claims:
-        # Heartbeated from now until release, also while other chunks of the run work.
-        keeper.hold(c.job_id)
+    claims = loop.claim(wanted, run_owner(context.run_id), invoice_db.lock_ttl)
     try:
         if len(claims) < len(refs):
             _explain_unclaimed(
@@ -144,8 +141,10 @@ def claim(
         # No lease without a worker: the retry's claim would bounce off these jobs (they are
         # this run's, not adopted), so whatever this try took is released now, and the retry
         # (or the next request) claims it again.
-        release_after_failure(
-            context, invoice_db, claims, f"claim failed after taking the lock: {describe_error(exc)}"
+        loop.release_after_failure(
+            claims,
+            f"claim failed after taking the lock: {describe_error(exc)}",
+            dagster_hooks(context, store),
         )
         raise
     if not claims:
@@ -198,33 +197,13 @@ def resume(context: OpExecutionContext, invoice_db: InvoiceDatabase, chunk: Chun
     """
     if chunk.run_id == context.run_id:
         return chunk
-    store = invoice_db.store
-    owner = run_owner(context.run_id)
-    resumed: list[Claimed] = []
-    refused: list[str] = []
-    for c in chunk.claims:
-        holder = store.current_holder(c.invoice_id)
-        if holder is not None and holder.owner == owner:
-            resumed.append(replace(c, job_id=holder.job_id, attempt=holder.attempt, owner=owner))
-            continue
-        if holder is None:
-            fresh = claim_chunk(store, [(c.invoice_id, None)], owner, invoice_db.lock_ttl)
-            if fresh:
-                resumed.extend(fresh)
-                continue
-            holder = store.current_holder(c.invoice_id)
-        state = store.invoice_state(c.invoice_id)
-        why = (
-            f"held by {holder.describe()}" if holder else f"it is already {state.status if state else 'gone'}"
-        )
-        refused.append(f"{c.invoice_id}: {why}")
-    if refused and not resumed:
-        raise Failure(f"re-executed run cannot take invoice(s): {'; '.join(refused)}", allow_retries=False)
-    if refused:
-        context.log.warning(f"re-executed run left {len(refused)} invoice(s) to others: {'; '.join(refused)}")
-    for c in resumed:
-        invoice_db.lease_keeper.hold(c.job_id)
-    return Chunk(tuple(resumed), context.run_id)
+    resumed = chunk_loop(invoice_db).resume(chunk.claims, run_owner(context.run_id), invoice_db.lock_ttl)
+    refused = "; ".join(resumed.refused)
+    if resumed.refused and not resumed.claims:
+        raise Failure(f"re-executed run cannot take invoice(s): {refused}", allow_retries=False)
+    if resumed.refused:
+        context.log.warning(f"re-executed run left {len(resumed.refused)} invoice(s) to others: {refused}")
+    return Chunk(resumed.claims, context.run_id)
 
 
 def make_stage_op(stage: Stage) -> OpDefinition:
@@ -241,17 +220,17 @@ def make_stage_op(stage: Stage) -> OpDefinition:
         document_reader: DocumentReader,
     ) -> Iterator[Output[Chunk]]:
         chunk = resume(context, invoice_db, chunk)
+        loop = chunk_loop(invoice_db)
+        hooks = dagster_hooks(context, invoice_db.store)
         try:
-            report = run_stage(stage, invoice_db.stage_env(document_reader), chunk.claims)
-            _drop_leases(invoice_db, chunk, report)
-            report_stage(context, invoice_db.store, stage, report)
+            report = loop.run_stage(stage, invoice_db.stage_env(document_reader), chunk.claims, hooks)
         except BaseException as exc:
             # Systemic (the database is unreachable), or anything else around the stage (its
             # report): retried by the policy, whose retry resumes this run's leases; the last
             # try, or a failure that is not retried, releases them: no lease without a worker.
             message = f"{stage.name} failed for the whole chunk: {describe_error(exc)}"
             if _last_try(context) or not isinstance(exc, Exception):
-                release_after_failure(context, invoice_db, chunk.claims, message)
+                loop.release_after_failure(chunk.claims, message, hooks)
             if not isinstance(exc, Exception):
                 raise
             raise Failure(message) from exc
@@ -271,14 +250,6 @@ def make_stage_op(stage: Stage) -> OpDefinition:
 
 def _is_single(context: OpExecutionContext, chunk: Chunk) -> bool:
     return context.get_mapping_key() is None and len(chunk.claims) == 1
-
-
-def _drop_leases(invoice_db: InvoiceDatabase, chunk: Chunk, report: StageReport) -> None:
-    """Stop heartbeating the leases the stage ended (quarantined, failed) or lost."""
-    keeper = invoice_db.lease_keeper
-    for c in chunk.claims:
-        if isinstance(report.outcomes.get(c.invoice_id), Quarantined | Failed | Lost):
-            keeper.drop(c.job_id)
 
 
 def invoices_markdown(rows: list[tuple[str, str, str]]) -> MetadataValue:
@@ -354,17 +325,14 @@ STAGE_OPS: tuple[OpDefinition, ...] = tuple(make_stage_op(stage) for stage in ST
 )
 def release(context: OpExecutionContext, chunk: Chunk, invoice_db: InvoiceDatabase) -> None:
     chunk = resume(context, invoice_db, chunk)
-    keeper = invoice_db.lease_keeper
-    # Stop heartbeating first: a beat racing the completion would find the job finished and
-    # report a live lease lost. The fenced completion proves the holder alive by itself.
-    for c in chunk.claims:
-        keeper.drop(c.job_id)
+    loop = chunk_loop(invoice_db)
+    hooks = dagster_hooks(context, invoice_db.store)
     try:
-        finished = finish_chunk(invoice_db.store, chunk.claims)
+        finished = loop.release(chunk.claims)
     except BaseException as exc:
         # The retry finishes the chunk; the last try releases it (no heartbeat keeps it now).
         if _last_try(context) or not isinstance(exc, Exception):
-            release_after_failure(context, invoice_db, chunk.claims, f"release failed: {describe_error(exc)}")
+            loop.release_after_failure(chunk.claims, f"release failed: {describe_error(exc)}", hooks)
         raise
     if finished.lost or finished.failed:
         context.log.warning(
@@ -373,7 +341,7 @@ def release(context: OpExecutionContext, chunk: Chunk, invoice_db: InvoiceDataba
         )
     if not finished.written:
         message = "lease lost, stopping: no invoice of the chunk could be completed"
-        release_after_failure(context, invoice_db, chunk.claims, message)
+        loop.release_after_failure(chunk.claims, message, hooks)
         raise Failure(message, allow_retries=False)
 
 
@@ -381,35 +349,37 @@ def _last_try(context: OpExecutionContext) -> bool:
     return context.retry_number >= TRANSIENT_RETRY.max_retries
 
 
-def describe_error(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
+# -- the chunk loop, with Dagster around it ------------------------------------------------------
 
 
-def release_after_failure(
-    context: OpExecutionContext, invoice_db: InvoiceDatabase, claims: Sequence[Claimed], error: str
-) -> None:
-    """Release a failed op's leases at once, so their retries do not wait for the sweep.
+def chunk_loop(invoice_db: InvoiceDatabase) -> ChunkLoop:
+    """The engine's chunk loop over the resource's store, its leases kept by the process's keeper."""
+    return ChunkLoop(
+        invoice_db.store, invoice_db.max_attempts, invoice_db.retry_base, invoice_db.lease_keeper
+    )
 
-    Done by the op itself on its last try rather than by a failure hook: a hook adds a
-    HOOK_SKIPPED event to the run's log for every step that did not fail. Best effort: when the
-    database is what failed, this fails too, and the sweep releases the leases after their TTL.
+
+def dagster_hooks(context: OpExecutionContext, store: InvoiceStore) -> ChunkHooks:
+    """The loop's boundaries in Dagster: each stage's report and assets, and the run's log.
+
+    A failed chunk's leases are released by the op itself on its last try rather than by a
+    failure hook: a hook adds a HOOK_SKIPPED event to the run's log for every step that did not fail.
     """
-    keeper = invoice_db.lease_keeper
-    for c in claims:
-        keeper.drop(c.job_id)
-    try:
-        for c in claims:
-            outcome = invoice_db.store.fail(
-                c.job_id, error, max_attempts=invoice_db.max_attempts, retry_base=invoice_db.retry_base
+
+    def stage_done(stage: Stage, report: StageReport) -> None:
+        report_stage(context, store, stage, report)
+
+    def released(outcome: Rescheduled) -> None:
+        context.log.warning(
+            f"invoice {outcome.invoice_id}: {outcome.status} after {outcome.attempts} attempt(s)"
+            + (
+                f", next attempt at {outcome.next_attempt_at.isoformat()}"
+                if outcome.status == "failed"
+                else ""
             )
-            if outcome is not None:
-                context.log.warning(
-                    f"invoice {outcome.invoice_id}: {outcome.status} after {outcome.attempts} attempt(s)"
-                    + (
-                        f", next attempt at {outcome.next_attempt_at.isoformat()}"
-                        if outcome.status == "failed"
-                        else ""
-                    )
-                )
-    except Exception as exc:
+        )
+
+    def release_failed(exc: Exception) -> None:
         context.log.error(f"could not release the chunk's leases ({exc}); the sweep will, after their TTL")
+
+    return ChunkHooks(stage_done, released, release_failed)

@@ -35,14 +35,13 @@ from dagster import DagsterInstance
 from invoice_pipeline.config import DEFAULT_MAX_DOCUMENT_BYTES
 from invoice_pipeline.domain.keys import decision_lock_ids
 from invoice_pipeline.domain.matching import MatchCandidate
+from invoice_pipeline.engine.chunk_loop import claim_chunk, process_chunk
 from invoice_pipeline.engine.leases import LeaseKeeper
 from invoice_pipeline.engine.stages import (
     STAGES,
     Claimed,
     Done,
     StageEnv,
-    claim_chunk,
-    process_chunk,
     run_stage,
 )
 from invoice_pipeline.engine.store import InvoiceStore

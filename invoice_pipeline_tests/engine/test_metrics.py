@@ -20,9 +20,9 @@ import psycopg
 from prometheus_client.parser import text_string_to_metric_families
 
 from invoice_pipeline.db.sqlfiles import QueryFile
+from invoice_pipeline.engine.chunk_loop import claim_chunk
 from invoice_pipeline.engine.maintenance import sweep
 from invoice_pipeline.engine.metrics import exposition, registry_for
-from invoice_pipeline.engine.stages import claim_chunk
 from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.orchestration.resources import InvoiceDatabase
 from invoice_pipeline_tests.support import process_now

@@ -26,6 +26,7 @@ from dagster import DagsterEventType, DagsterInstance
 from invoice_pipeline.config import DEFAULT_MAX_DOCUMENT_BYTES
 from invoice_pipeline.documents import ExtractedText
 from invoice_pipeline.domain.fields import InvoiceFields
+from invoice_pipeline.engine.chunk_loop import claim_chunk, process_chunk
 from invoice_pipeline.engine.stages import (
     STAGES,
     Claimed,
@@ -33,8 +34,6 @@ from invoice_pipeline.engine.stages import (
     Failed,
     Lost,
     StageEnv,
-    claim_chunk,
-    process_chunk,
     run_stage,
 )
 from invoice_pipeline.engine.store import InvoiceStore

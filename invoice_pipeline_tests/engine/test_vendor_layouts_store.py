@@ -18,10 +18,11 @@ import pytest
 from invoice_pipeline.config import DEFAULT_MAX_DOCUMENT_BYTES
 from invoice_pipeline.domain.identity import Identifier, normalise
 from invoice_pipeline.domain.review import DEFAULT_POLICY
+from invoice_pipeline.engine.chunk_loop import claim_chunk, process_chunk
 from invoice_pipeline.engine.corrections import correct_invoice
 from invoice_pipeline.engine.layouts import export_layouts, import_layouts, teach_layout
 from invoice_pipeline.engine.review import Actor, act
-from invoice_pipeline.engine.stages import StageEnv, claim_chunk, process_chunk
+from invoice_pipeline.engine.stages import StageEnv
 from invoice_pipeline.engine.store import InvoiceStore, VendorImportRow
 from invoice_pipeline.orchestration.resources import DocumentReader
 from invoice_pipeline.samples.vendor_series import SeriesInvoice, due_date_of, vendor_series
