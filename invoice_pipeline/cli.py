@@ -41,9 +41,10 @@ from invoice_pipeline.engine.review import (
     statuses_for,
 )
 from invoice_pipeline.engine.review_records import Action, ActionOutcome, ReviewTarget
-from invoice_pipeline.engine.runs import InvoiceRef, RunShape, batch_run_config, run_id_of
+from invoice_pipeline.engine.runs import InvoiceRef, RunShape
 from invoice_pipeline.engine.store import InvoiceStore, dumps
 from invoice_pipeline.forked import run_forked, usable_cores
+from invoice_pipeline.orchestration.run_requests import batch_run_config, run_id_of
 from invoice_pipeline.terminal import printable
 
 # Exit codes (docs/cli.md lists them).
@@ -274,9 +275,8 @@ def execute_due_runs(url: str, settings: Settings, shape: RunShape, claim: int) 
     """
     from dagster import DagsterInstance, execute_job, reconstructable
 
-    from invoice_pipeline.engine.request_owner import REQUEST_TAG, RequestOwner
     from invoice_pipeline.orchestration.definitions import batch_job_for_cli
-    from invoice_pipeline.orchestration.request_owner import instance_scope
+    from invoice_pipeline.orchestration.request_owner import REQUEST_TAG, RequestOwner, instance_scope
 
     with _closing_store(url, settings) as store, DagsterInstance.get() as instance:
         scope = instance_scope(instance)

@@ -41,7 +41,7 @@ from dagster import (
 )
 
 from invoice_pipeline.config import Settings
-from invoice_pipeline.engine.runs import PROCESS_INVOICE_BATCH, InvoiceRef, run_owner
+from invoice_pipeline.engine.runs import InvoiceRef
 from invoice_pipeline.engine.stages import (
     STAGES,
     Claimed,
@@ -61,6 +61,7 @@ from invoice_pipeline.orchestration.ops import (
     report_stage,
 )
 from invoice_pipeline.orchestration.resources import DocumentReader, InvoiceDatabase
+from invoice_pipeline.orchestration.run_requests import PROCESS_INVOICE_BATCH, run_owner
 
 ENV_CELERY_BROKER = "INVOICE_PIPELINE_CELERY_BROKER"
 # Where workers store task results and the run's coordinator reads them; default: the broker.

@@ -31,22 +31,20 @@ from dagster import (
 from invoice_pipeline.config import Settings
 from invoice_pipeline.engine.ingest import FileState, InboxPass, display_name, ingest_inbox
 from invoice_pipeline.engine.records import DueInvoice
-from invoice_pipeline.engine.request_owner import RequestOwner
-from invoice_pipeline.engine.runs import (
+from invoice_pipeline.engine.runs import InvoiceRef, RunShape
+from invoice_pipeline.orchestration.jobs import process_invoice, process_invoice_batch
+from invoice_pipeline.orchestration.maintenance import run_maintenance
+from invoice_pipeline.orchestration.request_owner import RequestOwner, instance_scope
+from invoice_pipeline.orchestration.resources import InvoiceDatabase
+from invoice_pipeline.orchestration.run_requests import (
     PROCESS_INVOICE,
     PROCESS_INVOICE_BATCH,
-    InvoiceRef,
-    RunShape,
     batch_run_config,
     batch_run_key,
     invoice_ids_of,
     invoice_run_key,
     single_run_config,
 )
-from invoice_pipeline.orchestration.jobs import process_invoice, process_invoice_batch
-from invoice_pipeline.orchestration.maintenance import run_maintenance
-from invoice_pipeline.orchestration.request_owner import instance_scope
-from invoice_pipeline.orchestration.resources import InvoiceDatabase
 
 CURSOR_VERSION = 1
 SENSOR_INTERVAL_SECONDS = 5

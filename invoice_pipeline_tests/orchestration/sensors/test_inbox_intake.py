@@ -19,10 +19,10 @@ from dagster import DagsterInstance, RunRequest, build_sensor_context
 
 from invoice_pipeline.config import ENV_INBOX
 from invoice_pipeline.engine.ingest import REASON_SUFFIX, REJECTED_DIR
-from invoice_pipeline.engine.runs import PROCESS_INVOICE, PROCESS_INVOICE_BATCH, invoice_ids_of
 from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.orchestration.definitions import make_definitions
 from invoice_pipeline.orchestration.jobs import make_jobs
+from invoice_pipeline.orchestration.run_requests import PROCESS_INVOICE, PROCESS_INVOICE_BATCH, invoice_ids_of
 from invoice_pipeline.orchestration.sensors import new_invoices_sensor
 from invoice_pipeline_tests.conftest import ROOT
 from invoice_pipeline_tests.factories import pipeline_resources
