@@ -28,7 +28,6 @@ from dagster import (
     sensor,
 )
 
-from invoice_pipeline.config import Settings
 from invoice_pipeline.engine.ingest import FileState, InboxPass, display_name, ingest_inbox
 from invoice_pipeline.engine.records import DueInvoice
 from invoice_pipeline.engine.runs import InvoiceRef, RunShape
@@ -158,13 +157,16 @@ def _tick(
     context: SensorEvaluationContext, invoice_db: InvoiceDatabase, targets: RunTargets
 ) -> Iterator[RunRequest | SkipReason]:
     store = invoice_db.store
+    inbox = invoice_db.inbox_path
     try:
-        done = ingest_inbox(store, Settings.from_env().inbox, load_cursor(context.cursor))
+        # The inbox comes from the resource, configured once when the code location loaded.
+        done = ingest_inbox(store, inbox, load_cursor(context.cursor)) if inbox else None
     except Exception as exc:  # intake trouble must never stop the planning below
         context.log.error(f"inbox: intake failed this tick, planning goes on: {type(exc).__name__}: {exc}")
     else:
-        _log_pass(context, done)
-        context.update_cursor(dump_cursor(done.waiting))
+        if done is not None:
+            _log_pass(context, done)
+            context.update_cursor(dump_cursor(done.waiting))
 
     try:
         # Recovery by default: a dead holder's lease is swept within a tick of its TTL, not at
