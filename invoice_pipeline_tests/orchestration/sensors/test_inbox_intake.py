@@ -295,3 +295,4 @@ def test_planning_goes_on_when_intake_fails_as_a_whole(
     sensor = Sensor(database_url, inbox=str(inbox / ("x" * 300)))
     (request,) = sensor.tick()
     assert invoice_ids_of(request.run_config) == [str(due)]
+    assert sensor.cursor is None  # intake failed: a pass that ran would have saved what it saw
