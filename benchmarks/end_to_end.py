@@ -37,12 +37,13 @@ from psycopg import sql
 from benchmarks.harness import BenchContext, BenchResult, cell, fmt, pivot, plot_bars, register
 from invoice_pipeline.engine.chunk_loop import claim_chunk, process_chunk
 from invoice_pipeline.engine.leases import LeaseKeeper
-from invoice_pipeline.engine.runs import DEFAULT_CHUNK_SIZE, InvoiceRef, batch_run_config, single_run_config
+from invoice_pipeline.engine.runs import DEFAULT_CHUNK_SIZE, InvoiceRef
 from invoice_pipeline.engine.stages import StageEnv
 from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.orchestration.dagster_home import DAGSTER_YAML, ENV_DAGSTER_PG_URL, dagster_database_url
 from invoice_pipeline.orchestration.resources import DocumentReader, InvoiceDatabase
 from invoice_pipeline.orchestration.resources.invoice_database import close_shared_stores
+from invoice_pipeline.orchestration.run_requests import batch_run_config, single_run_config
 from invoice_pipeline.samples.generator import _Builder  # the demo's invoice generator
 from invoice_pipeline.samples.render import cii_xml, ubl_xml
 

@@ -30,8 +30,9 @@ import psycopg
 
 from benchmarks.harness import BenchContext, BenchResult, free_port, register
 from invoice_pipeline.db.embedded import EmbeddedPostgres
-from invoice_pipeline.engine.runs import InvoiceRef, single_run_config
+from invoice_pipeline.engine.runs import InvoiceRef
 from invoice_pipeline.engine.store import InvoiceStore
+from invoice_pipeline.orchestration.run_requests import single_run_config
 from invoice_pipeline.samples.generator import _Builder
 from invoice_pipeline.samples.render import Line, invoice_pdf, ubl_xml
 from pipeline_support.helpers import start_dev_server, stop_process_group, wait_for

@@ -41,7 +41,7 @@ from invoice_pipeline.samples.render import ubl_xml
 from invoice_pipeline.samples.scans import draw_invoice, scan_invoice
 
 READ_LOG = "CHAOS_READ_LOG"
-DB = {"lock_ttl_seconds": 30, "heartbeat_seconds": 5, "max_attempts": 50}
+DB: dict[str, Any] = {"lock_ttl_seconds": 30, "heartbeat_seconds": 5, "max_attempts": 50}
 ROUND_TIMEOUT_S = 600
 
 

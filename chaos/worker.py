@@ -24,8 +24,9 @@ from typing import Any
 from dagster import DagsterInstance
 
 import invoice_pipeline.engine.dedupe as dedupe_module
-from invoice_pipeline.engine import runs
+from invoice_pipeline.engine.runs import InvoiceRef
 from invoice_pipeline.engine.store import InvoiceStore
+from invoice_pipeline.orchestration import run_requests
 from invoice_pipeline.orchestration.jobs import make_jobs
 from invoice_pipeline.orchestration.resources import DocumentReader, InvoiceDatabase
 
@@ -59,11 +60,11 @@ QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 
 
 def single_run_config(invoice_id: str) -> dict[str, Any]:
-    return runs.single_run_config(runs.InvoiceRef(invoice_id)) | QUIET
+    return run_requests.single_run_config(InvoiceRef(invoice_id)) | QUIET
 
 
 def batch_run_config(invoice_ids: list[str]) -> dict[str, Any]:
-    return runs.batch_run_config([runs.InvoiceRef(i) for i in invoice_ids]) | QUIET
+    return run_requests.batch_run_config([InvoiceRef(i) for i in invoice_ids]) | QUIET
 
 
 # -- gates ------------------------------------------------------------------------------------------

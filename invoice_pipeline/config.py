@@ -38,6 +38,9 @@ ENV_CELERY_BROKER_HEARTBEAT = "INVOICE_PIPELINE_CELERY_BROKER_HEARTBEAT_SECONDS"
 # Launchpad approval names whoever typed a name, for any org: a production deployment sets 0 and
 # approvals go through the review page behind authentication (docs/scale-out.md).
 ENV_REVIEW_JOBS = "INVOICE_PIPELINE_REVIEW_JOBS"
+# Which deployment's resources a code location binds (orchestration/resources/deployments.py):
+# "local" (the default: runs with no setup) or "production".
+ENV_DEPLOYMENT = "INVOICE_PIPELINE_DEPLOYMENT"
 
 DEFAULT_PG_PORT = 54329
 # The one place for defaults: Settings (the CLI) and the Dagster resource both read these.
@@ -191,6 +194,7 @@ class Settings:
     celery_broker_heartbeat: timedelta = timedelta(seconds=DEFAULT_CELERY_BROKER_HEARTBEAT_SECONDS)
     review_jobs: bool = True
     save_after: timedelta = timedelta(milliseconds=DEFAULT_SAVE_AFTER_MS)
+    deployment: str = "local"
 
     @property
     def uses_embedded_postgres(self) -> bool:
@@ -245,4 +249,5 @@ class Settings:
             ),
             review_jobs=_switch(env, ENV_REVIEW_JOBS, True),
             save_after=timedelta(milliseconds=_int(env, ENV_SAVE_AFTER_MS, DEFAULT_SAVE_AFTER_MS, minimum=0)),
+            deployment=env.get(ENV_DEPLOYMENT) or "local",
         )

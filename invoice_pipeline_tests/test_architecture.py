@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 import invoice_pipeline
+from invoice_pipeline.orchestration import run_requests
 
 PACKAGE_DIR = Path(invoice_pipeline.__file__).resolve().parent
 
@@ -146,3 +147,58 @@ def test_the_rules_catch_an_offending_import(source: str, module: str, rule: Rul
 )
 def test_the_rules_let_an_allowed_import_pass(source: str, module: str, rule: Rule) -> None:
     assert violations(source, module, rule) == []
+
+
+# Dagster's vocabulary, which only the adapter speaks: anything naming Dagster (its tags such as
+# "dagster/run_key", a run's lease owner "dagster-run:<id>"), the run config's "ops" key and the
+# processing jobs' names. The engine sees plain values and opaque owners. (Asset names are left
+# out: they are the tables' names too, which the engine rightly says.)
+DAGSTER_WORDS = frozenset({"ops", run_requests.PROCESS_INVOICE, run_requests.PROCESS_INVOICE_BATCH})
+
+
+def dagster_vocabulary(source: str) -> list[str]:
+    """The string literals of `source` (docstrings aside) that are Dagster's vocabulary."""
+    tree = ast.parse(source)
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in docstrings
+        and ("dagster" in node.value.lower() or node.value in DAGSTER_WORDS)
+    ]
+
+
+def test_the_engine_speaks_no_dagster() -> None:
+    found = [
+        f"{module_name(path)}: {word!r}"
+        for path in modules_of("engine")
+        for word in dagster_vocabulary(path.read_text())
+    ]
+    assert found == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        'RUN_KEY_TAG = "dagster/run_key"',
+        'def owner(run_id):\n    return f"dagster-run:{run_id}"',
+        'config = {"ops": {"fan_out": {"config": {}}}}',
+        'JOB = "process_invoice_batch"',
+    ],
+)
+def test_the_vocabulary_check_catches_dagster_words(source: str) -> None:
+    assert dagster_vocabulary(source), f"{source!r} was not caught"
+
+
+def test_the_vocabulary_check_lets_docstrings_and_plain_values_pass() -> None:
+    source = '"""Driven by Dagster (orchestration/)."""\n\ndef f():\n    """The Dagster run."""\n    return "extract_text"\n'
+    assert dagster_vocabulary(source) == []

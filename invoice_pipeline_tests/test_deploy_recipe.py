@@ -107,8 +107,8 @@ def _job_names(env: dict[str, str]) -> set[str]:
     """The code location's jobs as a fresh interpreter loads them with `env`: Dagster keeps a
     process-wide definitions-load context, which an earlier test's instance may have left behind."""
     script = (
-        "from invoice_pipeline.orchestration.definitions import make_definitions, make_resources\n"
-        "print(' '.join(j.name for j in make_definitions(make_resources()).get_repository_def().get_all_jobs()))"
+        "from invoice_pipeline.orchestration.definitions import defs\n"
+        "print(' '.join(j.name for j in defs.get_repository_def().get_all_jobs()))"
     )
     done = subprocess.run(
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300, check=False

@@ -551,8 +551,9 @@ def _coordinate(config_path: str) -> int:
     """Launch one celery batch run and wait for it; write its status and who ran which chunk."""
     from dagster import DagsterInstance, execute_job, reconstructable
 
-    from invoice_pipeline.engine.runs import InvoiceRef, batch_run_config
+    from invoice_pipeline.engine.runs import InvoiceRef
     from invoice_pipeline.orchestration.celery_definitions import celery_batch_job
+    from invoice_pipeline.orchestration.run_requests import batch_run_config
 
     cfg = json.loads(Path(config_path).read_text())
     out = Path(config_path).with_suffix(".result.json")

@@ -18,9 +18,10 @@ from invoice_pipeline.cli.output import progress
 from invoice_pipeline.cli.store import open_store
 from invoice_pipeline.config import Settings
 from invoice_pipeline.db.connection import prepare_database
-from invoice_pipeline.engine.runs import InvoiceRef, RunShape, batch_run_config
+from invoice_pipeline.engine.runs import InvoiceRef, RunShape
 from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.forked import run_forked, usable_cores
+from invoice_pipeline.orchestration.run_requests import batch_run_config
 from invoice_pipeline.terminal import printable
 
 # How `process` ends for the invoices it ran: these make it exit EXIT_INVOICES_FAILED.
@@ -132,9 +133,8 @@ def execute_due_runs(url: str, settings: Settings, shape: RunShape, claim: int) 
     """
     from dagster import DagsterInstance, execute_job, reconstructable
 
-    from invoice_pipeline.engine.request_owner import REQUEST_TAG, RequestOwner
     from invoice_pipeline.orchestration.definitions import batch_job_for_cli
-    from invoice_pipeline.orchestration.request_owner import instance_scope
+    from invoice_pipeline.orchestration.request_owner import REQUEST_TAG, RequestOwner, instance_scope
 
     with _closing_store(url, settings) as store, DagsterInstance.get() as instance:
         scope = instance_scope(instance)

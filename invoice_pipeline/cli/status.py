@@ -14,8 +14,8 @@ from invoice_pipeline.cli.store import open_store
 from invoice_pipeline.config import Settings
 from invoice_pipeline.domain.review import reason_code
 from invoice_pipeline.engine.review import REVIEW_STATUSES
-from invoice_pipeline.engine.runs import run_id_of
 from invoice_pipeline.engine.store import dumps
+from invoice_pipeline.orchestration.run_requests import run_id_of
 from invoice_pipeline.terminal import printable
 
 

@@ -20,8 +20,9 @@ from invoice_pipeline.domain.corrections import CORRECTED, apply_changes, descri
 from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.identity import matching_vendor, vendor_reasons
 from invoice_pipeline.domain.review import ReviewPolicy
+from invoice_pipeline.engine.dedupe import match_outcome
 from invoice_pipeline.engine.records import MatchOutcome
-from invoice_pipeline.engine.review import Actor, _match, decide_under_lock
+from invoice_pipeline.engine.review import Actor, decide_under_lock
 from invoice_pipeline.engine.review_records import ActionOutcome
 from invoice_pipeline.engine.stages import registered_vendors, verdict_for
 from invoice_pipeline.engine.store import InvoiceStore, as_uuid
@@ -98,7 +99,10 @@ def correct_invoice(
         state.status,
         expect_version,
         lambda lease: store.review_correct(
-            lease, Correction(parsed, actor.name, note), held_for(policy, actor.name, who_is_paid), _match
+            lease,
+            Correction(parsed, actor.name, note),
+            held_for(policy, actor.name, who_is_paid),
+            match_outcome,
         ),
         refused,
     )

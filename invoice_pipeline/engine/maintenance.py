@@ -12,7 +12,6 @@ from datetime import timedelta
 from typing import Protocol
 
 from invoice_pipeline.engine.records import Rescheduled
-from invoice_pipeline.engine.request_owner import RequestOwner
 from invoice_pipeline.engine.store import InvoiceStore
 
 
@@ -44,6 +43,18 @@ class RunSeen:
     ended: bool
 
 
+@dataclass(frozen=True)
+class OwnerRuns:
+    """What the orchestrator knows of the runs a request's owner names."""
+
+    runs: list[RunSeen]
+    # Releasing the request must count an attempt: the owner's retry cannot be requested under
+    # the same name again (a sensor's run key is never run twice, failures included).
+    counts_an_attempt: bool
+    # The owner as a person reads it in the release reason.
+    described: str
+
+
 class RunsView(Protocol):
     """What the sweep asks the orchestrator about runs."""
 
@@ -55,12 +66,9 @@ class RunsView(Protocol):
         """Invoice ids named by runs that are queued or running."""
         ...
 
-    def scope(self) -> str:
-        """The id of the run storage this view sees (RequestOwner.instance_id)."""
-        ...
-
-    def runs_of(self, owner: RequestOwner) -> list[RunSeen]:
-        """The runs a request's owner names."""
+    def runs_of(self, owner: str) -> OwnerRuns | None:
+        """The runs a request's `owner` (the opaque string it was recorded with) names; None when
+        they are not this view's to judge (another instance's runs, or an owner naming no run)."""
         ...
 
 
@@ -123,33 +131,29 @@ def release_abandoned_requests(db: SweepSettings, runs: RunsView) -> list[Resche
     lease TTL) already reads FAILURE here. An owner with no run at all may be a request whose
     run is about to be created (the daemon launches a tick's runs after the evaluation, and
     `invoice-pipeline process` right after claiming); it is released once older than the lease
-    TTL, the same silence after which a run is presumed dead. Requests of another Dagster
-    instance, or with no recorded owner, are left to that instance's sweep and to the request
+    TTL, the same silence after which a run is presumed dead. Requests of another
+    orchestrator instance, or with no recorded owner, are left to that instance's sweep and to the request
     timeout (expire_lost_requests).
     """
-    scope = runs.scope()
     released: list[Rescheduled] = []
     for open_requests in db.store.open_request_owners():
-        owner = RequestOwner.parse(open_requests.owner)
-        if owner is None or owner.instance_id != scope:
+        known = runs.runs_of(open_requests.owner)
+        if known is None or any(not run.ended for run in known.runs):
             continue
-        seen = runs.runs_of(owner)
-        if any(not run.ended for run in seen):
-            continue
-        if seen:
-            ended = ", ".join(f"{run.run_id} ({run.status})" for run in seen)
+        if known.runs:
+            ended = ", ".join(f"{run.run_id} ({run.status})" for run in known.runs)
             reason = f"released: the run that was to process it ended without claiming it: {ended}"
             min_age = timedelta(0)
         else:
             reason = (
                 f"released: no run for the request appeared within the lock TTL ({db.lock_ttl}); "
-                f"the requester died before launching it ({owner.tag}={owner.value})"
+                f"the requester died before launching it ({known.described})"
             )
             min_age = db.lock_ttl
         released += db.store.release_requests(
-            owner.text,
+            open_requests.owner,
             reason,
-            count_attempt=owner.burns_a_run_key,
+            count_attempt=known.counts_an_attempt,
             min_age=min_age,
             max_attempts=db.max_attempts,
             retry_base=db.retry_base,

@@ -25,17 +25,15 @@ from dataclasses import dataclass
 from datetime import timedelta
 from uuid import UUID
 
-from invoice_pipeline.domain.fields import InvoiceFields
-from invoice_pipeline.domain.matching import MatchCandidate, find_match
 from invoice_pipeline.domain.review import REASON_CODES
+from invoice_pipeline.engine.dedupe import match_outcome
 from invoice_pipeline.engine.layouts import learn_quietly, unlearn_quietly
 from invoice_pipeline.engine.leases import LeaseLost
-from invoice_pipeline.engine.records import Lease, MatchOutcome
+from invoice_pipeline.engine.records import Lease
 from invoice_pipeline.engine.review_records import ACTION_FROM, Action, ActionOutcome, ReviewTarget
-from invoice_pipeline.engine.runs import run_owner
 from invoice_pipeline.engine.store import InvoiceStore, as_uuid
 
-# Lock owners of actions taken at a terminal, beside `dagster-run:<id>` for the UI's jobs.
+# Lock owners of actions taken at a terminal, beside the orchestrator's runs' (review_jobs.py).
 REVIEW_OWNER_PREFIX = "review:"
 REVIEW_STATUSES = ("needs_review",)
 REQUEUE_STATUSES = ACTION_FROM["requeue"]
@@ -57,12 +55,6 @@ class Actor:
         except (KeyError, OSError):  # no passwd entry (a container's random uid)
             user = f"uid-{os.getuid()}"
         return cls(f"os-user:{user}", f"{REVIEW_OWNER_PREFIX}{user}@{socket.gethostname()}:{os.getpid()}")
-
-    @classmethod
-    def dagster_run(cls, run_id: str, reviewer: str | None = None) -> Actor:
-        # The run's own owner: the sweep reconciles a dead review run like any other run.
-        name = f"dagster-run:{run_id}" + (f" ({reviewer.strip()})" if reviewer and reviewer.strip() else "")
-        return cls(name, run_owner(run_id))
 
 
 @dataclass(frozen=True)
@@ -117,14 +109,6 @@ def select_targets(store: InvoiceStore, action: Action, flt: TargetFilter) -> li
         reason=flt.reason,
         older_than=flt.older_than,
     )
-
-
-def _match(candidate: MatchCandidate, rows: list[tuple[UUID, str, InvoiceFields]]) -> MatchOutcome | None:
-    """The dedupe stage's matcher, over the originals a not-duplicate release reads under its locks."""
-    found = find_match(candidate, [MatchCandidate.from_fields(str(rid), org, f) for rid, org, f in rows])
-    if found is None:
-        return None
-    return MatchOutcome(UUID(found.original_id), found.exact, found.how, found.score, found.reasons)
 
 
 def act(
@@ -223,7 +207,7 @@ def _apply(
     if action == "confirm_duplicate":
         return store.review_confirm_duplicate(lease, actor.name, note)
     if action == "not_duplicate":
-        return store.review_not_duplicate(lease, actor.name, note, _match)
+        return store.review_not_duplicate(lease, actor.name, note, match_outcome)
     if action == "requeue":
         return store.requeue(lease, actor.name, note)
     raise ValueError(f"unknown action {action!r}")

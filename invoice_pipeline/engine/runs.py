@@ -1,27 +1,20 @@
-"""Conventions that tie an invoice to the Dagster runs processing it. No Dagster import: the CLI,
-the sensor, the maintenance sweep and the ops all build and read runs through these.
+"""What the engine knows of runs: which invoices a run is asked to process (InvoiceRef) and the
+shape of the runs planned from what is due (RunShape). The CLI, the sensor and the ops plan
+alike through these.
 
-- the owner a run's leases carry (so a sweep can tell which run died);
-- run keys (so Dagster launches each attempt once, and a redrive gets a new one);
-- the run config of both processing jobs, built and parsed in one place;
-- the shape of the runs planned from what is due (RunShape).
+How a run is named, configured and launched is the orchestrator's (orchestration/run_requests.py:
+job names, run config, run keys, the owner a run's leases carry); the engine sees only opaque
+owner strings.
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 T = TypeVar("T")
 
-RUN_OWNER_PREFIX = "dagster-run:"
-PROCESS_INVOICE = "process_invoice"
-PROCESS_INVOICE_BATCH = "process_invoice_batch"
-# The op that reads each job's config: `start` for one invoice, `fan_out` for a batch.
-SINGLE_CONFIG_OP = "start"
-BATCH_CONFIG_OP = "fan_out"
 # A batch is claimed and worked in chunks of this many invoices: one lock statement, one fenced
 # write and one asset materialization per stage per chunk, instead of one per invoice. What a
 # crash costs does not grow with it (stages save finished documents every second or so).
@@ -72,16 +65,6 @@ class RunShape:
         return [items[i : i + size] for i in range(0, len(items), size)]
 
 
-def run_owner(run_id: str) -> str:
-    """The owner a run's leases carry, so a sweep can tell Dagster which run died."""
-    return f"{RUN_OWNER_PREFIX}{run_id}"
-
-
-def run_id_of(owner: str | None) -> str | None:
-    """The Dagster run that held a lease, when a run did (a bare acquire names a host and pid)."""
-    return owner.removeprefix(RUN_OWNER_PREFIX) if owner and owner.startswith(RUN_OWNER_PREFIX) else None
-
-
 @dataclass(frozen=True)
 class InvoiceRef:
     """An invoice a run is asked to process, and which attempt (None: the next one)."""
@@ -90,18 +73,6 @@ class InvoiceRef:
     attempt: int | None = None
     # Bumped by a person's requeue: the same attempt number then gets a run key of its own.
     redrive: int = 0
-
-
-def invoice_run_key(ref: InvoiceRef) -> str:
-    key = f"invoice:{ref.invoice_id}:attempt:{ref.attempt}"
-    return f"{key}:redrive:{ref.redrive}" if ref.redrive else key
-
-
-def batch_run_key(refs: Sequence[InvoiceRef]) -> str:
-    digest = hashlib.sha256(
-        "\n".join(sorted(f"{r.invoice_id}:{r.attempt}:{r.redrive}" for r in refs)).encode()
-    ).hexdigest()
-    return f"batch:{digest[:24]}"
 
 
 def unique_refs(refs: Sequence[InvoiceRef]) -> list[InvoiceRef]:
@@ -114,39 +85,3 @@ def unique_refs(refs: Sequence[InvoiceRef]) -> list[InvoiceRef]:
     for ref in refs:
         first.setdefault(ref.invoice_id, ref)
     return list(first.values())
-
-
-def refs_from_lists(invoice_ids: Sequence[str], attempts: Sequence[int] | None) -> list[InvoiceRef]:
-    """Refs from the batch config's parallel lists (attempts, when given, one per id)."""
-    if attempts is not None and len(attempts) != len(invoice_ids):
-        raise ValueError("attempts must have one entry per invoice id")
-    return [
-        InvoiceRef(invoice_id, attempts[i] if attempts else None) for i, invoice_id in enumerate(invoice_ids)
-    ]
-
-
-def single_run_config(ref: InvoiceRef) -> dict[str, Any]:
-    config: dict[str, Any] = {"invoice_id": ref.invoice_id}
-    if ref.attempt is not None:
-        config["attempt"] = ref.attempt
-    return {"ops": {SINGLE_CONFIG_OP: {"config": config}}}
-
-
-def batch_run_config(refs: Sequence[InvoiceRef], chunk_size: int | None = None) -> dict[str, Any]:
-    config: dict[str, Any] = {"invoice_ids": [r.invoice_id for r in refs]}
-    if any(r.attempt is not None for r in refs):
-        if not all(r.attempt is not None for r in refs):
-            raise ValueError("give an attempt for every invoice of a batch, or for none")
-        config["attempts"] = [r.attempt for r in refs]
-    if chunk_size is not None:
-        config["chunk_size"] = chunk_size
-    return {"ops": {BATCH_CONFIG_OP: {"config": config}}}
-
-
-def invoice_ids_of(run_config: Mapping[str, Any] | None) -> list[str]:
-    """The invoice ids a run of either processing job names in its config."""
-    ops: Mapping[str, Any] = (run_config or {}).get("ops", {}) if isinstance(run_config, Mapping) else {}
-    single = ops.get(SINGLE_CONFIG_OP, {}).get("config", {}).get("invoice_id")
-    if single:
-        return [str(single)]
-    return [str(i) for i in ops.get(BATCH_CONFIG_OP, {}).get("config", {}).get("invoice_ids", [])]

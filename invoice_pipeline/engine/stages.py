@@ -60,13 +60,6 @@ from invoice_pipeline.engine.store import InvoiceStore, is_systemic
 
 T = TypeVar("T")
 
-ASSET_DOCUMENTS = "invoice_documents"
-ASSET_TEXT = "extracted_text"
-ASSET_FIELDS = "invoice_fields"
-ASSET_DUPLICATES = "duplicate_decisions"
-ASSET_APPROVALS = "approvals"
-ASSET_LEDGER = "ledger_postings"
-
 
 # -- what a stage works on and returns -------------------------------------------------------
 
@@ -169,8 +162,6 @@ def self_fenced(env: StageEnv, items: Sequence[Claimed]) -> dict[UUID, Outcome]:
 class Stage:
     name: str
     description: str
-    # The assets the stage materializes, once per chunk.
-    assets: tuple[str, ...]
     done: Callable[[InvoiceStore, list[UUID]], set[UUID]]
     # (env, the chunk's invoices still to do, the stage's name for its 'executed' breadcrumbs)
     work: Callable[[StageEnv, list[Claimed], str], dict[UUID, Outcome]]
@@ -630,21 +621,18 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         "extract_text",
         "Read the stored document's text (OCR for scans): the expensive step.",
-        (ASSET_DOCUMENTS, ASSET_TEXT),
         _done_query("extract_text"),
         extract_text,
     ),
     Stage(
         "extract_fields",
         "Invoice number, dates, totals, parties — with a source per field.",
-        (ASSET_FIELDS,),
         _done_query("extract_fields"),
         extract_fields,
     ),
     Stage(
         "validate",
         "Quarantine what cannot be paid: missing number or total, bad amounts, dates, currency.",
-        (),
         # Validation leaves no row of its own: a recorded duplicate decision proves it passed.
         _done_query("detect_duplicates"),
         validate,
@@ -652,21 +640,18 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         "detect_duplicates",
         "Original, duplicate or suspected, under the blocking keys' advisory locks.",
-        (ASSET_DUPLICATES,),
         _done_query("detect_duplicates"),
         detect_duplicates,
     ),
     Stage(
         "approve",
         "Approve valid originals; reject exact duplicates; hold business exceptions for a person.",
-        (ASSET_APPROVALS,),
         _done_query("approve"),
         approve,
     ),
     Stage(
         "post_to_ledger",
         "Post approved invoices to the ledger, exactly once.",
-        (ASSET_LEDGER,),
         _done_query("post_to_ledger"),
         post_to_ledger,
     ),

@@ -23,7 +23,8 @@ from dagster import JobDefinition
 
 from invoice_pipeline.config import Settings
 from invoice_pipeline.orchestration.celery_jobs import PROCESS_INVOICE_BATCH_CELERY, make_celery_batch_job
-from invoice_pipeline.orchestration.definitions import make_definitions, make_resources
+from invoice_pipeline.orchestration.definitions import make_definitions
+from invoice_pipeline.orchestration.resources import deployment
 from invoice_pipeline.orchestration.sensors.new_invoices import RunTargets, make_new_invoices_sensor
 
 # Dagster's run monitoring reads this tag (dagster._core.storage.tags.MAX_RUNTIME_SECONDS_TAG).
@@ -38,12 +39,18 @@ def celery_run_targets(settings: Settings) -> RunTargets:
     )
 
 
-resources = make_resources()
-_celery_job = make_celery_batch_job(resources)
+# The environment is read here, once, as in definitions.py (resources/deployments.py).
+DEPLOYMENT = deployment()
+_celery_job = make_celery_batch_job(DEPLOYMENT.resources)
 new_invoices_celery_sensor = make_new_invoices_sensor(
-    "new_invoices_celery_sensor", [_celery_job], celery_run_targets(Settings.from_env())
+    "new_invoices_celery_sensor", [_celery_job], celery_run_targets(DEPLOYMENT.settings)
 )
-defs = make_definitions(resources, extra_jobs=[_celery_job], intake=new_invoices_celery_sensor)
+defs = make_definitions(
+    DEPLOYMENT.resources,
+    extra_jobs=[_celery_job],
+    intake=new_invoices_celery_sensor,
+    review=DEPLOYMENT.settings.review_jobs,
+)
 
 
 def celery_batch_job() -> JobDefinition:

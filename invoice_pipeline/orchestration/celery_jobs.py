@@ -41,11 +41,12 @@ from dagster import (
 )
 
 from invoice_pipeline.config import Settings
-from invoice_pipeline.engine.runs import PROCESS_INVOICE_BATCH, InvoiceRef, run_owner
+from invoice_pipeline.engine.runs import InvoiceRef
 from invoice_pipeline.engine.stages import Lost
 from invoice_pipeline.engine.store import as_uuid
 from invoice_pipeline.orchestration.ops import TRANSIENT_RETRY, chunk_loop, dagster_hooks, fan_out
 from invoice_pipeline.orchestration.resources import DocumentReader, InvoiceDatabase
+from invoice_pipeline.orchestration.run_requests import PROCESS_INVOICE_BATCH, run_owner
 
 ENV_CELERY_BROKER = "INVOICE_PIPELINE_CELERY_BROKER"
 # Where workers store task results and the run's coordinator reads them; default: the broker.

@@ -14,22 +14,13 @@ from dagster import (
     define_asset_job,
 )
 
-from invoice_pipeline.config import Settings
 from invoice_pipeline.orchestration.assets import invariant_checks, pipeline_assets, report_assets
 from invoice_pipeline.orchestration.assets.review_queue import review_queue_assets, review_queue_checks
 from invoice_pipeline.orchestration.jobs import process_invoice, process_invoice_batch
-from invoice_pipeline.orchestration.resources import DocumentReader, InvoiceDatabase
+from invoice_pipeline.orchestration.resources import deployment
 from invoice_pipeline.orchestration.review_jobs import review_jobs
 from invoice_pipeline.orchestration.schedules import sweep_stale_locks_schedule
 from invoice_pipeline.orchestration.sensors import new_invoices_sensor
-
-
-def make_resources(settings: Settings | None = None) -> dict[str, object]:
-    return {
-        "invoice_db": InvoiceDatabase.from_settings(settings or Settings.from_env()),
-        "document_reader": DocumentReader(),
-    }
-
 
 refresh_reports = define_asset_job(
     "refresh_reports",
@@ -48,13 +39,12 @@ def make_definitions(
     *,
     extra_jobs: Sequence[JobDefinition] = (),
     intake: SensorDefinition = new_invoices_sensor,
-    review: bool | None = None,
+    review: bool = True,
 ) -> Definitions:
     """Everything of a code location; `intake` is the one sensor that requests processing runs
     (a location with two would request each invoice from both). `review`: with the Launchpad
-    review jobs (default: INVOICE_PIPELINE_REVIEW_JOBS, 1 unless set; a production deployment
-    sets 0, see config.ENV_REVIEW_JOBS)."""
-    with_review = Settings.from_env().review_jobs if review is None else review
+    review jobs (the code location passes its deployment's INVOICE_PIPELINE_REVIEW_JOBS, 1
+    unless set; a production deployment sets 0, see config.ENV_REVIEW_JOBS)."""
     return Definitions(
         assets=[*pipeline_assets, *report_assets, *review_queue_assets],
         asset_checks=[*invariant_checks, *review_queue_checks],
@@ -64,7 +54,7 @@ def make_definitions(
             *extra_jobs,
             refresh_reports,
             check_invariants,
-            *(review_jobs if with_review else ()),
+            *(review_jobs if review else ()),
         ],
         sensors=[intake],
         schedules=[
@@ -86,7 +76,9 @@ def make_definitions(
     )
 
 
-defs = make_definitions(make_resources())
+# The environment is read here, once: the deployment's resources and settings (resources/deployments.py).
+DEPLOYMENT = deployment()
+defs = make_definitions(DEPLOYMENT.resources, review=DEPLOYMENT.settings.review_jobs)
 
 
 def batch_job_for_cli() -> JobDefinition:

@@ -14,8 +14,9 @@ from typing import Any
 
 from dagster import GraphDefinition, JobDefinition, graph, in_process_executor
 
-from invoice_pipeline.engine.runs import PROCESS_INVOICE, PROCESS_INVOICE_BATCH, InvoiceRef
+from invoice_pipeline.engine.runs import InvoiceRef
 from invoice_pipeline.orchestration.ops import STAGE_OPS, Chunk, claim, fan_out, release, start
+from invoice_pipeline.orchestration.run_requests import PROCESS_INVOICE, PROCESS_INVOICE_BATCH
 
 
 @graph(description="A chunk of invoices through every stage, under their durable locks.")

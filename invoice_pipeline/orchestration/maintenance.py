@@ -4,13 +4,18 @@ the Dagster instance, and telling Dagster the truth about the runs whose worker 
 from __future__ import annotations
 
 import time
+from functools import cached_property
 
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
-from invoice_pipeline.engine.maintenance import MaintenanceReport, RunSeen, SweepSettings, sweep
-from invoice_pipeline.engine.request_owner import RequestOwner
-from invoice_pipeline.engine.runs import PROCESS_INVOICE, PROCESS_INVOICE_BATCH, invoice_ids_of, run_owner
-from invoice_pipeline.orchestration.request_owner import instance_scope, runs_filter
+from invoice_pipeline.engine.maintenance import MaintenanceReport, OwnerRuns, RunSeen, SweepSettings, sweep
+from invoice_pipeline.orchestration.request_owner import RequestOwner, instance_scope, runs_filter
+from invoice_pipeline.orchestration.run_requests import (
+    PROCESS_INVOICE,
+    PROCESS_INVOICE_BATCH,
+    invoice_ids_of,
+    run_owner,
+)
 
 IN_FLIGHT = [
     DagsterRunStatus.QUEUED,
@@ -89,14 +94,20 @@ class DagsterRuns:
     def invoices_in_flight(self) -> set[str]:
         return invoices_in_flight(self.instance)
 
+    @cached_property
     def scope(self) -> str:
+        """The run storage this view sees; asked once per sweep, it costs a query."""
         return instance_scope(self.instance)
 
-    def runs_of(self, owner: RequestOwner) -> list[RunSeen]:
-        return [
+    def runs_of(self, owner: str) -> OwnerRuns | None:
+        parsed = RequestOwner.parse(owner)
+        if parsed is None or parsed.instance_id != self.scope:
+            return None
+        seen = [
             RunSeen(run.run_id, run.status.value, run.status in ENDED)
-            for run in self.instance.get_runs(filters=runs_filter(owner))
+            for run in self.instance.get_runs(filters=runs_filter(parsed))
         ]
+        return OwnerRuns(seen, parsed.burns_a_run_key, f"{parsed.tag}={parsed.value}")
 
 
 def run_maintenance(db: SweepSettings, instance: DagsterInstance | None) -> MaintenanceReport:

@@ -32,13 +32,7 @@ from pydantic import Field
 
 from invoice_pipeline.engine.chunk_loop import ChunkHooks, ChunkLoop, describe_error
 from invoice_pipeline.engine.records import Rescheduled
-from invoice_pipeline.engine.runs import (
-    DEFAULT_CHUNK_SIZE,
-    InvoiceRef,
-    refs_from_lists,
-    run_owner,
-    unique_refs,
-)
+from invoice_pipeline.engine.runs import DEFAULT_CHUNK_SIZE, InvoiceRef, unique_refs
 from invoice_pipeline.engine.stages import (
     STAGES,
     Claimed,
@@ -51,7 +45,9 @@ from invoice_pipeline.engine.stages import (
     StageReport,
 )
 from invoice_pipeline.engine.store import InvoiceStore, as_uuid
+from invoice_pipeline.orchestration.assets.lineage import STAGE_ASSETS
 from invoice_pipeline.orchestration.resources import DocumentReader, InvoiceDatabase
+from invoice_pipeline.orchestration.run_requests import refs_from_lists, run_owner
 
 # Transient errors (a dropped connection, a timeout) are retried with backoff inside the run;
 # an invoice's own trouble never reaches the op (it is that invoice's outcome).
@@ -281,7 +277,8 @@ def report_stage(context: OpExecutionContext, store: InvoiceStore, stage: Stage,
             f"{stage.name}: {len(trouble)} invoice(s) left the chunk or were held: " + "; ".join(trouble[:20])
         )
     materialized = [c for c in report.survivors if c.invoice_id not in report.skipped]
-    if not stage.assets or not materialized:
+    assets = STAGE_ASSETS[stage.name]
+    if not assets or not materialized:
         return
     totals = store.totals_by_currency([c.invoice_id for c in materialized])
     metadata = {
@@ -295,7 +292,7 @@ def report_stage(context: OpExecutionContext, store: InvoiceStore, stage: Stage,
             ]
         ),
     }
-    for asset in stage.assets:
+    for asset in assets:
         context.log_event(AssetMaterialization(asset_key=asset, metadata=metadata))  # type: ignore[arg-type]
 
 

@@ -23,10 +23,17 @@ from invoice_pipeline.engine.review import Actor, TargetFilter, act_on, check_re
 from invoice_pipeline.engine.review_records import Action, ActionOutcome
 from invoice_pipeline.engine.store import as_uuid
 from invoice_pipeline.orchestration.resources import InvoiceDatabase
+from invoice_pipeline.orchestration.run_requests import run_owner
 
 REVIEW_INVOICE = "review_invoice"
 REQUEUE_INVOICES = "requeue_invoices"
 CORRECT_INVOICE = "correct_invoice"
+
+
+def run_actor(run_id: str, reviewer: str | None = None) -> Actor:
+    """The run acts, under its own owner: the sweep reconciles a dead review run like any other run."""
+    owner = run_owner(run_id)
+    return Actor(owner + (f" ({reviewer.strip()})" if reviewer and reviewer.strip() else ""), owner)
 
 
 class ReviewDecision(Enum):
@@ -97,7 +104,7 @@ def _run(
         else:
             context.log.warning(f"{action} {o.invoice_id} refused: {o.message}")
 
-    actor = Actor.dagster_run(context.run_id, config.reviewer)
+    actor = run_actor(context.run_id, config.reviewer)
     outcomes = act_on(invoice_db.store, action, flt, actor, config.note or None, on_outcome=log)
     refused = [o for o in outcomes if not o.done]
     table = "\n".join(
@@ -191,7 +198,7 @@ class CorrectInvoiceConfig(Config):
 def correct_fields(
     context: OpExecutionContext, config: CorrectInvoiceConfig, invoice_db: InvoiceDatabase
 ) -> None:
-    actor = Actor.dagster_run(context.run_id, config.reviewer)
+    actor = run_actor(context.run_id, config.reviewer)
     try:
         outcome = correct_invoice(
             invoice_db.store, config.invoice_id, config.changes(), actor, config.note or None

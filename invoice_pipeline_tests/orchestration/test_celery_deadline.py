@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 import yaml
 
-from invoice_pipeline.engine.runs import invoice_ids_of
+from invoice_pipeline.orchestration.run_requests import invoice_ids_of
 from invoice_pipeline_tests.support import outcome
 from pipeline_support.celery_cluster import celery_unavailable_reason, start_redis_server
 from pipeline_support.helpers import create_database, drop_database, stop_process_group, wait_for

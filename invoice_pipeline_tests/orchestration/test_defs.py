@@ -82,8 +82,9 @@ def test_the_celery_location_requests_only_the_celery_job_each_run_with_its_dead
 
     from invoice_pipeline.config import Settings
     from invoice_pipeline.engine.records import DueInvoice
-    from invoice_pipeline.engine.runs import RunShape, invoice_ids_of
+    from invoice_pipeline.engine.runs import RunShape
     from invoice_pipeline.orchestration.celery_jobs import PROCESS_INVOICE_BATCH_CELERY
+    from invoice_pipeline.orchestration.run_requests import invoice_ids_of
     from invoice_pipeline.orchestration.sensors.new_invoices import plan_run_requests
 
     pytest.importorskip("dagster_celery")

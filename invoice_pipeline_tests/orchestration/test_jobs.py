@@ -11,11 +11,12 @@ import pytest
 from dagster import DagsterEventType, DagsterInstance, ExecuteInProcessResult
 
 from invoice_pipeline.documents import ExtractedText
-from invoice_pipeline.engine.runs import InvoiceRef, batch_run_config, refs_from_lists, unique_refs
+from invoice_pipeline.engine.runs import InvoiceRef, unique_refs
 from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.orchestration.assets.lineage import PIPELINE_ASSET_KEYS
 from invoice_pipeline.orchestration.jobs import make_jobs
 from invoice_pipeline.orchestration.resources import DocumentReader
+from invoice_pipeline.orchestration.run_requests import batch_run_config, refs_from_lists
 from invoice_pipeline_tests.factories import pipeline_resources
 from pipeline_support.factories import json_invoice
 from pipeline_support.helpers import wait_for

@@ -10,11 +10,15 @@ import pytest
 from dagster import DagsterInstance, DagsterRunStatus, build_sensor_context
 from dagster._core.storage.tags import RUN_KEY_TAG as DAGSTER_RUN_KEY_TAG
 
-from invoice_pipeline.engine.request_owner import REQUEST_TAG, RUN_KEY_TAG, RequestOwner
 from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.orchestration.jobs import process_invoice, process_invoice_batch
 from invoice_pipeline.orchestration.maintenance import run_maintenance
-from invoice_pipeline.orchestration.request_owner import instance_scope
+from invoice_pipeline.orchestration.request_owner import (
+    REQUEST_TAG,
+    RUN_KEY_TAG,
+    RequestOwner,
+    instance_scope,
+)
 from invoice_pipeline.orchestration.resources import InvoiceDatabase
 from invoice_pipeline.orchestration.sensors import new_invoices_sensor
 from invoice_pipeline_tests.factories import pipeline_resources

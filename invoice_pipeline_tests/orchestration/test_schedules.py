@@ -6,9 +6,9 @@ from pathlib import Path
 import psycopg
 from dagster import DagsterInstance, DagsterRunStatus, build_schedule_context
 
-from invoice_pipeline.engine.runs import run_owner
 from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.orchestration.jobs import process_invoice
+from invoice_pipeline.orchestration.run_requests import run_owner
 from invoice_pipeline.orchestration.schedules import sweep_stale_locks_schedule
 from invoice_pipeline_tests.factories import pipeline_resources
 from invoice_pipeline_tests.support import db_seconds_since

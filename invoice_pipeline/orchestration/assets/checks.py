@@ -4,7 +4,7 @@ from datetime import timedelta
 
 from dagster import AssetCheckResult, AssetCheckSeverity, asset_check
 
-from invoice_pipeline.engine.stages import ASSET_DOCUMENTS, ASSET_DUPLICATES, ASSET_LEDGER
+from invoice_pipeline.orchestration.assets.lineage import ASSET_DOCUMENTS, ASSET_DUPLICATES, ASSET_LEDGER
 from invoice_pipeline.orchestration.resources import InvoiceDatabase
 
 STUCK_AFTER = timedelta(hours=24)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
 
-from invoice_pipeline.engine.stages import ASSET_DUPLICATES, ASSET_LEDGER
+from invoice_pipeline.orchestration.assets.lineage import ASSET_DUPLICATES, ASSET_LEDGER
 from invoice_pipeline.orchestration.resources import InvoiceDatabase
 
 if TYPE_CHECKING:

@@ -3,6 +3,7 @@
 import os
 import threading
 from datetime import timedelta
+from pathlib import Path
 
 from dagster import ConfigurableResource, EnvVar
 from pydantic import Field, model_validator
@@ -74,6 +75,12 @@ def close_shared_stores() -> None:
         _stores.clear()
 
 
+def _resolved(value: str | None) -> str | None:
+    """The value itself: Dagster resolves an EnvVar for a run; code that builds the resource
+    directly (the CLI, a sensor's test) resolves it here."""
+    return value.get_value() if isinstance(value, EnvVar) else value
+
+
 class InvoiceDatabase(ConfigurableResource):
     """Durable locks, leases, fencing and advisory-locked dedupe on PostgreSQL.
 
@@ -124,6 +131,11 @@ class InvoiceDatabase(ConfigurableResource):
         description="A chunk's finished results are saved once this much work piled up (what a crash can lose)",
     )
 
+    inbox: str | None = Field(
+        default=None,
+        description="The folder the sensor takes new files from (give an EnvVar); unset: no intake",
+    )
+
     @model_validator(mode="after")
     def _lease_timing(self) -> "InvoiceDatabase":
         check_lease_timing(self.lock_ttl_seconds, self.heartbeat_interval.total_seconds())
@@ -141,15 +153,18 @@ class InvoiceDatabase(ConfigurableResource):
             batch_size=settings.batch_size,
             request_timeout_seconds=settings.request_timeout.total_seconds(),
             save_after_seconds=settings.save_after.total_seconds(),
+            inbox=str(settings.inbox),
         )
 
     @property
     def url(self) -> str | None:
-        """The URL itself: Dagster resolves an EnvVar for a run; code that builds the resource
-        directly (the CLI) resolves it here."""
-        if isinstance(self.database_url, EnvVar):
-            return self.database_url.get_value()
-        return self.database_url
+        return _resolved(self.database_url)
+
+    @property
+    def inbox_path(self) -> Path | None:
+        """The folder the sensor takes new files from; None: it takes none."""
+        inbox = _resolved(self.inbox)
+        return Path(inbox) if inbox else None
 
     @property
     def store(self) -> InvoiceStore:

@@ -28,25 +28,22 @@ from dagster import (
     sensor,
 )
 
-from invoice_pipeline.config import Settings
 from invoice_pipeline.engine.ingest import FileState, InboxPass, display_name, ingest_inbox
 from invoice_pipeline.engine.records import DueInvoice
-from invoice_pipeline.engine.request_owner import RequestOwner
-from invoice_pipeline.engine.runs import (
+from invoice_pipeline.engine.runs import InvoiceRef, RunShape
+from invoice_pipeline.orchestration.jobs import process_invoice, process_invoice_batch
+from invoice_pipeline.orchestration.maintenance import run_maintenance
+from invoice_pipeline.orchestration.request_owner import RequestOwner, instance_scope
+from invoice_pipeline.orchestration.resources import InvoiceDatabase
+from invoice_pipeline.orchestration.run_requests import (
     PROCESS_INVOICE,
     PROCESS_INVOICE_BATCH,
-    InvoiceRef,
-    RunShape,
     batch_run_config,
     batch_run_key,
     invoice_ids_of,
     invoice_run_key,
     single_run_config,
 )
-from invoice_pipeline.orchestration.jobs import process_invoice, process_invoice_batch
-from invoice_pipeline.orchestration.maintenance import run_maintenance
-from invoice_pipeline.orchestration.request_owner import instance_scope
-from invoice_pipeline.orchestration.resources import InvoiceDatabase
 
 CURSOR_VERSION = 1
 SENSOR_INTERVAL_SECONDS = 5
@@ -160,13 +157,16 @@ def _tick(
     context: SensorEvaluationContext, invoice_db: InvoiceDatabase, targets: RunTargets
 ) -> Iterator[RunRequest | SkipReason]:
     store = invoice_db.store
+    inbox = invoice_db.inbox_path
     try:
-        done = ingest_inbox(store, Settings.from_env().inbox, load_cursor(context.cursor))
+        # The inbox comes from the resource, configured once when the code location loaded.
+        done = ingest_inbox(store, inbox, load_cursor(context.cursor)) if inbox else None
     except Exception as exc:  # intake trouble must never stop the planning below
         context.log.error(f"inbox: intake failed this tick, planning goes on: {type(exc).__name__}: {exc}")
     else:
-        _log_pass(context, done)
-        context.update_cursor(dump_cursor(done.waiting))
+        if done is not None:
+            _log_pass(context, done)
+            context.update_cursor(dump_cursor(done.waiting))
 
     try:
         # Recovery by default: a dead holder's lease is swept within a tick of its TTL, not at

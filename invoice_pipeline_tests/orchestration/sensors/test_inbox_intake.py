@@ -19,10 +19,10 @@ from dagster import DagsterInstance, RunRequest, build_sensor_context
 
 from invoice_pipeline.config import ENV_INBOX
 from invoice_pipeline.engine.ingest import REASON_SUFFIX, REJECTED_DIR
-from invoice_pipeline.engine.runs import PROCESS_INVOICE, PROCESS_INVOICE_BATCH, invoice_ids_of
 from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.orchestration.definitions import make_definitions
 from invoice_pipeline.orchestration.jobs import make_jobs
+from invoice_pipeline.orchestration.run_requests import PROCESS_INVOICE, PROCESS_INVOICE_BATCH, invoice_ids_of
 from invoice_pipeline.orchestration.sensors import new_invoices_sensor
 from invoice_pipeline_tests.conftest import ROOT
 from invoice_pipeline_tests.factories import pipeline_resources
@@ -205,8 +205,8 @@ print("closed", flush=True)
 class Sensor:
     """Ticks the sensor in this process, carrying its cursor from tick to tick as the daemon does."""
 
-    def __init__(self, database_url: str) -> None:
-        self.defs = make_definitions(pipeline_resources(database_url))
+    def __init__(self, database_url: str, **db: Any) -> None:
+        self.defs = make_definitions(pipeline_resources(database_url, **db))
         self.cursor: str | None = None
 
     def tick(self) -> list[RunRequest]:
@@ -290,8 +290,9 @@ def test_planning_goes_on_when_intake_fails_as_a_whole(
     database_url: str, store: InvoiceStore, inbox: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     due = store.store_document(json_invoice(), "acme", "a.json").invoice_id
-    sensor = Sensor(database_url)
-    # Intake reads its settings at every tick; a broken one fails intake, not the tick.
-    monkeypatch.setenv("INVOICE_PIPELINE_MAX_ATTEMPTS", "many")
+    # An inbox the file system refuses to look at (its name is longer than any file name may
+    # be): listing it fails, so intake fails as a whole; the tick does not.
+    sensor = Sensor(database_url, inbox=str(inbox / ("x" * 300)))
     (request,) = sensor.tick()
     assert invoice_ids_of(request.run_config) == [str(due)]
+    assert sensor.cursor is None  # intake failed: a pass that ran would have saved what it saw

@@ -9,8 +9,8 @@ from dagster import DagsterInstance, build_sensor_context
 
 from invoice_pipeline.config import ENV_INBOX
 from invoice_pipeline.engine.ingest import QUIET_SECONDS
-from invoice_pipeline.engine.runs import PROCESS_INVOICE, PROCESS_INVOICE_BATCH, invoice_ids_of
 from invoice_pipeline.engine.store import InvoiceStore
+from invoice_pipeline.orchestration.run_requests import PROCESS_INVOICE, PROCESS_INVOICE_BATCH, invoice_ids_of
 from invoice_pipeline.orchestration.sensors import new_invoices_sensor
 from invoice_pipeline_tests.factories import pipeline_resources
 from pipeline_support.factories import json_invoice

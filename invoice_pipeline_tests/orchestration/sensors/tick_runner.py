@@ -12,9 +12,9 @@ import sys
 
 from dagster import DagsterInstance, RunRequest, SkipReason, build_sensor_context
 
-from invoice_pipeline.engine.runs import invoice_ids_of
 from invoice_pipeline.orchestration.definitions import make_definitions
 from invoice_pipeline.orchestration.resources.invoice_database import close_shared_stores
+from invoice_pipeline.orchestration.run_requests import invoice_ids_of
 from invoice_pipeline.orchestration.sensors import new_invoices_sensor
 from invoice_pipeline_tests.factories import pipeline_resources
 
