@@ -70,7 +70,7 @@ def run(ctx: BenchContext) -> BenchResult:
                 for r in range(rounds + 3):
                     conn.execute(RESET_REQUESTS)
                     t = time.perf_counter()
-                    claimed = store.claim_due_invoices(LIMIT, REQUEST_TIMEOUT)
+                    claimed = store.claims.claim_due_invoices(LIMIT, REQUEST_TIMEOUT)
                     client_ms = (time.perf_counter() - t) * 1000
                     if len(claimed) != LIMIT:
                         raise AssertionError(f"claimed {len(claimed)} invoices, expected {LIMIT}")

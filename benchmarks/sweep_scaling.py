@@ -127,11 +127,11 @@ def run(ctx: BenchContext) -> BenchResult:
                     warmup = r < 3  # plan caching inside the function, buffers, pool connection
                     _add_stale(conn, victims)
                     t = time.perf_counter()
-                    released = store.release_stale_locks(None, STALE_AFTER)
+                    released = store.maintenance.release_stale_locks(None, STALE_AFTER)
                     global_ms = (time.perf_counter() - t) * 1000
                     _add_stale(conn, [single])
                     t = time.perf_counter()
-                    released_one = store.release_stale_locks(single, STALE_AFTER)
+                    released_one = store.maintenance.release_stale_locks(single, STALE_AFTER)
                     single_ms = (time.perf_counter() - t) * 1000
                     if released != STALE or released_one != 1:
                         raise AssertionError(

@@ -425,7 +425,7 @@ def register_vat_sellers(store: InvoiceStore) -> None:
         )
         for name, _, prefix, national in VAT_SELLERS
     ]
-    result = store.import_vendors(ORG, rows, "chaos: vendor master")
+    result = store.vendors.import_vendors(ORG, rows, "chaos: vendor master")
     if result.refused:
         raise RuntimeError(f"the race's vendor master was refused: {result.refused}")
 
@@ -578,7 +578,7 @@ def race_pairs(
             lane = free.pop()
             docs = list(upcoming.docs)
             rng.shuffle(docs)  # either side may sit in either worker
-            ids = [str(store.store_document(d.content, ORG, d.filename).invoice_id) for d in docs]
+            ids = [str(store.documents.store_document(d.content, ORG, d.filename).invoice_id) for d in docs]
             if ids[0] == ids[1]:
                 raise RuntimeError(f"pair {upcoming.index}: both documents stored as one invoice")
             running[lane.index] = PairRun(

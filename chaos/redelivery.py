@@ -60,7 +60,7 @@ def make_invoices(store: InvoiceStore, rng: random.Random, n: int) -> dict[str, 
             families.append((org, number, seller, vat, total))
             family = len(families) - 1
         doc = json_invoice(number, seller, total, vat_id=vat, po_number=f"PO-{i}")
-        ingested = store.store_document(doc, org, f"storm-{i}.json")
+        ingested = store.documents.store_document(doc, org, f"storm-{i}.json")
         out[str(ingested.invoice_id)] = (org, family)
     return out
 

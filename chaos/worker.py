@@ -278,10 +278,10 @@ def _storm_request(
             failure = [e.message for e in result.all_events if e.is_failure]
             errors.append(f"{item.invoice_id}: {failure[:1]}")
         return
-    state = store.invoice_state(item.invoice_id)
+    state = store.documents.invoice_state(item.invoice_id)
     if state is None or state.is_terminal:
         return
-    lease = store.acquire(item.invoice_id, state.attempts + 1, owner=f"storm:{os.getpid()}")
+    lease = store.claims.acquire(item.invoice_id, state.attempts + 1, owner=f"storm:{os.getpid()}")
     if lease is None:
         counts["acquire_lost"] += 1
         return
@@ -289,7 +289,7 @@ def _storm_request(
     time.sleep(item.hold_ms / 1000)
     # A redelivered consumer that got the lock and gave up: it must hand the invoice
     # back for retry without having written anything.
-    store.fail(
+    store.claims.fail(
         lease.job_id, "storm: redelivered request abandoned", max_attempts=10**6, retry_base=timedelta(0)
     )
 
@@ -338,9 +338,9 @@ def deployment_worker(url: str, out: str, seed: int, deadline_s: float) -> None:
             deadline = time.monotonic() + deadline_s
             while time.monotonic() < deadline:
                 counts["ticks"] += 1
-                due = store.claim_due_invoices(limit=rng.randint(3, 30), request_timeout=timedelta(0))
+                due = store.claims.claim_due_invoices(limit=rng.randint(3, 30), request_timeout=timedelta(0))
                 if not due:
-                    summary = store.status_summary()
+                    summary = store.reporting.status_summary()
                     if not any(summary.by_status.get(s, 0) for s in ("pending", "processing", "failed")):
                         if Path(out).with_suffix(".done").exists():
                             break

@@ -230,7 +230,7 @@ def process_due(
     prepare_dagster_home(settings, url)
     shape = RunShape(batch_size or settings.batch_size)
     with _closing_store(url, settings) as store:
-        summary = store.status_summary()
+        summary = store.reporting.status_summary()
     total = summary.by_status.get("pending", 0) + summary.by_status.get("failed", 0)
     processes = shape.workers(total, workers or usable_cores())
     claim = shape.claim_size(total, processes)
@@ -252,7 +252,7 @@ def process_due(
         done = min(total, done + len(run.invoice_ids))
         progress(done, max(total, done), label)
     with _closing_store(url, settings) as store:
-        outcome.by_status = store.status_counts_of(sorted(requested))
+        outcome.by_status = store.reporting.status_counts_of(sorted(requested))
     return outcome
 
 
@@ -282,7 +282,7 @@ def execute_due_runs(url: str, settings: Settings, shape: RunShape, claim: int) 
         scope = instance_scope(instance)
         while True:
             token = uuid.uuid4().hex
-            due = store.claim_due_invoices(claim, requested_by=RequestOwner.tagged(scope, token).text)
+            due = store.claims.claim_due_invoices(claim, requested_by=RequestOwner.tagged(scope, token).text)
             if not due:
                 return
             result = execute_job(
@@ -372,9 +372,9 @@ STATUS_OLDEST_HELD = 5
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     store = _store(settings)
     try:
-        summary = store.status_summary()
-        queue = store.review_queue_summary()
-        oldest_held = store.review_targets(REVIEW_STATUSES, limit=STATUS_OLDEST_HELD)
+        summary = store.reporting.status_summary()
+        queue = store.review.review_queue_summary()
+        oldest_held = store.review.review_targets(REVIEW_STATUSES, limit=STATUS_OLDEST_HELD)
     finally:
         store.close()
     if args.json:
@@ -440,14 +440,14 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
     store = _store(settings)
     try:
-        overview = store.invoice_overview(args.invoice_id)
+        overview = store.reporting.invoice_overview(args.invoice_id)
         if overview is None:
             print(f"no invoice {printable(args.invoice_id)}", file=sys.stderr)
             return 1
-        jobs = store.job_history(args.invoice_id)
-        decision = store.load_duplicate_decision(args.invoice_id)
-        posting = store.load_ledger_posting(args.invoice_id)
-        reviews = store.review_history(args.invoice_id)
+        jobs = store.claims.job_history(args.invoice_id)
+        decision = store.dedupe.load_duplicate_decision(args.invoice_id)
+        posting = store.documents.load_ledger_posting(args.invoice_id)
+        reviews = store.review.review_history(args.invoice_id)
     finally:
         store.close()
     record: dict[str, Any] = {
@@ -632,7 +632,7 @@ def cmd_review_list(args: argparse.Namespace, settings: Settings) -> int:
     store = _store(settings)
     try:
         # One more than a page: whether another page follows.
-        targets = store.review_targets(
+        targets = store.review.review_targets(
             statuses,
             org_id=args.org,
             reason=args.reason_code,
@@ -686,10 +686,10 @@ def cmd_review_policy(args: argparse.Namespace, settings: Settings) -> int:
     }
     store = _store(settings)
     try:
-        policy = store.review_policies([args.org])[args.org]
+        policy = store.review.review_policies([args.org])[args.org]
         if changes:
             policy = replace(policy, **changes)
-            store.set_review_policy(args.org, policy, Actor.os_user().name)
+            store.review.set_review_policy(args.org, policy, Actor.os_user().name)
     finally:
         store.close()
     print(
@@ -968,15 +968,17 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
 
         master = out / "vendor-master.csv"
         master.write_text(samples.vendor_master_csv())
-        imported = store.import_vendors(org, read_vendor_csv(master.read_text()), Actor.os_user().name)
+        imported = store.vendors.import_vendors(
+            org, read_vendor_csv(master.read_text()), Actor.os_user().name
+        )
         print(f"imported {imported.created} vendors from {master} (invoice-pipeline vendors import)")
         files = [f.path for f in samples.files]
         for i in range(len(files)):
             ingest_paths(store, [files[i]], org)
             progress(i + 1, len(files), "ingesting ")
         process_due(settings, batch_size=args.batch_size, label="processing")
-        outcomes = store.outcomes_of_org(org)
-        held = store.review_targets(REVIEW_STATUSES, org_id=org)
+        outcomes = store.reporting.outcomes_of_org(org)
+        held = store.review.review_targets(REVIEW_STATUSES, org_id=org)
     finally:
         store.close()
     print_demo_summary(outcomes, time.monotonic() - started, review_queue_counts(held))

@@ -160,8 +160,8 @@ def _explain_unclaimed(context: OpExecutionContext, store: InvoiceStore, ids: li
     dead_letters: list[UUID] = []
     missing: list[UUID] = []
     for invoice_id in ids[:20]:
-        holder = store.current_holder(invoice_id)
-        state = store.invoice_state(invoice_id)
+        holder = store.claims.current_holder(invoice_id)
+        state = store.documents.invoice_state(invoice_id)
         if state is None:
             missing.append(invoice_id)
             reasons.append(f"{invoice_id}: no such invoice")
@@ -203,7 +203,7 @@ def resume(context: OpExecutionContext, invoice_db: InvoiceDatabase, chunk: Chun
     resumed: list[Claimed] = []
     refused: list[str] = []
     for c in chunk.claims:
-        holder = store.current_holder(c.invoice_id)
+        holder = store.claims.current_holder(c.invoice_id)
         if holder is not None and holder.owner == owner:
             resumed.append(replace(c, job_id=holder.job_id, attempt=holder.attempt, owner=owner))
             continue
@@ -212,8 +212,8 @@ def resume(context: OpExecutionContext, invoice_db: InvoiceDatabase, chunk: Chun
             if fresh:
                 resumed.extend(fresh)
                 continue
-            holder = store.current_holder(c.invoice_id)
-        state = store.invoice_state(c.invoice_id)
+            holder = store.claims.current_holder(c.invoice_id)
+        state = store.documents.invoice_state(c.invoice_id)
         why = (
             f"held by {holder.describe()}" if holder else f"it is already {state.status if state else 'gone'}"
         )
@@ -312,7 +312,7 @@ def report_stage(context: OpExecutionContext, store: InvoiceStore, stage: Stage,
     materialized = [c for c in report.survivors if c.invoice_id not in report.skipped]
     if not stage.assets or not materialized:
         return
-    totals = store.totals_by_currency([c.invoice_id for c in materialized])
+    totals = store.reporting.totals_by_currency([c.invoice_id for c in materialized])
     metadata = {
         "count": len(materialized),
         **{k: v for k, v in by_kind.items() if v},
@@ -399,7 +399,7 @@ def release_after_failure(
         keeper.drop(c.job_id)
     try:
         for c in claims:
-            outcome = invoice_db.store.fail(
+            outcome = invoice_db.store.claims.fail(
                 c.job_id, error, max_attempts=invoice_db.max_attempts, retry_base=invoice_db.retry_base
             )
             if outcome is not None:
