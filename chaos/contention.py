@@ -131,17 +131,20 @@ class InstrumentedStore(InvoiceStore):
     def __init__(self, url: str, in_flight: WritesInFlight, **kwargs: Any) -> None:
         super().__init__(url, **kwargs)
         self.in_flight = in_flight
+        write_once = self.database._write_chunk_once
 
-    def _write_chunk_once(
-        self,
-        items: Sequence[tuple[Lease, Any]],
-        write: Callable[[psycopg.Connection[Any], Lease, Any], Any],
-        prepare: Callable[[psycopg.Connection[Any], list[Lease]], None] | None,
-        step: str | None,
-        before_fence: Callable[[psycopg.Connection[Any], list[Lease]], None] | None = None,
-    ) -> ChunkWrite[Any]:
-        with self.in_flight.writing([lease.invoice_id for lease, _ in items]):
-            return super()._write_chunk_once(items, write, prepare, step, before_fence)
+        # Every part's chunk write goes through its database's one transaction attempt.
+        def instrumented(
+            items: Sequence[tuple[Lease, Any]],
+            write: Callable[[psycopg.Connection[Any], Lease, Any], Any],
+            prepare: Callable[[psycopg.Connection[Any], list[Lease]], None] | None,
+            step: str | None,
+            before_fence: Callable[[psycopg.Connection[Any], list[Lease]], None] | None = None,
+        ) -> ChunkWrite[Any]:
+            with in_flight.writing([lease.invoice_id for lease, _ in items]):
+                return write_once(items, write, prepare, step, before_fence)
+
+        self.database._write_chunk_once = instrumented  # type: ignore[method-assign]
 
 
 class Reader:

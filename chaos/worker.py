@@ -25,7 +25,7 @@ from dagster import DagsterInstance
 
 import invoice_pipeline.engine.dedupe as dedupe_module
 from invoice_pipeline.engine import runs
-from invoice_pipeline.engine.store import InvoiceStore
+from invoice_pipeline.engine.store import Claims, Database, Dedupe, Documents, InvoiceStore
 from invoice_pipeline.orchestration.jobs import make_jobs
 from invoice_pipeline.orchestration.resources import DocumentReader, InvoiceDatabase
 
@@ -100,6 +100,16 @@ def gate_label(spec: GateSpec) -> str:
     return spec.phase
 
 
+# The parts of the store whose chunk writes a commit gate may stop (kill9's WRITES).
+GATED_PARTS: tuple[type, ...] = (Documents, Dedupe, Claims)
+
+
+def write_part(name: str) -> type:
+    """The part's class that has the chunk write `name`: the gate patches it there. For a name
+    no part has, Documents, where `need` then reports it."""
+    return next((part for part in GATED_PARTS if callable(getattr(part, name, None))), Documents)
+
+
 def check_gate(spec: GateSpec) -> None:
     """Raise UnknownStopPoint unless every name the gate patches or matches exists.
 
@@ -117,7 +127,7 @@ def check_gate(spec: GateSpec) -> None:
     if spec.phase in ("read_text", "read_fields"):
         need(DocumentReader, spec.phase)
     elif spec.phase == "between_steps":
-        need(InvoiceStore, "record_steps")
+        need(Documents, "record_steps")
         stages = [s.name for s in STAGES]
         if spec.target not in stages[1:]:
             raise UnknownStopPoint(
@@ -126,8 +136,8 @@ def check_gate(spec: GateSpec) -> None:
     elif spec.phase == "dedupe_txn":
         need(dedupe_module, "find_match")
     elif spec.phase in ("before_commit", "after_commit"):
-        need(InvoiceStore, "_transaction")
-        need(InvoiceStore, spec.target)
+        need(Database, "transaction")
+        need(write_part(spec.target), spec.target)
     elif spec.phase != "none":
         raise UnknownStopPoint(f"unknown gate phase {spec.phase}")
 
@@ -151,14 +161,14 @@ def install_gate(spec: GateSpec, gate_dir: Path) -> None:
 
         setattr(DocumentReader, spec.phase, gated_read)
     elif spec.phase == "between_steps":
-        original_record = InvoiceStore.record_steps
+        original_record = Documents.record_steps
 
-        def gated_record(self: InvoiceStore, step: str, leases: Any, started: set[Any]) -> Any:
+        def gated_record(self: Documents, step: str, leases: Any, started: set[Any]) -> Any:
             if step == spec.target and started:
                 gate(gate_label(spec))
             return original_record(self, step, leases, started)
 
-        setattr(InvoiceStore, "record_steps", gated_record)  # noqa: B010  # patched, so not type-checked
+        setattr(Documents, "record_steps", gated_record)  # noqa: B010  # patched, so not type-checked
     elif spec.phase == "dedupe_txn":
         # find_match runs inside the store's transaction that holds the business key's advisory
         # lock and the job row's fence lock: stopping here stops mid-transaction.
@@ -180,11 +190,12 @@ def _install_commit_gate(spec: GateSpec, gate: Callable[[str], None]) -> None:
     # commit" would then stop after nothing, and a stop point the product never really passes
     # would count as reached.
     committed = [0]
-    original_transaction = InvoiceStore._transaction
-    original_method = getattr(InvoiceStore, spec.target)
+    original_transaction = Database.transaction
+    part = write_part(spec.target)
+    original_method = getattr(part, spec.target)
 
     @contextmanager
-    def gated_transaction(self: InvoiceStore) -> Iterator[Any]:
+    def gated_transaction(self: Database) -> Iterator[Any]:
         with original_transaction(self) as conn:
             yield conn
             if armed[0] and spec.phase == "before_commit":
@@ -193,7 +204,7 @@ def _install_commit_gate(spec: GateSpec, gate: Callable[[str], None]) -> None:
         if armed[0]:
             committed[0] += 1
 
-    def gated_method(self: InvoiceStore, *args: Any, **kwargs: Any) -> Any:
+    def gated_method(self: Any, *args: Any, **kwargs: Any) -> Any:
         armed[0], committed[0] = True, 0
         try:
             value = original_method(self, *args, **kwargs)
@@ -203,8 +214,8 @@ def _install_commit_gate(spec: GateSpec, gate: Callable[[str], None]) -> None:
             gate(gate_label(spec))  # committed; the worker has not acted on it yet
         return value
 
-    setattr(InvoiceStore, "_transaction", gated_transaction)  # noqa: B010  # patched, so not type-checked
-    setattr(InvoiceStore, spec.target, gated_method)
+    setattr(Database, "transaction", gated_transaction)  # noqa: B010  # patched, so not type-checked
+    setattr(part, spec.target, gated_method)
 
 
 # -- entry points -------------------------------------------------------------------------------------

@@ -284,17 +284,17 @@ def test_finished_jobs_are_immutable_and_never_deleted(database_url: str, store:
 @pytest.mark.parametrize(
     "call, message",
     [
-        (lambda s: s.acquire("not-a-uuid", 1), "invoice_id must be a UUID"),
+        (lambda s: s.claims.acquire("not-a-uuid", 1), "invoice_id must be a UUID"),
         (
-            lambda s: s.acquire("00000000-0000-0000-0000-000000000001", 0),
+            lambda s: s.claims.acquire("00000000-0000-0000-0000-000000000001", 0),
             "attempt must be a positive integer",
         ),
         (
-            lambda s: s.acquire("00000000-0000-0000-0000-000000000001", -3),
+            lambda s: s.claims.acquire("00000000-0000-0000-0000-000000000001", -3),
             "attempt must be a positive integer",
         ),
-        (lambda s: s.finish("00000000-0000-0000-0000-000000000001", "done"), "status must be one of"),
-        (lambda s: s.release_stale_locks(stale_after=timedelta(seconds=-1)), "non-negative"),
+        (lambda s: s.claims.finish("00000000-0000-0000-0000-000000000001", "done"), "status must be one of"),
+        (lambda s: s.maintenance.release_stale_locks(stale_after=timedelta(seconds=-1)), "non-negative"),
     ],
 )
 def test_bad_arguments_fail_before_any_sql(store: InvoiceStore, call, message) -> None:  # type: ignore[no-untyped-def]

@@ -31,7 +31,7 @@ from uuid import UUID
 
 from invoice_pipeline.domain.review import ReviewPolicy
 from invoice_pipeline.engine.records import Lease
-from invoice_pipeline.engine.store import InvoiceStore
+from invoice_pipeline.engine.store import InvoiceStore, Review
 from invoice_pipeline_tests.engine.review.helpers import (
     decided_invoice,
     held_invoice,
@@ -57,12 +57,12 @@ class Result:
     took_lock: bool | None = None
 
 
-class MeetAtTheLock(InvoiceStore):
-    """The real store, except that `take_review_lock` returns only once every contender of the
-    round (the parties of `meet`) has made its attempt at the lock: the decisions overlap."""
+class ReviewMeetingAtTheLock(Review):
+    """The real review part, except that `take_review_lock` returns only once every contender of
+    the round (the parties of `meet`) has made its attempt at the lock: the decisions overlap."""
 
-    def __init__(self, database_url: str, meet: Any, **kwargs: Any) -> None:
-        super().__init__(database_url, **kwargs)
+    def __init__(self, store: InvoiceStore, meet: Any) -> None:
+        super().__init__(store.database, store.claims, store.dedupe)
         self.meet = meet
         self.took_lock: bool | None = None
 
@@ -71,6 +71,15 @@ class MeetAtTheLock(InvoiceStore):
         self.took_lock = lease is not None
         self.meet.wait(BARRIER_TIMEOUT)
         return lease
+
+
+class MeetAtTheLock(InvoiceStore):
+    """The real store, whose review part meets the round's other contenders at the lock."""
+
+    def __init__(self, database_url: str, meet: Any, **kwargs: Any) -> None:
+        super().__init__(database_url, **kwargs)
+        self.meeting = ReviewMeetingAtTheLock(self, meet)
+        self.review = self.meeting
 
 
 # -- workers (module level: the spawn start method imports them by name) -------------------------
@@ -93,9 +102,9 @@ def _review_worker(
     try:
         for i, invoice_id in enumerate(rounds):
             barrier.wait(BARRIER_TIMEOUT)
-            store.took_lock = None
+            store.meeting.took_lock = None
             outcome = act(store, action, invoice_id, actor, note)  # type: ignore[arg-type]
-            results.put(Result(i, name, outcome.done, outcome.message, actor.owner, store.took_lock))
+            results.put(Result(i, name, outcome.done, outcome.message, actor.owner, store.meeting.took_lock))
     finally:
         store.close()
 
