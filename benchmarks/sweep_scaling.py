@@ -209,7 +209,7 @@ def run(ctx: BenchContext) -> BenchResult:
     )
     ratio = result.ratios[1].median
     result.notes += [
-        "client = InvoiceStore.release_stale_locks wall time (pool checkout + check + round trip + "
+        "client = store.maintenance.release_stale_locks wall time (pool checkout + check + round trip + "
         "function); server = EXPLAIN ANALYZE execution time of the same SELECT release_stale_locks(...).",
         f"Ratios pair round i of the largest size with round i of the smallest (sizes run one after the "
         f"other); global server-side {big}/{small} = {fmt(ratio)}×.",

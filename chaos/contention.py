@@ -134,17 +134,11 @@ class InstrumentedStore(InvoiceStore):
         write_once = self.database._write_chunk_once
 
         # Every part's chunk write goes through its database's one transaction attempt.
-        def instrumented(
-            items: Sequence[tuple[Lease, Any]],
-            write: Callable[[psycopg.Connection[Any], Lease, Any], Any],
-            prepare: Callable[[psycopg.Connection[Any], list[Lease]], None] | None,
-            step: str | None,
-            before_fence: Callable[[psycopg.Connection[Any], list[Lease]], None] | None = None,
-        ) -> ChunkWrite[Any]:
+        def instrumented(items: Sequence[tuple[Lease, Any]], *rest: Any) -> ChunkWrite[Any]:
             with in_flight.writing([lease.invoice_id for lease, _ in items]):
-                return write_once(items, write, prepare, step, before_fence)
+                return write_once(items, *rest)
 
-        self.database._write_chunk_once = instrumented  # type: ignore[method-assign]
+        self.database._write_chunk_once = instrumented  # type: ignore[method-assign,assignment]
 
 
 class Reader:

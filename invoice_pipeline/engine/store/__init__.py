@@ -30,12 +30,12 @@ another part only through its public methods:
 """
 
 from collections import Counter
-from datetime import timedelta
+from typing import Unpack
 
 from invoice_pipeline.engine.store.claims import Claims, RequestedBy, default_owner
 from invoice_pipeline.engine.store.database import (
-    LOCK_TIMEOUT_MS,
     Database,
+    DatabaseOptions,
     as_uuid,
     dumps,
     is_contention,
@@ -58,18 +58,8 @@ class InvoiceStore:
     """Durable locks, leases, fencing, dedupe, review and reports on PostgreSQL: one Database,
     and the parts built over it (see the module's docstring)."""
 
-    def __init__(
-        self,
-        database_url: str,
-        *,
-        min_size: int = 1,
-        max_size: int = 10,
-        lock_ttl: timedelta | None = None,
-        lock_timeout: timedelta = timedelta(milliseconds=LOCK_TIMEOUT_MS),
-    ) -> None:
-        self.database = Database(
-            database_url, min_size=min_size, max_size=max_size, lock_ttl=lock_ttl, lock_timeout=lock_timeout
-        )
+    def __init__(self, database_url: str, **options: Unpack[DatabaseOptions]) -> None:
+        self.database = Database(database_url, **options)
         db = self.database
         self.claims = Claims(db)
         self.dedupe = Dedupe(db)
@@ -99,6 +89,7 @@ class InvoiceStore:
 __all__ = [
     "Claims",
     "Database",
+    "DatabaseOptions",
     "Dedupe",
     "Documents",
     "InvoiceStore",

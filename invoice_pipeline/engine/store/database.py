@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import date, datetime, timedelta
 from decimal import Decimal
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 from uuid import UUID
 
 import psycopg
@@ -143,6 +143,15 @@ def idle_in_transaction_ms(lock_ttl: timedelta | None) -> int:
         return IDLE_IN_TRANSACTION_MS
     half = int(lock_ttl.total_seconds() * 1000) // 2
     return max(IDLE_IN_TRANSACTION_FLOOR_MS, min(IDLE_IN_TRANSACTION_MS, half))
+
+
+class DatabaseOptions(TypedDict, total=False):
+    """Database's keyword arguments, which InvoiceStore passes on as they are given."""
+
+    min_size: int
+    max_size: int
+    lock_ttl: timedelta | None
+    lock_timeout: timedelta
 
 
 class Database:
