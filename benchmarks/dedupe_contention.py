@@ -147,7 +147,7 @@ def decide_task(w: WorkerContext, *, variant: str, items: list[tuple[str, dict[s
     try:
         work = []
         for invoice_id, fields in items:
-            lease = store.acquire(invoice_id, 1)
+            lease = store.claims.acquire(invoice_id, 1)
             assert lease is not None
             work.append((lease, InvoiceFields.from_json(fields)))
         t0 = w.start_together()

@@ -110,7 +110,7 @@ def run(ctx: BenchContext) -> BenchResult:
                     (ORG, Jsonb(f.to_json())),
                 ).fetchone()
                 assert row is not None
-                lease = store.acquire(row[0], 1)
+                lease = store.claims.acquire(row[0], 1)
                 assert lease is not None
                 leases.append((lease, f))
             latencies = []

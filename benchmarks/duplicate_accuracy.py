@@ -95,8 +95,8 @@ def process_document(
     t0 = time.perf_counter()
     content = doc.render()
     t1 = time.perf_counter()
-    ingested = store.store_document(content, org, f"{name}.{doc.extension}")
-    lease = store.acquire(ingested.invoice_id, 1, owner=f"{NAME}:{org}")
+    ingested = store.documents.store_document(content, org, f"{name}.{doc.extension}")
+    lease = store.claims.acquire(ingested.invoice_id, 1, owner=f"{NAME}:{org}")
     if lease is None:
         raise RuntimeError(f"{org}/{name}: could not take the lock of a fresh invoice")
     t2 = time.perf_counter()
@@ -109,15 +109,15 @@ def process_document(
         finally:
             t3 = time.perf_counter()
             timer.extract_s += t3 - t2 + t1 - t0
-        store.save_extracted_text(lease, extracted)
-        store.save_fields(lease, fields)
+        store.documents.save_extracted_text(lease, extracted)
+        store.documents.save_fields(lease, fields)
         problems = validate_fields(fields)
         if problems:
             return DocOutcome("quarantined", problems[0].code, fields)
         decision = decide_duplicate(store, lease, org, fields)
         return DocOutcome(decision.status, None, fields)
     finally:
-        store.finish(lease.job_id, "succeeded")
+        store.claims.finish(lease.job_id, "succeeded")
         timer.database_s += time.perf_counter() - t3 + t2 - t1
         timer.documents += 1
 

@@ -113,7 +113,9 @@ class Documents:
             inv = self._builder.invoice()
             content = ubl_xml(inv) if self._n % 2 == 0 else cii_xml(inv)
             name = f"bench-{self._n}.xml"
-            ids.append(store.store_document(content, f"bench-org-{self._n % ORGS}", name).invoice_id)
+            ids.append(
+                store.documents.store_document(content, f"bench-org-{self._n % ORGS}", name).invoice_id
+            )
             self._n += 1
         return ids
 
@@ -126,7 +128,7 @@ class Documents:
 
 def bare_process(env: StageEnv, db: InvoiceDatabase, invoice_ids: list[UUID], owner: str) -> None:
     """The invoices through every stage, a chunk at a time, with the heartbeat the ops keep."""
-    keeper = LeaseKeeper(env.store.heartbeat_many, db.heartbeat_interval)
+    keeper = LeaseKeeper(env.store.claims.heartbeat_many, db.heartbeat_interval)
     try:
         for i in range(0, len(invoice_ids), DEFAULT_CHUNK_SIZE):
             chunk = claim_chunk(

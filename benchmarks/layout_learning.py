@@ -152,7 +152,10 @@ class Pipeline:
         )
 
     def run(self, org: str, docs: Sequence[Doc]) -> list[UUID]:
-        ids = [self.store.store_document(d.content, org, d.name.replace("/", "_")).invoice_id for d in docs]
+        ids = [
+            self.store.documents.store_document(d.content, org, d.name.replace("/", "_")).invoice_id
+            for d in docs
+        ]
         self.process(ids)
         return ids
 
@@ -163,10 +166,10 @@ class Pipeline:
 
     def outcome(self, invoice_id: UUID, truth: dict[str, Any]) -> tuple[dict[str, bool], bool, bool, int]:
         """(fields right, held, posted with a wrong amount, fields read with a layout)."""
-        fields = self.store.load_fields(invoice_id)
-        state = self.store.invoice_state(invoice_id)
+        fields = self.store.documents.load_fields(invoice_id)
+        state = self.store.documents.invoice_state(invoice_id)
         status = state.status if state else "missing"
-        posting = self.store.load_ledger_posting(invoice_id)
+        posting = self.store.documents.load_ledger_posting(invoice_id)
         wrong = posting is not None and abs(posting.amount) != abs(truth["payable_total"])
         layout = sum(1 for s in (fields.sources.values() if fields else ()) if s.source.startswith("layout:"))
         return right(fields, truth), status in ("needs_review", "quarantined"), wrong, layout
@@ -174,10 +177,12 @@ class Pipeline:
     def paid_wrong(self, org: str, invoice_id: UUID, truth: dict[str, Any]) -> bool:
         """Posted to another vendor than the page's true seller, or into an account that vendor is
         not known to have (issue 37): the figure that must stay 0."""
-        posting = self.store.load_ledger_posting(invoice_id)
+        posting = self.store.documents.load_ledger_posting(invoice_id)
         if posting is None:
             return False
-        vendor = next((v for v in self.store.list_vendors(org) if v.vendor_id == posting.vendor_id), None)
+        vendor = next(
+            (v for v in self.store.vendors.list_vendors(org) if v.vendor_id == posting.vendor_id), None
+        )
         if vendor is None:
             return True
         vat = truth.get("seller_vat_id")
@@ -187,17 +192,17 @@ class Pipeline:
 
     def held_for(self, invoice_id: UUID) -> list[str]:
         """The status when not held or posted, else the review reason codes."""
-        state = self.store.invoice_state(invoice_id)
+        state = self.store.documents.invoice_state(invoice_id)
         if state is not None and state.status == "quarantined":
             return [f"quarantined:{state.quarantine_code}"]
-        return sorted({reason_code(r) for r in self.store.review_reasons(invoice_id) or []})
+        return sorted({reason_code(r) for r in self.store.documents.review_reasons(invoice_id) or []})
 
 
 def teach(p: Pipeline, org: str, first: Doc) -> tuple[str, int]:
     """Process the first invoice; a person corrects (and approves) it when it is held, or vouches
     for it when it was posted."""
     [invoice_id] = p.run(org, [first])
-    state = p.store.invoice_state(invoice_id)
+    state = p.store.documents.invoice_state(invoice_id)
     status = state.status if state else "missing"
     if status == "processed":
         learnt = teach_layout(p.store, invoice_id, REVIEWER.name)
@@ -221,7 +226,7 @@ class Review:
 
 def review_held(p: Pipeline, invoice_id: UUID, truth: dict[str, Any]) -> Review:
     """A person types the fields that are wrong (if any) and approves: the real review functions."""
-    fields = p.store.load_fields(invoice_id)
+    fields = p.store.documents.load_fields(invoice_id)
     assert fields is not None
     changes = {name: _value(truth, name) for name in truth if getattr(fields, name) != truth[name]}
     if changes:
@@ -245,7 +250,7 @@ def as_a_person_works(p: Pipeline, org: str, later: Sequence[Doc], c: Counter[st
         c["right_working"] += sum(ok.values())
         c["held_working"] += held
         c["wrong_working"] += wrong
-        if held and p.store.invoice_state(invoice_id).status == "needs_review":  # type: ignore[union-attr]
+        if held and p.store.documents.invoice_state(invoice_id).status == "needs_review":  # type: ignore[union-attr]
             c["typed_working"] += len(review_held(p, invoice_id, d.truth).changes)
 
 
@@ -293,7 +298,7 @@ def run(ctx: BenchContext) -> BenchResult:
             taught, typed = teach(p, org, g.docs[0])
             c["groups"] += 1
             c["corrections"] += typed
-            c["learnt"] += int(bool(store.list_layouts(org)))
+            c["learnt"] += int(bool(store.layouts.list_layouts(org)))
             later = g.docs[1:]
             before_ids, after_ids = p.run(control, later), p.run(org, later)
             for d, b, a in zip(later, before_ids, after_ids, strict=True):
@@ -320,7 +325,7 @@ def run(ctx: BenchContext) -> BenchResult:
                 [other] = p.run(org, [g.other_vendor])
                 c["leaks"] += p.outcome(other, g.other_vendor.truth)[3]
                 c["other_vendor_pages"] += 1
-            layouts = store.enabled_layouts([org])[org]
+            layouts = store.layouts.enabled_layouts([org])[org]
             if layouts:
                 ratios.append(read_time_ratio(extract_text(later[0].content), layouts, org))
             lines.append(f"{g.kind} {g.name}: {taught}")

@@ -113,7 +113,7 @@ def run(ctx: BenchContext) -> BenchResult:
             )
 
             t = time.perf_counter()
-            folded = store.fold_metric_counts()
+            folded = store.metrics.fold_metric_counts()
             result.figure(f"first fold of the generated deltas @{label}", "ms").add(
                 (time.perf_counter() - t) * 1000
             )

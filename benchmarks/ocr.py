@@ -263,11 +263,11 @@ def recovery(ctx: BenchContext) -> BenchResult:
         try:
             _run(env, "migrate")
             for r in range(rounds):
-                base = store.store_document(scan, f"baseline-{r}", "scan.pdf")
+                base = store.documents.store_document(scan, f"baseline-{r}", "scan.pdf")
                 result.figure("full_process_s", "s", note="ingested scan, OCR included").add(
                     _run(env, "process")
                 )
-                crash = store.store_document(scan, f"crash-{r}", "scan.pdf")
+                crash = store.documents.store_document(scan, f"crash-{r}", "scan.pdf")
                 worker = _cli(env, "process")
                 started = time.monotonic()
                 _poll(url, "SELECT 1 FROM extracted_texts WHERE invoice_id = %s", (crash.invoice_id,))
@@ -287,12 +287,12 @@ def recovery(ctx: BenchContext) -> BenchResult:
                 result.figure("retry_process_s", "s", note="fast-forwards past the saved OCR").add(
                     _run(env, "process")
                 )
-                saved = store.load_extracted_text(crash.invoice_id)
+                saved = store.documents.load_extracted_text(crash.invoice_id)
                 layout = OcrLayout.from_structured(saved.structured if saved else None)
                 result.figure("ocr_s", "s", note="OCR time of the 3 pages, as recorded").add(
                     sum(p.seconds for p in layout.pages) if layout else float("nan")
                 )
-                executions = store.count_step_executions(crash.invoice_id, "extract_text")
+                executions = store.documents.count_step_executions(crash.invoice_id, "extract_text")
                 result.check(
                     f"round_{r}_ocr_not_redone",
                     executions == 1,

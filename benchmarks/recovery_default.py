@@ -111,7 +111,7 @@ def _kill_and_time(url: str, store: InvoiceStore, dev_pid: int, invoice: UUID) -
 
         again = wait_for(reclaimed, timeout=300, interval=0.2, what="another run to take the invoice")
         wait_for(
-            lambda: store.invoice_state(invoice).status == "processed",  # type: ignore[union-attr]
+            lambda: store.documents.invoice_state(invoice).status == "processed",  # type: ignore[union-attr]
             timeout=300,
             interval=0.5,
             what="the invoice to be processed",
@@ -133,7 +133,7 @@ def _ui_launch_to_success(
     builder = _Builder(Path(tempfile.gettempdir()), 99)
     for trial in range(ctx.pick(2, 5)):
         inv = replace(builder.invoice(), invoice_number=f"UI-{trial:04d}")
-        invoice = store.store_document(ubl_xml(inv), "acme", f"ui-{trial}.xml").invoice_id
+        invoice = store.documents.store_document(ubl_xml(inv), "acme", f"ui-{trial}.xml").invoice_id
         with psycopg.connect(url, autocommit=True) as conn:
             # Requested already, as far as the sensor knows: only this launch processes it.
             conn.execute(
@@ -161,7 +161,7 @@ def _ui_launch_to_success(
             what="the launched run to finish",
         )
         seconds = time.monotonic() - started
-        state = store.invoice_state(invoice)
+        state = store.documents.invoice_state(invoice)
         result.check(
             f"UI launch {trial + 1}: run SUCCESS and the invoice processed by it",
             status == DagsterRunStatus.SUCCESS and state is not None and state.status == "processed",
@@ -194,7 +194,9 @@ def run(ctx: BenchContext) -> BenchResult:
     try:
         _ui_launch_to_success(ctx, url, store, ui_port, result)
         for trial in range(trials):
-            invoice = store.store_document(_slow_invoice(trial), "acme", f"slow-{trial}.pdf").invoice_id
+            invoice = store.documents.store_document(
+                _slow_invoice(trial), "acme", f"slow-{trial}.pdf"
+            ).invoice_id
             seconds, workers, posted = _kill_and_time(url, store, dev.pid, invoice)
             ctx.log(f"trial {trial}: killed {workers} worker(s); reclaimed after {seconds:.1f} s")
             result.figure("recovery: kill to lock held by another run", "s").add(seconds)

@@ -170,7 +170,7 @@ def measure_once(
 
     # 3. The sensor's query finds it due (retry base 0 here).
     t = time.time()
-    due = store.claim_due_invoices(limit=10)
+    due = store.claims.claim_due_invoices(limit=10)
     requested = time.time()
     ours = [d for d in due if d.invoice_id == invoice_id]
     result.check(
@@ -190,7 +190,7 @@ def measure_once(
             again.kill()
             again.wait(30)
     second = _job(conn, invoice_id, 2)
-    state = store.invoice_state(invoice_id)
+    state = store.documents.invoice_state(invoice_id)
     texts = _crumbs(conn, invoice_id, "extract_text", "executed")
     fields = _crumbs(conn, invoice_id, "extract_fields", "started")
     fields_saved = _crumbs(conn, invoice_id, "extract_fields", "executed")

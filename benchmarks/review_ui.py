@@ -58,7 +58,7 @@ def run(ctx: BenchContext) -> BenchResult:
         conn.execute(SEED, {"n": held})
         conn.execute("ANALYZE invoices")
     store = InvoiceStore(url, max_size=4)
-    pdf_id = store.store_document(page_pdf(page_cases(3, 1)[0]), "org-1", "bench.pdf").invoice_id
+    pdf_id = store.documents.store_document(page_pdf(page_cases(3, 1)[0]), "org-1", "bench.pdf").invoice_id
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(
             "UPDATE invoices SET status = 'needs_review', review_reasons = ARRAY['amount_unconfirmed: bench'] WHERE id = %s",

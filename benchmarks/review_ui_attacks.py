@@ -171,7 +171,7 @@ def run(ctx: BenchContext) -> BenchResult:
     out = io.BytesIO()
     doc.save(out)
     huge = out.getvalue()
-    huge_id = store.store_document(huge, "org-1", "huge.pdf").invoice_id
+    huge_id = store.documents.store_document(huge, "org-1", "huge.pdf").invoice_id
     store.close()
     port = free_port()
     env = dict(os.environ, INVOICE_PIPELINE_DATABASE_URL=url, INVOICE_PIPELINE_HOME=str(home))

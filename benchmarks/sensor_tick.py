@@ -1,4 +1,4 @@
-"""sensor_tick: InvoiceStore.claim_due_invoices(limit=100) as the invoice table grows.
+"""sensor_tick: store.claims.claim_due_invoices(limit=100) as the invoice table grows.
 
 The table holds a constant 200 due (pending) invoices plus a growing number of processed ones,
 so only the history grows. The query should go through the partial index `invoices_due`, whose
@@ -51,7 +51,7 @@ def run(ctx: BenchContext) -> BenchResult:
     rounds = ctx.pick(15, 50)
     result = BenchResult(
         NAME,
-        f"Median time of InvoiceStore.claim_due_invoices(limit={LIMIT}) with {DUE} due invoices and the rest "
+        f"Median time of store.claims.claim_due_invoices(limit={LIMIT}) with {DUE} due invoices and the rest "
         "processed, as the table grows.",
         params={"invoices": sizes, "due": DUE, "limit": LIMIT, "rounds": rounds},
     )
@@ -70,7 +70,7 @@ def run(ctx: BenchContext) -> BenchResult:
                 for r in range(rounds + 3):
                     conn.execute(RESET_REQUESTS)
                     t = time.perf_counter()
-                    claimed = store.claim_due_invoices(LIMIT, REQUEST_TIMEOUT)
+                    claimed = store.claims.claim_due_invoices(LIMIT, REQUEST_TIMEOUT)
                     client_ms = (time.perf_counter() - t) * 1000
                     if len(claimed) != LIMIT:
                         raise AssertionError(f"claimed {len(claimed)} invoices, expected {LIMIT}")
@@ -119,7 +119,7 @@ def run(ctx: BenchContext) -> BenchResult:
         "the whole table on small tables, nested loop on invoices_pkey on large ones) in the plans below."
     )
     result.notes.append(
-        "client = InvoiceStore.claim_due_invoices wall time (pool checkout + check + transaction + sort); "
+        "client = store.claims.claim_due_invoices wall time (pool checkout + check + transaction + sort); "
         "server = EXPLAIN ANALYZE execution time of the same query in a rolled-back transaction."
     )
     result.plots.append(

@@ -127,11 +127,11 @@ def run(ctx: BenchContext) -> BenchResult:
                     warmup = r < 3  # plan caching inside the function, buffers, pool connection
                     _add_stale(conn, victims)
                     t = time.perf_counter()
-                    released = store.release_stale_locks(None, STALE_AFTER)
+                    released = store.maintenance.release_stale_locks(None, STALE_AFTER)
                     global_ms = (time.perf_counter() - t) * 1000
                     _add_stale(conn, [single])
                     t = time.perf_counter()
-                    released_one = store.release_stale_locks(single, STALE_AFTER)
+                    released_one = store.maintenance.release_stale_locks(single, STALE_AFTER)
                     single_ms = (time.perf_counter() - t) * 1000
                     if released != STALE or released_one != 1:
                         raise AssertionError(
@@ -209,7 +209,7 @@ def run(ctx: BenchContext) -> BenchResult:
     )
     ratio = result.ratios[1].median
     result.notes += [
-        "client = InvoiceStore.release_stale_locks wall time (pool checkout + check + round trip + "
+        "client = store.maintenance.release_stale_locks wall time (pool checkout + check + round trip + "
         "function); server = EXPLAIN ANALYZE execution time of the same SELECT release_stale_locks(...).",
         f"Ratios pair round i of the largest size with round i of the smallest (sizes run one after the "
         f"other); global server-side {big}/{small} = {fmt(ratio)}×.",

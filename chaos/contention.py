@@ -132,17 +132,14 @@ class InstrumentedStore(InvoiceStore):
     def __init__(self, url: str, in_flight: WritesInFlight, **kwargs: Any) -> None:
         super().__init__(url, **kwargs)
         self.in_flight = in_flight
+        write_once = self.database._write_chunk_once
 
-    def _write_chunk_once(
-        self,
-        items: Sequence[tuple[Lease, Any]],
-        write: Callable[[psycopg.Connection[Any], Lease, Any], Any],
-        prepare: Callable[[psycopg.Connection[Any], list[Lease]], None] | None,
-        step: str | None,
-        before_fence: Callable[[psycopg.Connection[Any], list[Lease]], None] | None = None,
-    ) -> ChunkWrite[Any]:
-        with self.in_flight.writing([lease.invoice_id for lease, _ in items]):
-            return super()._write_chunk_once(items, write, prepare, step, before_fence)
+        # Every part's chunk write goes through its database's one transaction attempt.
+        def instrumented(items: Sequence[tuple[Lease, Any]], *rest: Any) -> ChunkWrite[Any]:
+            with in_flight.writing([lease.invoice_id for lease, _ in items]):
+                return write_once(items, *rest)
+
+        self.database._write_chunk_once = instrumented  # type: ignore[method-assign,assignment]
 
 
 class Reader:
@@ -228,7 +225,7 @@ def make_documents(
             number, total = f"INV-{wave:05d}{i}", f"{rng.randint(100, 99999) / 100:.2f}"
             originals.append((number, seller, total, vat))
             doc = json_invoice(number, seller, total, vat_id=vat, po_number=f"w{wave}-{i}")
-        ids.append(store.store_document(doc, "acme", f"w{wave}-{i}.json").invoice_id)
+        ids.append(store.documents.store_document(doc, "acme", f"w{wave}-{i}.json").invoice_id)
     return ids
 
 
@@ -273,7 +270,9 @@ def racing_run(
         figures.add("stage_exceptions")
         figures.problem(f"{owner}: the chunk's stages raised {type(exc).__name__}: {exc}")
         for c in chunk:
-            store.fail(c.job_id, f"chaos run raised: {exc}", max_attempts=10**6, retry_base=timedelta(0))
+            store.claims.fail(
+                c.job_id, f"chaos run raised: {exc}", max_attempts=10**6, retry_base=timedelta(0)
+            )
     finally:
         for c in chunk:
             keeper.drop(c.job_id)
@@ -283,9 +282,10 @@ def sweeper(store: InvoiceStore, wave: Wave, figures: Figures) -> None:
     """The sensor's database part of maintenance, in a loop, until the wave's runs are done."""
     while True:
         figures.add("sweeps")
-        figures.add("swept", store.release_stale_locks(stale_after=TTL))
+        figures.add("swept", store.maintenance.release_stale_locks(stale_after=TTL))
         figures.add(
-            "orphans_rescheduled", len(store.reschedule_orphans(max_attempts=10**6, retry_base=timedelta(0)))
+            "orphans_rescheduled",
+            len(store.maintenance.reschedule_orphans(max_attempts=10**6, retry_base=timedelta(0))),
         )
         if wave.runs_done.wait(0.01):
             return
@@ -308,7 +308,9 @@ def prober(store: InvoiceStore, in_flight: WritesInFlight, wave: Wave, figures: 
             # The holder released the invoice (it failed) before the probe came: hand it back.
             figures.add("probe_won")
             for c in won:
-                store.fail(c.job_id, "chaos probe hands it back", max_attempts=10**6, retry_base=timedelta(0))
+                store.claims.fail(
+                    c.job_id, "chaos probe hands it back", max_attempts=10**6, retry_base=timedelta(0)
+                )
             continue
         if in_flight.still(invoice_id, token):
             samples += 1
@@ -414,7 +416,7 @@ def run(ctx: ChaosContext, params: dict[str, int], seed: int) -> ScenarioResult:
     with timed(result):
         setup = InvoiceStore(url, max_size=2)
         run_stores = [InstrumentedStore(url, in_flight, max_size=3, lock_ttl=TTL) for _ in range(runs)]
-        keepers = [LeaseKeeper(s.heartbeat_many, HEARTBEAT) for s in run_stores]
+        keepers = [LeaseKeeper(s.claims.heartbeat_many, HEARTBEAT) for s in run_stores]
         sweep_store = InvoiceStore(url, max_size=1, lock_ttl=TTL)
         probe_store = InvoiceStore(url, max_size=1, lock_ttl=TTL)
         review_store = InvoiceStore(url, max_size=2, lock_ttl=TTL)
@@ -606,8 +608,8 @@ def _after_wave(
 
 def _drain(store: InvoiceStore, result: ScenarioResult, figures: Figures) -> None:
     """What is left due (released by a reviewer, left by the dead runs) goes through, as the sensor would."""
-    store.release_stale_locks(stale_after=timedelta(0))
-    store.reschedule_orphans(max_attempts=10**6, retry_base=timedelta(0))
+    store.maintenance.release_stale_locks(stale_after=timedelta(0))
+    store.maintenance.reschedule_orphans(max_attempts=10**6, retry_base=timedelta(0))
     for _ in range(10):
         with psycopg.connect(store.database_url) as conn:
             due = [
@@ -618,7 +620,7 @@ def _drain(store: InvoiceStore, result: ScenarioResult, figures: Figures) -> Non
         figures.add("drained", len(due))
         chunk = claim_chunk(store, [(i, None) for i in due], "drain", TTL)
         process_chunk(stage_env(store), chunk)
-        store.reschedule_orphans(max_attempts=10**6, retry_base=timedelta(0))
+        store.maintenance.reschedule_orphans(max_attempts=10**6, retry_base=timedelta(0))
     result.violate("invoices still due after draining ten times")
 
 

@@ -181,7 +181,7 @@ def run(ctx: ChaosContext, params: dict[str, int], seed: int) -> ScenarioResult:
                 for s in (draw_invoice(seed + i).seller for i in range(params["scans"]))
                 if s.vat_id
             }
-            store.import_vendors(
+            store.vendors.import_vendors(
                 "crash-scans",
                 [
                     VendorImportRow(name, (Identifier("vat", normalise("vat", vat), vat),))
@@ -191,13 +191,13 @@ def run(ctx: ChaosContext, params: dict[str, int], seed: int) -> ScenarioResult:
             )
             scans = {
                 str(
-                    store.store_document(_scan(seed + i), "crash-scans", f"scan-{i}.pdf").invoice_id
+                    store.documents.store_document(_scan(seed + i), "crash-scans", f"scan-{i}.pdf").invoice_id
                 ): f"scan-{i}.pdf"
                 for i in range(params["scans"])
             }
             xml = {
                 str(
-                    store.store_document(
+                    store.documents.store_document(
                         ubl_xml(draw_invoice(seed * 7 + i)), "crash-xml", f"ubl-{i}.xml"
                     ).invoice_id
                 ): f"ubl-{i}.xml"

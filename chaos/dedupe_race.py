@@ -18,8 +18,8 @@ other. Documents are rendered by the project's sample renderers and stored with
 
 How a pair is raced: per lane, two long-lived worker processes (forked from the chaos fork
 server) each run the real `process_invoice` Dagster job, in process, on one side of the pair.
-The one instrumentation is at the moment of decision: in each worker `InvoiceStore.
-decide_duplicates` first waits on a barrier the two share, so both enter the advisory-locked
+The one instrumentation is at the moment of decision: in each worker `Dedupe.
+decide_duplicates` (store.dedupe) first waits on a barrier the two share, so both enter the advisory-locked
 transaction together. The barrier has a timeout: a partner that never arrives breaks it instead
 of hanging the run, and that pair is reported as not raced (a violation). Everything else
 (claim, extraction, validation, the decision, approval, the hold for review, posting) is the
@@ -63,7 +63,7 @@ from invoice_pipeline.domain.identity import VENDOR_UNCONFIRMED, Identifier, nor
 from invoice_pipeline.domain.matching import MatchCandidate, find_match
 from invoice_pipeline.domain.review import reason_code
 from invoice_pipeline.engine.records import ChunkWrite, DuplicateDecision, Lease
-from invoice_pipeline.engine.store import InvoiceStore, MatchFunction, VendorImportRow
+from invoice_pipeline.engine.store import Dedupe, InvoiceStore, MatchFunction, VendorImportRow
 from invoice_pipeline.orchestration.jobs import make_jobs
 from invoice_pipeline.samples.drawing import BUYERS, CURRENCY_BY_COUNTRY, ITEMS, LANG_BY_COUNTRY
 from invoice_pipeline.samples.generator import BASE_FORMATS as FORMATS
@@ -220,11 +220,11 @@ class DecisionMoment:
         self.arrived_at = self.released_at = self.decided_at = None
 
     def install(self) -> None:
-        original = InvoiceStore.decide_duplicates
+        original = Dedupe.decide_duplicates
         moment = self
 
         def decide_with_partner(
-            self: InvoiceStore,
+            self: Dedupe,
             items: Sequence[tuple[Lease, MatchCandidate]],
             match: MatchFunction,
             *,
@@ -246,7 +246,7 @@ class DecisionMoment:
             finally:
                 moment.decided_at = time.monotonic()
 
-        setattr(InvoiceStore, "decide_duplicates", decide_with_partner)  # noqa: B010  # patched, so not type-checked
+        setattr(Dedupe, "decide_duplicates", decide_with_partner)  # noqa: B010  # patched, so not type-checked
 
 
 def race_worker(url: str, lane: int, worker: int, barrier: Barrier, inbox: Any, outbox: Any) -> None:
@@ -425,7 +425,7 @@ def register_vat_sellers(store: InvoiceStore) -> None:
         )
         for name, _, prefix, national in VAT_SELLERS
     ]
-    result = store.import_vendors(ORG, rows, "chaos: vendor master")
+    result = store.vendors.import_vendors(ORG, rows, "chaos: vendor master")
     if result.refused:
         raise RuntimeError(f"the race's vendor master was refused: {result.refused}")
 
@@ -578,7 +578,7 @@ def race_pairs(
             lane = free.pop()
             docs = list(upcoming.docs)
             rng.shuffle(docs)  # either side may sit in either worker
-            ids = [str(store.store_document(d.content, ORG, d.filename).invoice_id) for d in docs]
+            ids = [str(store.documents.store_document(d.content, ORG, d.filename).invoice_id) for d in docs]
             if ids[0] == ids[1]:
                 raise RuntimeError(f"pair {upcoming.index}: both documents stored as one invoice")
             running[lane.index] = PairRun(

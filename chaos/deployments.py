@@ -48,7 +48,7 @@ def run(ctx: ChaosContext, params: dict[str, int], seed: int) -> ScenarioResult:
             def ingest(i: int, store: InvoiceStore = store, trial: int = trial) -> None:
                 copy = i > 5 and rng.random() < 0.2
                 n = rng.randrange(i) if copy else i
-                store.store_document(
+                store.documents.store_document(
                     json_invoice(f"INV {n}" if copy else f"INV-{n:05d}", total=f"{100 + n}.00"),
                     rng.choice(["acme", "globex"]),
                     f"d{trial}-{i}.json",

@@ -139,7 +139,7 @@ def run(ctx: ChaosContext, params: dict[str, int], seed: int) -> ScenarioResult:
         ids: dict[str, Doc] = {}
         for n, doc in enumerate(docs):
             # One org per document: a byte-identical fuzz result must still be its own invoice.
-            ingested = store.store_document(doc.content, f"hostile-{n}", doc.filename or doc.label)
+            ingested = store.documents.store_document(doc.content, f"hostile-{n}", doc.filename or doc.label)
             ids[str(ingested.invoice_id)] = doc
         result.figures["corpus_classes"] = len(corpus)
         result.figures["catalogue_classes"] = len(

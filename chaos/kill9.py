@@ -313,7 +313,7 @@ def run(ctx: ChaosContext, params: dict[str, int], seed: int) -> ScenarioResult:
             if originals and (phase, target) not in ORIGINALS_ONLY and rng.random() < 0.2:
                 copy_of = originals.pop(rng.randrange(len(originals)))
             content, fmt, total = _document(rng, trial, copy_of)
-            ingested = store.store_document(content, "acme", f"kill-{trial}.{fmt}")
+            ingested = store.documents.store_document(content, "acme", f"kill-{trial}.{fmt}")
             if not ingested.created:
                 raise RuntimeError(f"trial {trial}: its document was ingested before (scenario bug)")
             invoice_id = str(ingested.invoice_id)

@@ -99,7 +99,7 @@ def ingest(url: str, n: int, tag: str, rng: random.Random) -> list[str]:
     try:
         return [
             str(
-                store.store_document(
+                store.documents.store_document(
                     json_invoice(f"{tag}-{i}", total=f"{rng.randint(1000, 99999) / 100:.2f}"),
                     "acme",
                     f"{tag}-{i}.json",

@@ -136,7 +136,7 @@ def run(ctx: ChaosContext, params: dict[str, int], seed: int) -> ScenarioResult:
             for trial in range(trials):
                 ids = [
                     str(
-                        store.store_document(
+                        store.documents.store_document(
                             json_invoice(f"PG-{trial}-{i}", total=f"{rng.randint(100, 99999) / 100:.2f}"),
                             rng.choice(["acme", "globex"]),
                             f"pg-{trial}-{i}.json",
@@ -231,8 +231,12 @@ def _drain(
 ) -> None:
     """What the sweep schedule and the sensor would do: sweep, reschedule, process what is due."""
     for _ in range(15):
-        summary = store.status_summary()  # through the pool that lived through the restart
-        pending = [i for i in ids if (state := store.invoice_state(i)) is not None and not state.is_terminal]
+        summary = store.reporting.status_summary()  # through the pool that lived through the restart
+        pending = [
+            i
+            for i in ids
+            if (state := store.documents.invoice_state(i)) is not None and not state.is_terminal
+        ]
         if not pending:
             return
         if summary.locks_held:
@@ -243,7 +247,7 @@ def _drain(
         due = [
             i
             for i in pending
-            if (s := store.invoice_state(i)) is not None and s.status in ("pending", "failed")
+            if (s := store.documents.invoice_state(i)) is not None and s.status in ("pending", "failed")
         ]
         if due:
             result.count("drain_runs")

@@ -95,14 +95,14 @@ def run(ctx: ChaosContext, params: dict[str, int], seed_value: int) -> ScenarioR
         for spec in batch:
             org = f"{prefix}-org{spec.org}"
             fields = spec.fields()
-            invoice_id = store.store_document(
+            invoice_id = store.documents.store_document(
                 repr((prefix, spec, stats["invoices"])).encode(), org
             ).invoice_id
-            lease = store.acquire(invoice_id, 1)
+            lease = store.claims.acquire(invoice_id, 1)
             assert lease is not None
-            store.save_fields(lease, fields)
+            store.documents.save_fields(lease, fields)
             decision = decide_duplicate(store, lease, org, fields)
-            store.finish(lease.job_id, "succeeded")
+            store.claims.finish(lease.job_id, "succeeded")
             mine = MatchCandidate.from_fields(str(invoice_id), org, fields)
             model = find_match(mine, originals.get(org, []))
             stats["invoices"] += 1
@@ -110,7 +110,7 @@ def run(ctx: ChaosContext, params: dict[str, int], seed_value: int) -> ScenarioR
             if is_copy:
                 stats["duplicates" if decision.is_duplicate else "suspected"] += 1
                 assert decision.original_id is not None
-                other = store.invoice_state(decision.original_id)
+                other = store.documents.invoice_state(decision.original_id)
                 assert other is not None and other.org_id == org, f"grouped across orgs: {org} with {other}"
             verdict = (
                 None

@@ -2,7 +2,7 @@
 
 Each trial is one invoice, requested 2-5 times by randomly chosen worker processes after random
 delays: about a third of the requests run the real `process_invoice` job in process, the rest
-are cheap competing consumers (`InvoiceStore.acquire`, hold, give up). A quarter of the invoices
+are cheap competing consumers (`store.claims.acquire`, hold, give up). A quarter of the invoices
 are reformatted copies of an earlier one — in the same org (must become duplicates) or in another
 org (must stay originals). A watcher connection samples for two running jobs per invoice the
 whole time; afterwards the invoices left for retry are drained through the batch job, as the
@@ -60,7 +60,7 @@ def make_invoices(store: InvoiceStore, rng: random.Random, n: int) -> dict[str, 
             families.append((org, number, seller, vat, total))
             family = len(families) - 1
         doc = json_invoice(number, seller, total, vat_id=vat, po_number=f"PO-{i}")
-        ingested = store.store_document(doc, org, f"storm-{i}.json")
+        ingested = store.documents.store_document(doc, org, f"storm-{i}.json")
         out[str(ingested.invoice_id)] = (org, family)
     return out
 

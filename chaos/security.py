@@ -103,7 +103,7 @@ def _sql_injection(ctx: ChaosContext, result: ScenarioResult) -> None:
             "po_number": payload,
         }
         org = f"org {payload}"
-        inv = store.store_document(json.dumps(doc).encode(), org, f"{payload}.json").invoice_id
+        inv = store.documents.store_document(json.dumps(doc).encode(), org, f"{payload}.json").invoice_id
         sent[str(inv)] = {k: str(doc[k]) for k in TEXT_FIELDS} | {
             "org_id": org,
             "filename": f"{payload}.json",
@@ -183,7 +183,7 @@ def _xxe(ctx: ChaosContext, result: ScenarioResult) -> None:
     secret.write_text(secret_value)
     store = InvoiceStore(url, max_size=2)
     ids = [
-        str(store.store_document(p, "acme", f"xxe-{i}.xml").invoice_id)
+        str(store.documents.store_document(p, "acme", f"xxe-{i}.xml").invoice_id)
         for i, p in enumerate(_xxe_payloads(secret))
     ]
     store.close()

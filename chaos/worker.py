@@ -25,7 +25,7 @@ from dagster import DagsterInstance
 
 import invoice_pipeline.engine.dedupe as dedupe_module
 from invoice_pipeline.engine.runs import InvoiceRef
-from invoice_pipeline.engine.store import InvoiceStore
+from invoice_pipeline.engine.store import Claims, Database, Dedupe, Documents, InvoiceStore
 from invoice_pipeline.orchestration import run_requests
 from invoice_pipeline.orchestration.jobs import make_jobs
 from invoice_pipeline.orchestration.resources import DocumentReader, InvoiceDatabase
@@ -101,6 +101,16 @@ def gate_label(spec: GateSpec) -> str:
     return spec.phase
 
 
+# The parts of the store whose chunk writes a commit gate may stop (kill9's WRITES).
+GATED_PARTS: tuple[type, ...] = (Documents, Dedupe, Claims)
+
+
+def write_part(name: str) -> type:
+    """The part's class that has the chunk write `name`: the gate patches it there. For a name
+    no part has, Documents, where `need` then reports it."""
+    return next((part for part in GATED_PARTS if callable(getattr(part, name, None))), Documents)
+
+
 def check_gate(spec: GateSpec) -> None:
     """Raise UnknownStopPoint unless every name the gate patches or matches exists.
 
@@ -118,7 +128,7 @@ def check_gate(spec: GateSpec) -> None:
     if spec.phase in ("read_text", "read_fields"):
         need(DocumentReader, spec.phase)
     elif spec.phase == "between_steps":
-        need(InvoiceStore, "record_steps")
+        need(Documents, "record_steps")
         stages = [s.name for s in STAGES]
         if spec.target not in stages[1:]:
             raise UnknownStopPoint(
@@ -127,8 +137,8 @@ def check_gate(spec: GateSpec) -> None:
     elif spec.phase == "dedupe_txn":
         need(dedupe_module, "find_match")
     elif spec.phase in ("before_commit", "after_commit"):
-        need(InvoiceStore, "_transaction")
-        need(InvoiceStore, spec.target)
+        need(Database, "transaction")
+        need(write_part(spec.target), spec.target)
     elif spec.phase != "none":
         raise UnknownStopPoint(f"unknown gate phase {spec.phase}")
 
@@ -152,14 +162,14 @@ def install_gate(spec: GateSpec, gate_dir: Path) -> None:
 
         setattr(DocumentReader, spec.phase, gated_read)
     elif spec.phase == "between_steps":
-        original_record = InvoiceStore.record_steps
+        original_record = Documents.record_steps
 
-        def gated_record(self: InvoiceStore, step: str, leases: Any, started: set[Any]) -> Any:
+        def gated_record(self: Documents, step: str, leases: Any, started: set[Any]) -> Any:
             if step == spec.target and started:
                 gate(gate_label(spec))
             return original_record(self, step, leases, started)
 
-        setattr(InvoiceStore, "record_steps", gated_record)  # noqa: B010  # patched, so not type-checked
+        setattr(Documents, "record_steps", gated_record)  # noqa: B010  # patched, so not type-checked
     elif spec.phase == "dedupe_txn":
         # find_match runs inside the store's transaction that holds the business key's advisory
         # lock and the job row's fence lock: stopping here stops mid-transaction.
@@ -181,11 +191,12 @@ def _install_commit_gate(spec: GateSpec, gate: Callable[[str], None]) -> None:
     # commit" would then stop after nothing, and a stop point the product never really passes
     # would count as reached.
     committed = [0]
-    original_transaction = InvoiceStore._transaction
-    original_method = getattr(InvoiceStore, spec.target)
+    original_transaction = Database.transaction
+    part = write_part(spec.target)
+    original_method = getattr(part, spec.target)
 
     @contextmanager
-    def gated_transaction(self: InvoiceStore) -> Iterator[Any]:
+    def gated_transaction(self: Database) -> Iterator[Any]:
         with original_transaction(self) as conn:
             yield conn
             if armed[0] and spec.phase == "before_commit":
@@ -194,7 +205,7 @@ def _install_commit_gate(spec: GateSpec, gate: Callable[[str], None]) -> None:
         if armed[0]:
             committed[0] += 1
 
-    def gated_method(self: InvoiceStore, *args: Any, **kwargs: Any) -> Any:
+    def gated_method(self: Any, *args: Any, **kwargs: Any) -> Any:
         armed[0], committed[0] = True, 0
         try:
             value = original_method(self, *args, **kwargs)
@@ -204,8 +215,8 @@ def _install_commit_gate(spec: GateSpec, gate: Callable[[str], None]) -> None:
             gate(gate_label(spec))  # committed; the worker has not acted on it yet
         return value
 
-    setattr(InvoiceStore, "_transaction", gated_transaction)  # noqa: B010  # patched, so not type-checked
-    setattr(InvoiceStore, spec.target, gated_method)
+    setattr(Database, "transaction", gated_transaction)  # noqa: B010  # patched, so not type-checked
+    setattr(part, spec.target, gated_method)
 
 
 # -- entry points -------------------------------------------------------------------------------------
@@ -279,10 +290,10 @@ def _storm_request(
             failure = [e.message for e in result.all_events if e.is_failure]
             errors.append(f"{item.invoice_id}: {failure[:1]}")
         return
-    state = store.invoice_state(item.invoice_id)
+    state = store.documents.invoice_state(item.invoice_id)
     if state is None or state.is_terminal:
         return
-    lease = store.acquire(item.invoice_id, state.attempts + 1, owner=f"storm:{os.getpid()}")
+    lease = store.claims.acquire(item.invoice_id, state.attempts + 1, owner=f"storm:{os.getpid()}")
     if lease is None:
         counts["acquire_lost"] += 1
         return
@@ -290,7 +301,7 @@ def _storm_request(
     time.sleep(item.hold_ms / 1000)
     # A redelivered consumer that got the lock and gave up: it must hand the invoice
     # back for retry without having written anything.
-    store.fail(
+    store.claims.fail(
         lease.job_id, "storm: redelivered request abandoned", max_attempts=10**6, retry_base=timedelta(0)
     )
 
@@ -339,9 +350,9 @@ def deployment_worker(url: str, out: str, seed: int, deadline_s: float) -> None:
             deadline = time.monotonic() + deadline_s
             while time.monotonic() < deadline:
                 counts["ticks"] += 1
-                due = store.claim_due_invoices(limit=rng.randint(3, 30), request_timeout=timedelta(0))
+                due = store.claims.claim_due_invoices(limit=rng.randint(3, 30), request_timeout=timedelta(0))
                 if not due:
-                    summary = store.status_summary()
+                    summary = store.reporting.status_summary()
                     if not any(summary.by_status.get(s, 0) for s in ("pending", "processing", "failed")):
                         if Path(out).with_suffix(".done").exists():
                             break

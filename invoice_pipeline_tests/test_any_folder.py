@@ -55,7 +55,9 @@ def test_process_from_an_old_checkout_folder_runs_the_installed_package(
     store = InvoiceStore(database_url, max_size=2)
     try:
         ids = [
-            store.store_document(json_invoice(f"INV-{n}", total=f"{n}.00"), "acme", f"{n}.json").invoice_id
+            store.documents.store_document(
+                json_invoice(f"INV-{n}", total=f"{n}.00"), "acme", f"{n}.json"
+            ).invoice_id
             for n in (101, 102)
         ]
     finally:

@@ -38,7 +38,7 @@ def test_learn_list_show_export_import_disable(
     learnt = run_cli("review", "layouts", "learn", str(posted), env=env)
     assert learnt.returncode == 0, learnt.stderr
     assert learnt.stdout.startswith("learnt: ")
-    [row] = store.list_layouts("acme")
+    [row] = store.layouts.list_layouts("acme")
     assert row.learnt_from == posted and row.taught_by.endswith("alice")
 
     listed = run_cli("review", "layouts", "list", "--org", "acme", env=env)
@@ -57,7 +57,7 @@ def test_learn_list_show_export_import_disable(
     )
     imported = run_cli("review", "layouts", "import", str(exported), "--org", "globex", env=env)
     assert imported.returncode == 0 and "1 layout(s) imported" in imported.stdout, imported.stderr
-    [copy] = store.list_layouts("globex")
+    [copy] = store.layouts.list_layouts("globex")
     assert copy.learnt_from is None and "from org acme" in copy.taught_by
 
     wrong_org = run_cli("review", "layouts", "disable", str(copy.id), "--org", "acme", env=env)
@@ -66,7 +66,7 @@ def test_learn_list_show_export_import_disable(
         "review", "layouts", "disable", str(copy.id), "--org", "globex", "--reason", "old", env=env
     )
     assert disabled.returncode == 0, disabled.stderr
-    assert store.list_layouts("globex") == [] and len(store.list_layouts("acme")) == 1
+    assert store.layouts.list_layouts("globex") == [] and len(store.layouts.list_layouts("acme")) == 1
 
 
 def test_import_and_export_never_send_a_files_escapes_to_the_terminal(

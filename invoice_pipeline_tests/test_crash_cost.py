@@ -60,7 +60,8 @@ def test_a_kill_mid_chunk_keeps_what_was_read_and_rereads_only_the_rest(
     before issue 19; here, the flush condition reduced to the chunk's last document), the first
     wait is the whole chunk's save with nothing saved yet: "0 of 4 saved mid-chunk"."""
     invoices = [
-        store.store_document(_slow_pdf(70 + i), "acme", f"slow{i}.pdf").invoice_id for i in range(DOCUMENTS)
+        store.documents.store_document(_slow_pdf(70 + i), "acme", f"slow{i}.pdf").invoice_id
+        for i in range(DOCUMENTS)
     ]
     held = invoices[DOCUMENTS // 2]  # the third of the chunk (claimed in the order they came in)
     with psycopg.connect(database_url) as holder:

@@ -185,7 +185,9 @@ def test_prometheus_scrapes_the_product_and_an_alert_fires(
     prometheus: str, metrics_endpoint: int, store: InvoiceStore, database_url: str
 ) -> None:
     ids = [
-        store.store_document(json_invoice(f"PR-{n}", total=f"{10 + n}.00"), "acme", f"{n}.json").invoice_id
+        store.documents.store_document(
+            json_invoice(f"PR-{n}", total=f"{10 + n}.00"), "acme", f"{n}.json"
+        ).invoice_id
         for n in range(3)
     ]
     # Quiet first: three due, the oldest for seconds, as seen by a scrape and a rule evaluation.

@@ -47,13 +47,13 @@ def retries(result: ExecuteInProcessResult) -> list[Any]:
 
 
 def assert_quarantined(store: InvoiceStore, inv: Any, code: str, content: bytes) -> str:
-    state = store.invoice_state(inv)
+    state = store.documents.invoice_state(inv)
     assert state is not None and state.status == "quarantined", state
     assert state.quarantine_code == code, state.quarantine_reason
-    (job,) = store.job_history(inv)
+    (job,) = store.claims.job_history(inv)
     assert job.status == "failed", "the lease was released with the quarantine"
-    assert store.current_holder(inv) is None
-    document = store.load_document(inv)
+    assert store.claims.current_holder(inv) is None
+    document = store.documents.load_document(inv)
     assert document is not None and document.content == content, "the original bytes are kept"
     return state.quarantine_reason or ""
 
@@ -62,14 +62,14 @@ def test_a_decompression_bomb_is_quarantined_too_complex_and_releases_its_lease(
     database_url: str, store: InvoiceStore
 ) -> None:
     bomb = hostile_corpus.by_name(seed=11)["pdf_decompression_bomb"].content
-    inv = store.store_document(bomb, "acme", "bomb.pdf").invoice_id
+    inv = store.documents.store_document(bomb, "acme", "bomb.pdf").invoice_id
     result = run_single(database_url, inv)
     assert not result.success
     reason = assert_quarantined(store, inv, "too_complex", bomb)
     assert "1 s of CPU" in reason
     assert retries(result) == [], "a bound is not transient"
     # The pipeline's process is fine and so is the next invoice.
-    good = store.store_document(json_invoice(), "acme", "good.json").invoice_id
+    good = store.documents.store_document(json_invoice(), "acme", "good.json").invoice_id
     assert run_single(database_url, good).success
 
 
@@ -90,7 +90,7 @@ def test_a_decompression_bomb_is_quarantined_too_complex_and_releases_its_lease(
 def test_input_a_parser_cannot_use_is_quarantined_not_retried(
     database_url: str, store: InvoiceStore, content: bytes, code: str
 ) -> None:
-    inv = store.store_document(content, "acme", "bad.json").invoice_id
+    inv = store.documents.store_document(content, "acme", "bad.json").invoice_id
     result = run_single(database_url, inv)
     assert not result.success
     assert_quarantined(store, inv, code, content)
@@ -140,7 +140,7 @@ def test_a_stuck_stage_fails_its_attempt_and_its_late_write_is_refused(
     """
     gate = "stuck"
     ENTERED[gate], RELEASE[gate], FINISHED[gate] = threading.Event(), threading.Event(), threading.Event()
-    inv = store.store_document(json_invoice(), "acme", "a.json").invoice_id
+    inv = store.documents.store_document(json_invoice(), "acme", "a.json").invoice_id
     try:
         result = run_single(
             database_url, inv, StuckReader(gate=gate), max_stage_seconds=0.5, heartbeat_seconds=0.05
@@ -150,10 +150,10 @@ def test_a_stuck_stage_fails_its_attempt_and_its_late_write_is_refused(
     assert ENTERED[gate].is_set(), "the stage really started its read"
     assert not result.success
     assert retries(result) == [], "not retried inside the run: the attempt fails"
-    (job,) = store.job_history(inv)
+    (job,) = store.claims.job_history(inv)
     assert job.status == "failed" and "maximum of 0.5 s" in (job.error or "")
-    assert store.current_holder(inv) is None, "the lease is released"
-    state = store.invoice_state(inv)
+    assert store.claims.current_holder(inv) is None, "the lease is released"
+    state = store.documents.invoice_state(inv)
     assert state is not None and state.status == "failed" and state.attempts == 1
     assert state.next_attempt_at is not None, "rescheduled by the existing failure path"
     # The abandoned read now completes. Its text, written late with the attempt's dead lease
@@ -161,15 +161,15 @@ def test_a_stuck_stage_fails_its_attempt_and_its_late_write_is_refused(
     assert FINISHED[gate].wait(60), "the abandoned read ran to its end"
     late = LATE_TEXT.pop(gate, None)
     assert late is not None, "the abandoned read ran to its end"
-    dead = store.lease(job.job_id, inv, job.attempt, job.owner)
-    write = store.save_extracted_texts([(dead, late)])
+    dead = store.claims.lease(job.job_id, inv, job.attempt, job.owner)
+    write = store.documents.save_extracted_texts([(dead, late)])
     assert write.written == {} and write.failed == {}, write
     assert set(write.lost) == {inv} and write.lost[inv].startswith("job is failed"), write.lost
-    assert store.load_extracted_text(inv) is None, "the late write landed"
-    assert [j.status for j in store.job_history(inv)] == ["failed"], "the dead job stays finished"
+    assert store.documents.load_extracted_text(inv) is None, "the late write landed"
+    assert [j.status for j in store.claims.job_history(inv)] == ["failed"], "the dead job stays finished"
     # The next attempt processes it.
     assert run_single(database_url, inv).success
-    assert store.invoice_state(inv).status == "processed"  # type: ignore[union-attr]
+    assert store.documents.invoice_state(inv).status == "processed"  # type: ignore[union-attr]
 
 
 # -- what a document says reaches the terminal escaped -----------------------------------------
@@ -185,8 +185,10 @@ def test_show_and_status_escape_control_characters_and_json_stays_verbatim(
     database_url: str, store: InvoiceStore, tmp_path: Path
 ) -> None:
     attack = hostile_corpus.TERMINAL_ATTACK
-    good = store.store_document(json_invoice(seller=f"ACME {attack}"), "acme", f"{attack}.json").invoice_id
-    bad = store.store_document(b"\x1b[2J", "acme", f"{attack}.bin").invoice_id
+    good = store.documents.store_document(
+        json_invoice(seller=f"ACME {attack}"), "acme", f"{attack}.json"
+    ).invoice_id
+    bad = store.documents.store_document(b"\x1b[2J", "acme", f"{attack}.bin").invoice_id
     assert run_single(database_url, good).success
     assert not run_single(database_url, bad).success
     env = dict(

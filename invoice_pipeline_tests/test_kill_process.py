@@ -138,7 +138,9 @@ def test_kill_9_of_process_at_random_moments_strands_nothing_past_one_sweep(
     database_url: str, store: InvoiceStore, env: dict[str, str], tmp_path: Path
 ) -> None:
     for i in range(INVOICES):
-        store.store_document(json_invoice(f"K-{i:04d}", total=f"{100 + 7 * i}.00"), "acme", f"k{i}.json")
+        store.documents.store_document(
+            json_invoice(f"K-{i:04d}", total=f"{100 + 7 * i}.00"), "acme", f"k{i}.json"
+        )
     rng = random.Random(SEED)
     points = [KillPoint("requested", 1)] * 3
     points += [KillPoint("claimed", rng.randint(1, BATCH)) for _ in range(3)]

@@ -97,7 +97,7 @@ SABOTAGES: tuple[Sabotage, ...] = (
     _one(
         "fence-python",
         "a chunk write writes only the leases its fence returned",
-        "invoice_pipeline/engine/store/base.py",
+        "invoice_pipeline/engine/store/database.py",
         "live = [(lease, payload) for lease, payload in items if lease.job_id in alive]",
         "live = list(items)",
         f"{STAGES_TESTS}::test_a_lease_lost_mid_chunk_loses_that_invoice_alone",
@@ -105,7 +105,7 @@ SABOTAGES: tuple[Sabotage, ...] = (
     _one(
         "chunk-fallback",
         "a refused chunk write is written again an invoice at a time",
-        "invoice_pipeline/engine/store/base.py",
+        "invoice_pipeline/engine/store/database.py",
         "            if len(items) == 1:\n                return ChunkWrite({}, {}, {items[0][0].invoice_id: exc})\n",
         "            return ChunkWrite({}, {}, {lease.invoice_id: exc for lease, _ in items})\n",
         f"{STAGES_TESTS}::test_a_write_the_database_refuses_for_one_invoice_fails_that_invoice_alone",
@@ -113,7 +113,7 @@ SABOTAGES: tuple[Sabotage, ...] = (
     _one(
         "systemic",
         "an unreachable database fails the stage, not each invoice",
-        "invoice_pipeline/engine/store/base.py",
+        "invoice_pipeline/engine/store/database.py",
         "    return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError | PoolTimeout | PoolClosed)",
         "    return False",
         f"{STAGES_TESTS}::test_a_systemic_error_fails_the_stage_instead_of_each_invoice",
@@ -121,7 +121,7 @@ SABOTAGES: tuple[Sabotage, ...] = (
     _one(
         "contention-retried",
         "a lock timeout is contention: retried, then only its invoice fails",
-        "invoice_pipeline/engine/store/base.py",
+        "invoice_pipeline/engine/store/database.py",
         '    return sqlstate is not None and (sqlstate.startswith("40") or sqlstate in CONTENTION_SQLSTATES)',
         "    return False",
         f"{LIVENESS}::test_a_write_that_loses_to_contention_is_retried_then_fails_only_its_invoice",
@@ -171,7 +171,7 @@ SABOTAGES: tuple[Sabotage, ...] = (
     _one(
         "beat-at-commit",
         "a fenced write heartbeats its jobs as it commits",
-        "invoice_pipeline/engine/store/base.py",
+        "invoice_pipeline/engine/store/database.py",
         '        if job_ids:\n            conn.execute(FENCE["beat_at_commit"]',
         '        if job_ids and False:\n            conn.execute(FENCE["beat_at_commit"]',
         f"{LIVENESS}::test_a_write_that_waited_after_its_fence_commits_a_fresh_heartbeat",

@@ -76,7 +76,7 @@ class Parser:
 
 def instrument(store: InvoiceStore, events: Events) -> None:
     """Record every fenced chunk write of this store: attempted jobs, written, refused."""
-    original = store._write_chunk_once
+    original = store.database._write_chunk_once
 
     def recorded(items: Any, write: Any, prepare: Any, step: Any, before_fence: Any = None) -> Any:
         jobs = [str(lease.job_id) for lease, _ in items]
@@ -95,11 +95,11 @@ def instrument(store: InvoiceStore, events: Events) -> None:
         )
         return result
 
-    store._write_chunk_once = recorded  # type: ignore[method-assign]
+    store.database._write_chunk_once = recorded  # type: ignore[method-assign]
 
 
 def due_invoices(store: InvoiceStore, limit: int) -> list[UUID]:
-    with store.pool.connection() as conn:
+    with store.database.pool.connection() as conn:
         rows = conn.execute(
             "SELECT id FROM invoices WHERE status IN ('pending', 'failed') AND next_attempt_at <= now() "
             "ORDER BY random() LIMIT %s",
@@ -119,7 +119,7 @@ def main(config_path: str) -> int:
     def beat(job_ids: list[UUID]) -> set[UUID]:
         began = time.monotonic()
         try:
-            alive = store.heartbeat_many(job_ids)
+            alive = store.claims.heartbeat_many(job_ids)
         except Exception as exc:
             events("beat", ok=False, blocked_s=round(time.monotonic() - began, 3), error=type(exc).__name__)
             raise
@@ -144,8 +144,8 @@ def main(config_path: str) -> int:
     try:
         while time.monotonic() < deadline:
             try:
-                store.release_stale_locks(None, ttl)
-                store.reschedule_orphans(max_attempts=1000, retry_base=timedelta(0))
+                store.maintenance.release_stale_locks(None, ttl)
+                store.maintenance.reschedule_orphans(max_attempts=1000, retry_base=timedelta(0))
                 due = due_invoices(store, cfg["chunk"])
                 if not due:
                     if stop.exists():

@@ -185,15 +185,17 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
 
         master = out / "vendor-master.csv"
         master.write_text(samples.vendor_master_csv())
-        imported = store.import_vendors(org, read_vendor_csv(master.read_text()), Actor.os_user().name)
+        imported = store.vendors.import_vendors(
+            org, read_vendor_csv(master.read_text()), Actor.os_user().name
+        )
         print(f"imported {imported.created} vendors from {master} (invoice-pipeline vendors import)")
         files = [f.path for f in samples.files]
         for i in range(len(files)):
             ingest_paths(store, [files[i]], org)
             progress(i + 1, len(files), "ingesting ")
         process_due(settings, batch_size=args.batch_size, label="processing")
-        outcomes = store.outcomes_of_org(org)
-        held = store.review_targets(REVIEW_STATUSES, org_id=org)
+        outcomes = store.reporting.outcomes_of_org(org)
+        held = store.review.review_targets(REVIEW_STATUSES, org_id=org)
     finally:
         store.close()
     print_demo_summary(outcomes, time.monotonic() - started, review_queue_counts(held))

@@ -29,7 +29,7 @@ def cmd_layouts_list(args: argparse.Namespace, settings: Settings) -> int:
 
     store = open_store(settings)
     try:
-        rows = store.list_layouts(_org(args.org), include_disabled=args.all)
+        rows = store.layouts.list_layouts(_org(args.org), include_disabled=args.all)
     finally:
         store.close()
     if not rows:
@@ -43,7 +43,7 @@ def cmd_layouts_show(args: argparse.Namespace, settings: Settings) -> int:
 
     store = open_store(settings)
     try:
-        row = store.layout_row(args.layout_id)
+        row = store.layouts.layout_row(args.layout_id)
     finally:
         store.close()
     if row is None:
@@ -82,7 +82,7 @@ def cmd_layouts_disable(args: argparse.Namespace, settings: Settings) -> int:
     reason = f"disabled by {Actor.os_user().name}" + (f": {args.reason.strip()}" if args.reason else "")
     store = open_store(settings)
     try:
-        done = store.disable_layout(args.layout_id, reason, _org(args.org))
+        done = store.layouts.disable_layout(args.layout_id, reason, _org(args.org))
     finally:
         store.close()
     if not done:

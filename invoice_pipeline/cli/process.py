@@ -89,7 +89,7 @@ def process_due(
     prepare_dagster_home(settings, url)
     shape = RunShape(batch_size or settings.batch_size)
     with _closing_store(url, settings) as store:
-        summary = store.status_summary()
+        summary = store.reporting.status_summary()
     total = summary.by_status.get("pending", 0) + summary.by_status.get("failed", 0)
     processes = shape.workers(total, workers or usable_cores())
     claim = shape.claim_size(total, processes)
@@ -111,7 +111,7 @@ def process_due(
         done = min(total, done + len(run.invoice_ids))
         progress(done, max(total, done), label)
     with _closing_store(url, settings) as store:
-        outcome.by_status = store.status_counts_of(sorted(requested))
+        outcome.by_status = store.reporting.status_counts_of(sorted(requested))
     return outcome
 
 
@@ -140,7 +140,7 @@ def execute_due_runs(url: str, settings: Settings, shape: RunShape, claim: int) 
         scope = instance_scope(instance)
         while True:
             token = uuid.uuid4().hex
-            due = store.claim_due_invoices(claim, requested_by=RequestOwner.tagged(scope, token).text)
+            due = store.claims.claim_due_invoices(claim, requested_by=RequestOwner.tagged(scope, token).text)
             if not due:
                 return
             result = execute_job(

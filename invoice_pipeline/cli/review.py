@@ -129,7 +129,7 @@ def cmd_review_list(args: argparse.Namespace, settings: Settings) -> int:
     store = open_store(settings)
     try:
         # One more than a page: whether another page follows.
-        targets = store.review_targets(
+        targets = store.review.review_targets(
             statuses,
             org_id=args.org,
             reason=args.reason_code,
@@ -165,10 +165,10 @@ def cmd_review_policy(args: argparse.Namespace, settings: Settings) -> int:
     changes = {k: getattr(args, k) for k in POLICY_SETTINGS if k in args}
     store = open_store(settings)
     try:
-        policy = store.review_policies([args.org])[args.org]
+        policy = store.review.review_policies([args.org])[args.org]
         if changes:
             policy = replace(policy, **changes)
-            store.set_review_policy(args.org, policy, Actor.os_user().name)
+            store.review.set_review_policy(args.org, policy, Actor.os_user().name)
     finally:
         store.close()
     print(

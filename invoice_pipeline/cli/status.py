@@ -54,9 +54,9 @@ STATUS_OLDEST_HELD = 5
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     store = open_store(settings)
     try:
-        summary = store.status_summary()
-        queue = store.review_queue_summary()
-        oldest_held = store.review_targets(REVIEW_STATUSES, limit=STATUS_OLDEST_HELD)
+        summary = store.reporting.status_summary()
+        queue = store.review.review_queue_summary()
+        oldest_held = store.review.review_targets(REVIEW_STATUSES, limit=STATUS_OLDEST_HELD)
     finally:
         store.close()
     if args.json:
@@ -122,14 +122,14 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
     store = open_store(settings)
     try:
-        overview = store.invoice_overview(args.invoice_id)
+        overview = store.reporting.invoice_overview(args.invoice_id)
         if overview is None:
             print(f"no invoice {printable(args.invoice_id)}", file=sys.stderr)
             return 1
-        jobs = store.job_history(args.invoice_id)
-        decision = store.load_duplicate_decision(args.invoice_id)
-        posting = store.load_ledger_posting(args.invoice_id)
-        reviews = store.review_history(args.invoice_id)
+        jobs = store.claims.job_history(args.invoice_id)
+        decision = store.dedupe.load_duplicate_decision(args.invoice_id)
+        posting = store.documents.load_ledger_posting(args.invoice_id)
+        reviews = store.review.review_history(args.invoice_id)
     finally:
         store.close()
     record: dict[str, Any] = {

@@ -23,7 +23,7 @@ def cmd_vendors_list(args: argparse.Namespace, settings: Settings) -> int:
 
     store = open_store(settings)
     try:
-        vendors = store.list_vendors(checked_org(args.org))
+        vendors = store.vendors.list_vendors(checked_org(args.org))
     finally:
         store.close()
     if not vendors:
@@ -44,7 +44,7 @@ def cmd_vendors_import(args: argparse.Namespace, settings: Settings) -> int:
         return EXIT_REFUSED
     store = open_store(settings)
     try:
-        result = store.import_vendors(org, rows, Actor.os_user().name)
+        result = store.vendors.import_vendors(org, rows, Actor.os_user().name)
     finally:
         store.close()
     print(
@@ -66,15 +66,17 @@ def cmd_org_profile(args: argparse.Namespace, settings: Settings) -> int:
     try:
         actor = Actor.os_user().name
         if args.action == "add":
-            store.add_org_identity(org, args.kind, args.value, source="set by a person", added_by=actor)
+            store.vendors.add_org_identity(
+                org, args.kind, args.value, source="set by a person", added_by=actor
+            )
         elif args.action == "remove":
-            store.remove_org_identity(org, args.kind, args.value)
+            store.vendors.remove_org_identity(org, args.kind, args.value)
         elif args.action == "seed":
             from invoice_pipeline.engine.vendors import seed_org_profile
 
             added = seed_org_profile(store, org, actor)
             print(f"{len(added)} identit{'y' if len(added) == 1 else 'ies'} added from posted e-invoices")
-        profile = store.org_profiles([org])[org]
+        profile = store.vendors.org_profiles([org])[org]
     except ValueError as exc:
         print(f"refused: {printable(str(exc))}", file=sys.stderr)
         return EXIT_REFUSED

@@ -73,10 +73,10 @@ def claim_chunk(
     store: InvoiceStore, refs: Sequence[tuple[UUID, int | None]], owner: str, stale_after: timedelta
 ) -> list[Claimed]:
     """Take the locks of a chunk in one statement; invoices held elsewhere or finished are left out."""
-    store.release_stale_locks_of([invoice_id for invoice_id, _ in refs], stale_after)
+    store.maintenance.release_stale_locks_of([invoice_id for invoice_id, _ in refs], stale_after)
     return [
         Claimed(row.invoice_id, row.org_id, row.job_id, row.attempt, owner)
-        for row in store.acquire_many(refs, owner)
+        for row in store.claims.acquire_many(refs, owner)
     ]
 
 
@@ -128,7 +128,7 @@ class ChunkLoop:
         resumed: list[Claimed] = []
         refused: list[str] = []
         for c in claims:
-            holder = self.store.current_holder(c.invoice_id)
+            holder = self.store.claims.current_holder(c.invoice_id)
             if holder is not None and holder.owner == owner:
                 resumed.append(replace(c, job_id=holder.job_id, attempt=holder.attempt, owner=owner))
                 continue
@@ -137,8 +137,8 @@ class ChunkLoop:
                 if fresh:
                     resumed.extend(fresh)
                     continue
-                holder = self.store.current_holder(c.invoice_id)
-            state = self.store.invoice_state(c.invoice_id)
+                holder = self.store.claims.current_holder(c.invoice_id)
+            state = self.store.documents.invoice_state(c.invoice_id)
             why = (
                 f"held by {holder.describe()}"
                 if holder
@@ -167,7 +167,7 @@ class ChunkLoop:
         report a live lease lost. The fenced completion proves the holder alive by itself.
         """
         self.drop(chunk)
-        return self.store.complete_many([c.lease for c in chunk])
+        return self.store.claims.complete_many([c.lease for c in chunk])
 
     def release_after_failure(
         self, claims: Sequence[Claimed], error: str, hooks: ChunkHooks = NO_HOOKS
@@ -180,7 +180,7 @@ class ChunkLoop:
         self.drop(claims)
         try:
             for c in claims:
-                outcome = self.store.fail(
+                outcome = self.store.claims.fail(
                     c.job_id, error, max_attempts=self.max_attempts, retry_base=self.retry_base
                 )
                 if outcome is not None:

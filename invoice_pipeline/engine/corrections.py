@@ -32,7 +32,7 @@ from invoice_pipeline.engine.store.review_pages import Correction, HeldFor
 def refusal_for_status(store: InvoiceStore, invoice_id: UUID, status: str) -> str:
     """Why an invoice in `status` cannot be corrected, and what to do instead."""
     if status == "processed":
-        posting = store.load_ledger_posting(invoice_id)
+        posting = store.documents.load_ledger_posting(invoice_id)
         if posting is not None:
             return (
                 f"it was posted to the ledger ({posting.amount} {posting.currency} on {posting.posted_at:%Y-%m-%d}): "
@@ -73,15 +73,15 @@ def correct_invoice(
     def refused(why: str, status: str | None = None) -> ActionOutcome:
         return ActionOutcome(invoice_id, "correct", False, status, status, why)
 
-    state = store.invoice_state(invoice_id)
+    state = store.documents.invoice_state(invoice_id)
     if state is None:
         return refused("no such invoice")
     if state.status != "needs_review":
         return refused(refusal_for_status(store, invoice_id, state.status), state.status)
-    policy = store.review_policies([state.org_id])[state.org_id]
+    policy = store.review.review_policies([state.org_id])[state.org_id]
     # Who is paid, for the fields as corrected: read before the lock (the registry is not the
     # invoice's; only this lock's holder changes the fields, so they are what the lock will see).
-    current = store.load_fields(invoice_id)
+    current = store.documents.load_fields(invoice_id)
     who_is_paid: list[str] = []
     if current is not None:
         corrected, _, _ = apply_changes(current, parsed, actor.name, note)
@@ -98,7 +98,7 @@ def correct_invoice(
         actor,
         state.status,
         expect_version,
-        lambda lease: store.review_correct(
+        lambda lease: store.review_pages.review_correct(
             lease,
             Correction(parsed, actor.name, note),
             held_for(policy, actor.name, who_is_paid),

@@ -26,4 +26,4 @@ def decide_duplicate(
 ) -> DuplicateDecision:
     """Original, duplicate or suspected for the leased invoice; ValueError when fields cannot form a key."""
     candidate = MatchCandidate.from_fields(str(lease.invoice_id), org_id, fields)
-    return store.decide_duplicate(lease, candidate, match_outcome)
+    return store.dedupe.decide_duplicate(lease, candidate, match_outcome)

@@ -318,7 +318,7 @@ def take_scanned(
             continue
         org_id = org_folder or DEFAULT_ORG
         try:
-            result = store.store_document(content, org_id, display_name(entry.path.name))
+            result = store.documents.store_document(content, org_id, display_name(entry.path.name))
         except (psycopg.OperationalError, PoolTimeout) as exc:
             # Not this file's fault, and every other file would fail the same way: store no
             # more this pass, but keep rejecting bad entries and remembering the good ones.
@@ -423,7 +423,9 @@ def ingest_files(store: InvoiceStore, files: Iterable[Path], org_id: str = DEFAU
     then quarantines with a reason — it is never dropped on the floor.
     """
     return [
-        IngestedFile(path, org_id, store.store_document(path.read_bytes(), org_id, display_name(path.name)))
+        IngestedFile(
+            path, org_id, store.documents.store_document(path.read_bytes(), org_id, display_name(path.name))
+        )
         for path in files
     ]
 

@@ -60,9 +60,9 @@ def learn_from_decision(store: InvoiceStore, invoice_id: UUID | str, taught_by: 
     def skipped(why: str) -> Learnt:
         return Learnt(invoice_id, "skipped", why)
 
-    state = store.invoice_state(invoice_id)
-    extracted = store.load_extracted_text(invoice_id)
-    fields = store.load_fields(invoice_id)
+    state = store.documents.invoice_state(invoice_id)
+    extracted = store.documents.load_extracted_text(invoice_id)
+    fields = store.documents.load_fields(invoice_id)
     if state is None or extracted is None or fields is None:
         return skipped("the invoice, its text or its fields are not stored")
     if extracted.format not in PAGE_FORMATS:
@@ -76,7 +76,7 @@ def learn_from_decision(store: InvoiceStore, invoice_id: UUID | str, taught_by: 
     if not learnt.rules:
         return skipped("no confirmed value was found on the page next to a label")
     page = Page.of(extracted.text, boxes)
-    rows = [r for r in store.layouts_of_vendor(state.org_id, learnt.vendor_key) if r.enabled]
+    rows = [r for r in store.layouts.layouts_of_vendor(state.org_id, learnt.vendor_key) if r.enabled]
     for row in sorted(rows, key=lambda r: -r.version):
         read = read_with_layout(page, row.vendor_layout())
         if not read.matched:
@@ -84,7 +84,9 @@ def learn_from_decision(store: InvoiceStore, invoice_id: UUID | str, taught_by: 
         wrong = contradictions(read, fields)
         more = sorted({r.field for r in learnt.rules} - set(read.values))
         if not wrong and not more:
-            activated = store.confirm_layout(state.org_id, row.id, invoice_id=invoice_id, actor=taught_by)
+            activated = store.layouts.confirm_layout(
+                state.org_id, row.id, invoice_id=invoice_id, actor=taught_by
+            )
             return Learnt(
                 invoice_id,
                 "confirmed",
@@ -98,7 +100,7 @@ def learn_from_decision(store: InvoiceStore, invoice_id: UUID | str, taught_by: 
             if wrong
             else f"invoice {invoice_id} also teaches {', '.join(more)}"
         )
-        saved = store.save_layout(
+        saved = store.layouts.save_layout(
             learnt, taught_by=taught_by, learnt_from=invoice_id, supersedes=row, why=why
         )
         return Learnt(
@@ -108,7 +110,7 @@ def learn_from_decision(store: InvoiceStore, invoice_id: UUID | str, taught_by: 
             saved.id,
             saved.version,
         )
-    saved = store.save_layout(learnt, taught_by=taught_by, learnt_from=invoice_id)
+    saved = store.layouts.save_layout(learnt, taught_by=taught_by, learnt_from=invoice_id)
     return Learnt(
         invoice_id, "learnt", f"learnt {learnt.vendor_key} from invoice {invoice_id}", saved.id, saved.version
     )
@@ -119,7 +121,7 @@ def teach_layout(store: InvoiceStore, invoice_id: UUID | str, taught_by: str) ->
     from it, as from an approval. An invoice waiting for review is corrected or approved instead
     (which teaches too); one that was not posted was not read right, or not read at all."""
     invoice_id = as_uuid(invoice_id)
-    state = store.invoice_state(invoice_id)
+    state = store.documents.invoice_state(invoice_id)
     if state is None:
         return Learnt(invoice_id, "skipped", "no such invoice")
     if state.status == "needs_review":
@@ -150,10 +152,10 @@ def unlearn_quietly(store: InvoiceStore, invoice_id: UUID | str, actor: str, why
     undo is what makes a rejection final either way. A failure is logged, never raised."""
     invoice_id = as_uuid(invoice_id)
     try:
-        state = store.invoice_state(invoice_id)
+        state = store.documents.invoice_state(invoice_id)
         if state is None:
             return None
-        return store.undo_taught_by(state.org_id, invoice_id, actor, why)
+        return store.layouts.undo_taught_by(state.org_id, invoice_id, actor, why)
     except Exception:  # the rejection stands whatever undoing does
         log.exception("undoing the vendor layouts invoice %s taught failed", invoice_id)
         return None
@@ -170,7 +172,7 @@ MAX_IMPORT_LAYOUTS = 1000
 
 
 def export_layouts(store: InvoiceStore, org_id: str, *, include_disabled: bool = False) -> dict[str, Any]:
-    rows = store.list_layouts(org_id, include_disabled=include_disabled)
+    rows = store.layouts.list_layouts(org_id, include_disabled=include_disabled)
     return {
         "format": EXPORT_FORMAT,
         "format_version": FORMAT_VERSION,
@@ -192,7 +194,7 @@ def import_layouts(store: InvoiceStore, data: Mapping[str, Any], org_id: str, ac
     all of them or, when the document or the database refuses one, none."""
     parsed = parse_export(data, org_id)
     source = data.get("org_id")
-    return store.import_layouts(
+    return store.layouts.import_layouts(
         [layout for layout in parsed if layout.enabled], taught_by=f"import by {actor} (from org {source})"
     )
 

@@ -29,7 +29,7 @@ class LeaseKeeper:
     so each branch waits while the others work. A heartbeat tied to the running step would leave
     the waiting branches' leases silent for that long, and a sweep could take live work away.
     One statement beats them all; a lease the database no longer has running is reported lost.
-    The statement never waits (InvoiceStore.heartbeat_many: its own connection, SKIP LOCKED), so
+    The statement never waits (store.claims.heartbeat_many: its own connection, SKIP LOCKED), so
     a chunk blocked inside its write never silences the others.
 
     Self-fencing: with `ttl`, each lease's last renewal is remembered (the monotonic time a

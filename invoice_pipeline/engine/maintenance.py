@@ -114,12 +114,12 @@ def expire_lost_requests(db: SweepSettings, runs: RunsView) -> list[Rescheduled]
     """A request whose run never claimed the invoice (its launch was lost, or the run failed
     before claiming) would otherwise stay requested forever: Dagster skips its run key again,
     failures included. Counting it as a failed attempt gives the retry the next attempt's key."""
-    stale = db.store.stale_requests(db.request_timeout)
+    stale = db.store.maintenance.stale_requests(db.request_timeout)
     if not stale:
         return []
     in_flight = runs.invoices_in_flight()
     lost = [invoice_id for invoice_id in stale if str(invoice_id) not in in_flight]
-    return db.store.expire_requests(
+    return db.store.maintenance.expire_requests(
         lost, db.request_timeout, max_attempts=db.max_attempts, retry_base=db.retry_base
     )
 
@@ -136,7 +136,7 @@ def release_abandoned_requests(db: SweepSettings, runs: RunsView) -> list[Resche
     timeout (expire_lost_requests).
     """
     released: list[Rescheduled] = []
-    for open_requests in db.store.open_request_owners():
+    for open_requests in db.store.maintenance.open_request_owners():
         known = runs.runs_of(open_requests.owner)
         if known is None or any(not run.ended for run in known.runs):
             continue
@@ -150,7 +150,7 @@ def release_abandoned_requests(db: SweepSettings, runs: RunsView) -> list[Resche
                 f"the requester died before launching it ({known.described})"
             )
             min_age = db.lock_ttl
-        released += db.store.release_requests(
+        released += db.store.maintenance.release_requests(
             open_requests.owner,
             reason,
             count_attempt=known.counts_an_attempt,
@@ -163,12 +163,14 @@ def release_abandoned_requests(db: SweepSettings, runs: RunsView) -> list[Resche
 
 def sweep(db: SweepSettings, runs: RunsView | None) -> MaintenanceReport:
     """One maintenance pass; with `runs`, also the parts that need to know the runs."""
-    swept = db.store.release_stale_locks(stale_after=db.lock_ttl)
+    swept = db.store.maintenance.release_stale_locks(stale_after=db.lock_ttl)
     reconciled = runs.reconcile_dead_runs(db) if runs is not None else []
     # A holder that died left no error to back off from: its invoice is due again at once.
     # (A step that failed is rescheduled with backoff by its op on its last try, not here.)
-    rescheduled = db.store.reschedule_orphans(max_attempts=db.max_attempts, retry_base=timedelta(0))
+    rescheduled = db.store.maintenance.reschedule_orphans(
+        max_attempts=db.max_attempts, retry_base=timedelta(0)
+    )
     released = release_abandoned_requests(db, runs) if runs is not None else []
     expired = expire_lost_requests(db, runs) if runs is not None else []
-    folded = db.store.fold_metric_counts()
+    folded = db.store.metrics.fold_metric_counts()
     return MaintenanceReport(swept, reconciled, rescheduled + expired, len(expired), released, folded)

@@ -38,7 +38,7 @@ class DatabaseCollector(Collector):
         self.store = store
 
     def collect(self) -> Iterator[Metric]:
-        yield from families(self.store.metrics_snapshot())
+        yield from families(self.store.metrics.metrics_snapshot())
 
 
 def families(snapshot: MetricsSnapshot) -> Iterator[Metric]:

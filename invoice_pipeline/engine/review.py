@@ -102,7 +102,7 @@ def statuses_for(action: Action, status: str | None) -> tuple[str, ...]:
 
 
 def select_targets(store: InvoiceStore, action: Action, flt: TargetFilter) -> list[ReviewTarget]:
-    return store.review_targets(
+    return store.review.review_targets(
         statuses_for(action, flt.status),
         invoice_ids=list(flt.invoice_ids) or None,
         org_id=flt.org_id,
@@ -135,7 +135,7 @@ def act(
     def refused(why: str, status: str | None = None) -> ActionOutcome:
         return ActionOutcome(invoice_id, action, False, status, status, why)
 
-    state = store.invoice_state(invoice_id)
+    state = store.documents.invoice_state(invoice_id)
     if state is None:
         return refused("no such invoice")
     allowed = ACTION_FROM[action]
@@ -178,21 +178,21 @@ def decide_under_lock(
     version the person saw) and a lock lost before writing are refusals with nothing changed; an
     error rolls back and releases the lock now rather than leaving it to the sweep.
     """
-    lease = store.take_review_lock(invoice_id, actor.owner)
+    lease = store.review.take_review_lock(invoice_id, actor.owner)
     if lease is None:
-        holder = store.current_holder(invoice_id)
+        holder = store.claims.current_holder(invoice_id)
         who = holder.describe() if holder else "a holder that finished just now"
         return refused(f"busy: held by {who}; try again when it is released", status)
     try:
-        if expect_version is not None and store.review_version(invoice_id) != expect_version:
-            store.finish(lease.job_id, "succeeded", f"{what} refused: {DECIDED_MEANWHILE}")
+        if expect_version is not None and store.review_pages.review_version(invoice_id) != expect_version:
+            store.claims.finish(lease.job_id, "succeeded", f"{what} refused: {DECIDED_MEANWHILE}")
             return refused(DECIDED_MEANWHILE, status)
         return write(lease)
     except LeaseLost as exc:
         # Swept before the write (the action stalled past the lock TTL): nothing was written.
         return refused(f"the lock was lost before writing, nothing changed: {exc}", status)
     except BaseException as exc:
-        store.finish(lease.job_id, "failed", f"{what} failed: {type(exc).__name__}: {exc}")
+        store.claims.finish(lease.job_id, "failed", f"{what} failed: {type(exc).__name__}: {exc}")
         raise
 
 
@@ -200,16 +200,16 @@ def _apply(
     store: InvoiceStore, action: Action, lease: Lease, actor: Actor, note: str | None
 ) -> ActionOutcome:
     if action == "approve":
-        return store.review_approve(lease, actor.name, note)
+        return store.review.review_approve(lease, actor.name, note)
     if action == "reject":
         assert note is not None
-        return store.review_reject(lease, actor.name, note)
+        return store.review.review_reject(lease, actor.name, note)
     if action == "confirm_duplicate":
-        return store.review_confirm_duplicate(lease, actor.name, note)
+        return store.review.review_confirm_duplicate(lease, actor.name, note)
     if action == "not_duplicate":
-        return store.review_not_duplicate(lease, actor.name, note, match_outcome)
+        return store.review.review_not_duplicate(lease, actor.name, note, match_outcome)
     if action == "requeue":
-        return store.requeue(lease, actor.name, note)
+        return store.review.requeue(lease, actor.name, note)
     raise ValueError(f"unknown action {action!r}")
 
 

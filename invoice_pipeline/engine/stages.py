@@ -188,7 +188,9 @@ def run_stage(stage: Stage, env: StageEnv, chunk: Sequence[Claimed]) -> StageRep
     store = env.store
     done = stage.done(store, [c.invoice_id for c in chunk])
     # 'started' now; 'executed' is written with each saved result (sql/0008).
-    crumbs = store.record_steps(stage.name, [c.lease for c in chunk], {c.invoice_id for c in chunk} - done)
+    crumbs = store.documents.record_steps(
+        stage.name, [c.lease for c in chunk], {c.invoice_id for c in chunk} - done
+    )
     outcomes = unwritten(crumbs)
     # Fast-forwarded: done before, and the breadcrumb saying so was written under a live lease.
     skipped = frozenset(done & crumbs.written.keys())
@@ -229,7 +231,7 @@ def settle(
         for c in chunk
         if isinstance(o := outcomes.get(c.invoice_id), Quarantined)
     ]
-    return unwritten(env.store.quarantine_many(quarantined, step=step))
+    return unwritten(env.store.claims.quarantine_many(quarantined, step=step))
 
 
 def fail_attempts(env: StageEnv, chunk: Sequence[Claimed], outcomes: dict[UUID, Outcome]) -> None:
@@ -242,7 +244,7 @@ def fail_attempts(env: StageEnv, chunk: Sequence[Claimed], outcomes: dict[UUID, 
         outcome = outcomes.get(c.invoice_id)
         if isinstance(outcome, Failed | Lost):
             error = outcome.error if isinstance(outcome, Failed) else f"lease lost: {outcome.detail}"
-            env.store.fail(c.job_id, error, max_attempts=env.max_attempts, retry_base=env.retry_base)
+            env.store.claims.fail(c.job_id, error, max_attempts=env.max_attempts, retry_base=env.retry_base)
 
 
 def each(
@@ -379,7 +381,7 @@ def within_deadline(work: Callable[[], T], seconds: float, step: str) -> T:
 
 
 def _done_query(step: str) -> Callable[[InvoiceStore, list[UUID]], set[UUID]]:
-    return lambda store, ids: store.done_ids(step, ids)
+    return lambda store, ids: store.documents.done_ids(step, ids)
 
 
 def _missing(what: str) -> Failed:
@@ -391,7 +393,7 @@ def _missing(what: str) -> Failed:
 
 
 def extract_text(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID, Outcome]:
-    documents = env.store.load_documents([c.invoice_id for c in items])
+    documents = env.store.documents.load_documents([c.invoice_id for c in items])
 
     def read(c: Claimed) -> ExtractedText:
         document = documents.get(c.invoice_id)
@@ -402,7 +404,9 @@ def extract_text(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID, O
     return saved_as_they_finish(
         items,
         read,
-        lambda done: env.store.save_extracted_texts([(c.lease, text) for c, text in done], step=step),
+        lambda done: env.store.documents.save_extracted_texts(
+            [(c.lease, text) for c, text in done], step=step
+        ),
         env.max_stage_seconds,
         step,
         env,
@@ -410,15 +414,15 @@ def extract_text(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID, O
 
 
 def extract_fields(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID, Outcome]:
-    texts = env.store.load_extracted_texts([c.invoice_id for c in items])
+    texts = env.store.documents.load_extracted_texts([c.invoice_id for c in items])
     have = [c for c in items if c.invoice_id in texts]
     outcomes: dict[UUID, Outcome] = {c.invoice_id: _missing("extracted text") for c in items if c not in have}
-    policies = env.store.review_policies(sorted({c.org_id for c in have})) if have else {}
+    policies = env.store.review.review_policies(sorted({c.org_id for c in have})) if have else {}
     # The orgs' vendor layouts (issue 23), one query for the chunk: a page-read invoice is read
     # with its vendor's layout first, template-free where the layout cannot (apply_layouts).
-    layouts = env.store.enabled_layouts(sorted({c.org_id for c in have})) if have else {}
+    layouts = env.store.layouts.enabled_layouts(sorted({c.org_id for c in have})) if have else {}
     # The orgs' own identities (issue 37): what the org is known by is the buyer's, never the seller's.
-    profiles = env.store.org_profiles(sorted({c.org_id for c in have})) if have else {}
+    profiles = env.store.vendors.org_profiles(sorted({c.org_id for c in have})) if have else {}
 
     def read(c: Claimed) -> InvoiceFields:
         text = texts[c.invoice_id]
@@ -429,7 +433,7 @@ def extract_fields(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID,
     return outcomes | saved_as_they_finish(
         have,
         read,
-        lambda done: env.store.save_fields_of([(c.lease, fields) for c, fields in done], step=step),
+        lambda done: env.store.documents.save_fields_of([(c.lease, fields) for c, fields in done], step=step),
         env.max_stage_seconds,
         step,
         env,
@@ -439,7 +443,7 @@ def extract_fields(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID,
 def validate(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID, Outcome]:
     """Quarantine what no person can fix (a structured document's own data is wrong); hold for a
     person what the page reader could not read, with a reason per field (issue 37)."""
-    fields = env.store.load_fields_of([c.invoice_id for c in items])
+    fields = env.store.documents.load_fields_of([c.invoice_id for c in items])
     outcomes: dict[UUID, Outcome] = {}
     unread: list[tuple[Lease, Verdict]] = []
     for c in items:
@@ -455,7 +459,7 @@ def validate(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID, Outco
             outcomes[c.invoice_id] = Quarantined(problems[0].code, "; ".join(p.reason for p in problems))
     # Held here, the invoice fast-forwards past dedupe and approval (their done queries count a
     # hold): without its number or seller there is nothing to compare, and a person decides.
-    held = env.store.record_verdicts(unread, step=step)
+    held = env.store.documents.record_verdicts(unread, step=step)
     outcomes |= unwritten(held)
     outcomes |= {
         invoice_id: Held(verdict.reasons)
@@ -464,11 +468,11 @@ def validate(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID, Outco
     }
     # Passing validation stores nothing but the breadcrumb (a quarantine is saved by `settle`).
     passed = [c.lease for c in items if c.invoice_id in fields and c.invoice_id not in outcomes]
-    return outcomes | written_outcomes(env.store.record_executed(step, passed), Done())
+    return outcomes | written_outcomes(env.store.documents.record_executed(step, passed), Done())
 
 
 def detect_duplicates(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID, Outcome]:
-    fields = env.store.load_fields_of([c.invoice_id for c in items])
+    fields = env.store.documents.load_fields_of([c.invoice_id for c in items])
     outcomes: dict[UUID, Outcome] = {
         c.invoice_id: _missing("fields") for c in items if c.invoice_id not in fields
     }
@@ -476,7 +480,7 @@ def detect_duplicates(env: StageEnv, items: list[Claimed], step: str) -> dict[UU
     candidates, problems = each(
         have, lambda c: MatchCandidate.from_fields(str(c.invoice_id), c.org_id, fields[c.invoice_id])
     )
-    write = env.store.decide_duplicates(
+    write = env.store.dedupe.decide_duplicates(
         [(c.lease, candidates[c.invoice_id]) for c in have if c.invoice_id in candidates],
         match_outcome,
         step=step,
@@ -518,14 +522,14 @@ def registered_vendors(
 ) -> dict[str, list[Vendor]]:
     """The registered vendors the chunk's invoices name by a seller-position identifier, per org."""
     wanted = [(org, ident) for org, fields in found.values() for ident in invoice_identifiers(fields)]
-    return store.vendors_named_by(wanted)
+    return store.vendors.vendors_named_by(wanted)
 
 
 def approve(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID, Outcome]:
     ids = [c.invoice_id for c in items]
-    decisions = env.store.load_duplicate_decisions(ids)
-    fields = env.store.load_fields_of(ids)
-    policies = env.store.review_policies(sorted({c.org_id for c in items}))
+    decisions = env.store.dedupe.load_duplicate_decisions(ids)
+    fields = env.store.documents.load_fields_of(ids)
+    policies = env.store.review.review_policies(sorted({c.org_id for c in items}))
     vendors = registered_vendors(
         env.store, {c.invoice_id: (c.org_id, fields[c.invoice_id]) for c in items if c.invoice_id in fields}
     )
@@ -542,7 +546,7 @@ def approve(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID, Outcom
         verdicts[c.invoice_id] = verdict_for(
             found, decision.status, decision.original_id, decision.reasons, policy, paid
         )
-    write = env.store.record_verdicts(
+    write = env.store.documents.record_verdicts(
         [(c.lease, verdicts[c.invoice_id]) for c in items if c.invoice_id in verdicts], step=step
     )
     outcomes |= written_outcomes(write, Done())
@@ -597,8 +601,8 @@ def posting_of(org_id: str, fields: InvoiceFields, vendor: Vendor | None, approv
 
 def post_to_ledger(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID, Outcome]:
     ids = [c.invoice_id for c in items]
-    fields = env.store.load_fields_of(ids)
-    approvals = env.store.load_approvals(ids)
+    fields = env.store.documents.load_fields_of(ids)
+    approvals = env.store.documents.load_approvals(ids)
     vendors = registered_vendors(
         env.store, {c.invoice_id: (c.org_id, fields[c.invoice_id]) for c in items if c.invoice_id in fields}
     )
@@ -614,7 +618,7 @@ def post_to_ledger(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID,
         postings.append(
             (c.lease, posting_of(c.org_id, found, vendor, approval.approver if approval else None))
         )
-    return outcomes | written_outcomes(env.store.post_many(postings, step=step), Done("posted"))
+    return outcomes | written_outcomes(env.store.documents.post_many(postings, step=step), Done("posted"))
 
 
 STAGES: tuple[Stage, ...] = (

@@ -77,11 +77,11 @@ def seed_org_profile(store: InvoiceStore, org_id: str, actor: str) -> list[Ident
     """Add the buyer names and VAT ids of the org's posted e-invoices to its profile; returns what
     was new."""
     added: list[Identifier] = []
-    for name, vat in store.buyer_parties_of_posted_einvoices(org_id):
+    for name, vat in store.vendors.buyer_parties_of_posted_einvoices(org_id):
         for kind, value in (("name", name), ("vat", vat)):
             if value and value.strip():
                 ident = Identifier(kind, normalise(kind, value), value.strip())  # type: ignore[arg-type]
-                if store.add_org_identity(
+                if store.vendors.add_org_identity(
                     org_id, ident.kind, value, source="posted e-invoice buyer party", added_by=actor
                 ):
                     added.append(ident)

@@ -146,12 +146,12 @@ class PostgresJsonIOManager(ConfigurableIOManager):
 
     def handle_output(self, context: Any, obj: Any) -> None:
         ident = context.get_identifier()
-        self.invoice_db.store.save_step_output(self._key(ident), ident[0], _encode(obj))
+        self.invoice_db.store.step_outputs.save_step_output(self._key(ident), ident[0], _encode(obj))
 
     def load_input(self, context: InputContext) -> Any:
         assert context.upstream_output is not None
         key = self._key(context.upstream_output.get_identifier())
-        value = self.invoice_db.store.load_step_output(key)
+        value = self.invoice_db.store.step_outputs.load_step_output(key)
         if value is None:
             raise RuntimeError(f"no stored output {key}")
         return _decode(value)
@@ -176,7 +176,7 @@ def work_chunk(
     document_reader: DocumentReader,
 ) -> Output[dict]:
     store = invoice_db.store
-    client_addr = store.connected_from() or "local socket"
+    client_addr = store.step_outputs.connected_from() or "local socket"
     env = invoice_db.stage_env(document_reader)
     loop = chunk_loop(invoice_db)
     wanted = [(as_uuid(r.invoice_id), r.attempt) for r in refs]

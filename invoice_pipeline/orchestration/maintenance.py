@@ -58,7 +58,7 @@ def reconcile_dead_runs(db: SweepSettings, instance: DagsterInstance) -> list[st
         # (celery_definitions.py).
         if run.job_name not in (PROCESS_INVOICE, PROCESS_INVOICE_BATCH):
             continue
-        jobs = db.store.jobs_of_owner(run_owner(run.run_id))
+        jobs = db.store.claims.jobs_of_owner(run_owner(run.run_id))
         if any(j.status == "running" for j in jobs):
             continue
         swept = [j for j in jobs if (j.error or "").startswith("swept:")]

@@ -155,8 +155,8 @@ def _explain_unclaimed(context: OpExecutionContext, store: InvoiceStore, ids: li
     dead_letters: list[UUID] = []
     missing: list[UUID] = []
     for invoice_id in ids[:20]:
-        holder = store.current_holder(invoice_id)
-        state = store.invoice_state(invoice_id)
+        holder = store.claims.current_holder(invoice_id)
+        state = store.documents.invoice_state(invoice_id)
         if state is None:
             missing.append(invoice_id)
             reasons.append(f"{invoice_id}: no such invoice")
@@ -280,7 +280,7 @@ def report_stage(context: OpExecutionContext, store: InvoiceStore, stage: Stage,
     assets = STAGE_ASSETS[stage.name]
     if not assets or not materialized:
         return
-    totals = store.totals_by_currency([c.invoice_id for c in materialized])
+    totals = store.reporting.totals_by_currency([c.invoice_id for c in materialized])
     metadata = {
         "count": len(materialized),
         **{k: v for k, v in by_kind.items() if v},

@@ -246,7 +246,7 @@ class ReviewUi:
 
     def visible(self, reviewer: Reviewer, invoice_id: str) -> ReviewInvoice | None:
         try:
-            inv = self.store.review_invoice(UUID(invoice_id))
+            inv = self.store.review_pages.review_invoice(UUID(invoice_id))
         except ValueError:
             return None
         return inv if inv is not None and reviewer.may_see(inv.org_id) else None
@@ -295,7 +295,11 @@ class ReviewUi:
                     printable(address),
                 )
                 await run_in_threadpool(
-                    self.store.record_login_lockout, account, address, LOCKOUT_FAILURES, LOCKOUT_SECONDS
+                    self.store.review_pages.record_login_lockout,
+                    account,
+                    address,
+                    LOCKOUT_FAILURES,
+                    LOCKOUT_SECONDS,
                 )
             return self.html(request, "login.html", ctx, 401, failed=True)
         self.throttle.succeeded(reviewer.name, address)
@@ -347,9 +351,9 @@ class ReviewUi:
         offset = _int(q.get("offset"), 0, 0, 10**9)
         orgs = ctx.reviewer.orgs
         flt = QueueFilter(orgs, q.get("org") or None, reason, older_than)
-        page = self.store.review_queue_page(flt, limit=limit, offset=offset)
-        reasons = self.store.review_reason_counts(QueueFilter(orgs, flt.org_id))
-        org_counts = self.store.review_org_counts(orgs)
+        page = self.store.review_pages.review_queue_page(flt, limit=limit, offset=offset)
+        reasons = self.store.review_pages.review_reason_counts(QueueFilter(orgs, flt.org_id))
+        org_counts = self.store.review_pages.review_org_counts(orgs)
         base = {k: v for k, v in (("org", flt.org_id), ("reason", reason), ("age", q.get("age"))) if v}
 
         def link(**changes: Any) -> str:
@@ -419,13 +423,15 @@ class ReviewUi:
             original=original,
             original_pages=self._pages(original, theirs, differs, "differs") if original else [],
             differs=sorted(differs),
-            history=self.store.review_page_history(inv.invoice_id),
-            jobs=self.store.job_history(inv.invoice_id),
-            version=self.store.review_version(inv.invoice_id) or "",
+            history=self.store.review_pages.review_page_history(inv.invoice_id),
+            jobs=self.store.claims.job_history(inv.invoice_id),
+            version=self.store.review_pages.review_version(inv.invoice_id) or "",
             actions=actions,
             can_correct=inv.status == "needs_review" and fields is not None,
             field_names=FIELD_NAMES,
-            posting=self.store.load_ledger_posting(inv.invoice_id) if inv.posted_amount is not None else None,
+            posting=self.store.documents.load_ledger_posting(inv.invoice_id)
+            if inv.posted_amount is not None
+            else None,
         )
 
     def _pages(
@@ -434,7 +440,7 @@ class ReviewUi:
         if not inv.sha256:
             return []
         sha = inv.sha256
-        sizes = self.renderer.sizes(sha, lambda: self.store.document_content(sha))
+        sizes = self.renderer.sizes(sha, lambda: self.store.review_pages.document_content(sha))
         boxes: dict[int, list[DrawnBox]] = {n: [] for n in range(1, len(sizes) + 1)}
 
         def add(label: str, title: str, box_kind: str, page: int | None, box: Any) -> None:
@@ -483,7 +489,7 @@ class ReviewUi:
         sha = inv.sha256
         try:
             image = self.renderer.png(
-                sha, int(request.path_params["page"]), lambda: self.store.document_content(sha)
+                sha, int(request.path_params["page"]), lambda: self.store.review_pages.document_content(sha)
             )
         except PageRefused as exc:
             return self.error(got, 422, str(exc))
@@ -559,7 +565,9 @@ class ReviewUi:
         # Refused because the invoice moved on (another reviewer, or a run) since the page was
         # shown: however the engine put it, the person is told that, and sees the new state.
         moved = (
-            not outcome.done and version is not None and self.store.review_version(inv.invoice_id) != version
+            not outcome.done
+            and version is not None
+            and self.store.review_pages.review_version(inv.invoice_id) != version
         )
         ctx.session.flash.append(_flash(outcome, moved))
         return self.finish(back, ctx)
@@ -570,11 +578,11 @@ class ReviewUi:
         """The layouts of the reviewer's own orgs (every org's only when the reviewer may see
         every org), through the same store read as `review layouts list`."""
         if reviewer.orgs is None:
-            return self.store.list_layouts(None, include_disabled=include_disabled)
+            return self.store.layouts.list_layouts(None, include_disabled=include_disabled)
         rows = [
             row
             for org in sorted(set(reviewer.orgs))
-            for row in self.store.list_layouts(org, include_disabled=include_disabled)
+            for row in self.store.layouts.list_layouts(org, include_disabled=include_disabled)
         ]
         return [row for row in rows if reviewer.may_see(row.org_id)]
 
@@ -585,7 +593,7 @@ class ReviewUi:
             return None
         if not 1 <= number < 2**63:
             return None
-        row = self.store.layout_row(number)
+        row = self.store.layouts.layout_row(number)
         return row if row is not None and reviewer.may_see(row.org_id) else None
 
     @staticmethod
@@ -702,7 +710,7 @@ class ReviewUi:
         reason = f"disabled by {audit_name(self.auth, ctx.reviewer)}" + (f": {given}" if given else "")
         # The store refuses another org's layout too: the org is the layout's, checked above
         # against the reviewer's.
-        if self.store.disable_layout(row.id, reason, row.org_id):
+        if self.store.layouts.disable_layout(row.id, reason, row.org_id):
             ctx.session.flash.append(
                 (
                     "done",
@@ -727,13 +735,13 @@ class ReviewUi:
             return got
         assert got.reviewer is not None
         orgs = self._vendor_orgs(request, got.reviewer)
-        profiles = self.store.org_profiles(orgs)
+        profiles = self.store.vendors.org_profiles(orgs)
         return self.html(
             request,
             "vendors.html",
             got,
             orgs=[
-                {"org": org, "profile": profiles[org], "vendors": self.store.list_vendors(org)}
+                {"org": org, "profile": profiles[org], "vendors": self.store.vendors.list_vendors(org)}
                 for org in orgs
             ],
             any_org=got.reviewer.orgs is None,
@@ -752,7 +760,7 @@ class ReviewUi:
         if kind not in IDENTIFIER_KINDS or not value:
             return self.error(ctx, 400, f"give a kind ({', '.join(IDENTIFIER_KINDS)}) and a value")
         try:
-            added = self.store.add_org_identity(
+            added = self.store.vendors.add_org_identity(
                 org,
                 kind,
                 value,

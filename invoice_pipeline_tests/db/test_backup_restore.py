@@ -56,9 +56,11 @@ def test_dump_drop_restore_keeps_every_invoice_posted_once(
 ) -> None:
     docs = [json_invoice(f"BK-{n}", total=f"{100 + n}.00") for n in range(4)]
     docs.append(json_invoice("BK-0", total="100.00", buyer="Someone Else"))  # an exact copy
-    ids = [store.store_document(d, "acme", f"{n}.json").invoice_id for n, d in enumerate(docs)]
+    ids = [store.documents.store_document(d, "acme", f"{n}.json").invoice_id for n, d in enumerate(docs)]
     process_now(store, ids, "test-backup")
-    pending = store.store_document(json_invoice("BK-9", total="9.00"), "acme", "later.json").invoice_id
+    pending = store.documents.store_document(
+        json_invoice("BK-9", total="9.00"), "acme", "later.json"
+    ).invoice_id
     before = outcome(database_url)
     assert before.postings == 4 and before.statuses.get("pending") == 1, before
     store.close()

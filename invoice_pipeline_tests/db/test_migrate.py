@@ -136,11 +136,11 @@ def test_invoices_decided_before_blocking_keys_are_rekeyed_and_still_found(
     )
     store = InvoiceStore(empty_database_url, max_size=2)
     try:
-        copy = store.store_document(json_invoice("INV-0077", vat_id="123456789"), "acme").invoice_id
-        lease = store.acquire(copy, 1)
+        copy = store.documents.store_document(json_invoice("INV-0077", vat_id="123456789"), "acme").invoice_id
+        lease = store.claims.acquire(copy, 1)
         assert lease is not None
         new_fields = InvoiceFields.from_json(json.loads(json_invoice("INV-0077", vat_id="123456789")))
-        store.save_fields(lease, new_fields)
+        store.documents.save_fields(lease, new_fields)
         decision = decide_duplicate(store, lease, "acme", new_fields)
     finally:
         store.close()
@@ -175,10 +175,12 @@ def test_invoices_decided_before_number_keys_are_found_by_a_copy_without_currenc
     scan = InvoiceFields.from_json(json.loads(json_invoice("INV-88", currency=None, vat_id=None)))  # type: ignore[arg-type]
     store = InvoiceStore(empty_database_url, max_size=2)
     try:
-        copy = store.store_document(json_invoice("INV-88", currency=None, vat_id=None), "acme").invoice_id  # type: ignore[arg-type]
-        lease = store.acquire(copy, 1)
+        copy = store.documents.store_document(
+            json_invoice("INV-88", currency=None, vat_id=None), "acme"
+        ).invoice_id  # type: ignore[arg-type]
+        lease = store.claims.acquire(copy, 1)
         assert lease is not None
-        store.save_fields(lease, scan)
+        store.documents.save_fields(lease, scan)
         decision = decide_duplicate(store, lease, "acme", scan)
     finally:
         store.close()

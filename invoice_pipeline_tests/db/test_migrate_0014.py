@@ -22,7 +22,7 @@ def _quarantined(url: str, content: bytes, name: str, fmt: str, code: str) -> uu
     """An invoice as the old release left it: its text stored, then quarantined with `code`."""
     store = InvoiceStore(url, max_size=1)
     try:
-        invoice_id = store.store_document(content, "acme", name).invoice_id
+        invoice_id = store.documents.store_document(content, "acme", name).invoice_id
     finally:
         store.close()
     with psycopg.connect(url, autocommit=True) as conn:

@@ -381,7 +381,7 @@ def test_upgrade_from_the_oldest_release_loses_nothing_and_finishes_what_was_in_
     copy = json.dumps(json.loads(json_invoice("INV-500", total="595.00")), sort_keys=True).encode()
     store = InvoiceStore(url, max_size=2)
     try:
-        new_copy = store.store_document(copy, ORG, "inv-500-third-time.json").invoice_id
+        new_copy = store.documents.store_document(copy, ORG, "inv-500-third-time.json").invoice_id
     finally:
         store.close()
     swept = run_cli("sweep", env=env)

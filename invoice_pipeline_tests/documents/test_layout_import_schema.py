@@ -136,9 +136,9 @@ def test_a_refused_file_imports_nothing_through_the_store_or_the_command_line(
     path.write_text(json.dumps(good()).replace('"dx": 33', '"dx": 1e999'), encoding="utf-8")
     cli = run_cli("review", "layouts", "import", str(path), "--org", "acme", env=env)
     assert cli.returncode == 2 and "rules[0].dx: not a finite number" in cli.stderr, cli.stderr
-    assert store.list_layouts("acme", include_disabled=True) == []
+    assert store.layouts.list_layouts("acme", include_disabled=True) == []
     # The good file alone imports.
     path.write_text(json.dumps(good()), encoding="utf-8")
     cli = run_cli("review", "layouts", "import", str(path), "--org", "acme", env=env)
     assert cli.returncode == 0, cli.stderr
-    assert [r.vendor_key for r in store.list_layouts("acme")] == ["vat:GB585738843"]
+    assert [r.vendor_key for r in store.layouts.list_layouts("acme")] == ["vat:GB585738843"]

@@ -231,8 +231,8 @@ def test_a_scan_of_an_xml_invoice_is_found_as_its_duplicate(database_url: str, s
     from invoice_pipeline_tests.orchestration.test_jobs import run_single
 
     inv = draw_invoice(15)
-    xml = store.store_document(render_invoice(inv, "ubl"), "acme", "invoice.xml")
-    scan = store.store_document(_scan(inv, "clean", 5), "acme", "scan.pdf")
+    xml = store.documents.store_document(render_invoice(inv, "ubl"), "acme", "invoice.xml")
+    scan = store.documents.store_document(_scan(inv, "clean", 5), "acme", "scan.pdf")
     for ingested in (xml, scan):
         assert run_single(database_url, ingested.invoice_id).success
     with psycopg.connect(database_url) as conn:
@@ -248,4 +248,4 @@ def test_a_scan_of_an_xml_invoice_is_found_as_its_duplicate(database_url: str, s
     assert rows[xml.invoice_id] == "original"
     assert rows[scan.invoice_id] in ("duplicate", "suspected")
     assert duplicate_of is not None and duplicate_of[0] == xml.invoice_id
-    assert store.count_step_executions(scan.invoice_id, "extract_text") == 1
+    assert store.documents.count_step_executions(scan.invoice_id, "extract_text") == 1

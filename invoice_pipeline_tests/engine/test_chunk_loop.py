@@ -33,7 +33,7 @@ def database_gone(filename: str) -> None:
 
 @pytest.fixture
 def keeper(store: InvoiceStore) -> Iterator[LeaseKeeper]:
-    keeper = LeaseKeeper(store.heartbeat_many, timedelta(seconds=30), TTL)
+    keeper = LeaseKeeper(store.claims.heartbeat_many, timedelta(seconds=30), TTL)
     yield keeper
     keeper.stop()
 
@@ -41,7 +41,10 @@ def keeper(store: InvoiceStore) -> Iterator[LeaseKeeper]:
 def test_a_chunk_run_through_every_stage_is_released_with_one_hook_call_per_stage(
     store: InvoiceStore, keeper: LeaseKeeper
 ) -> None:
-    ids = [store.store_document(json_invoice(f"CL-{n}"), "acme", f"{n}.json").invoice_id for n in range(2)]
+    ids = [
+        store.documents.store_document(json_invoice(f"CL-{n}"), "acme", f"{n}.json").invoice_id
+        for n in range(2)
+    ]
     loop = ChunkLoop(store, max_attempts=3, retry_base=timedelta(minutes=1), keeper=keeper)
     claims = loop.claim([(i, None) for i in ids], "test-chunk-loop", TTL)
     assert keeper.held() == {c.job_id for c in claims}, "claimed leases are heartbeated"
@@ -56,13 +59,16 @@ def test_a_chunk_run_through_every_stage_is_released_with_one_hook_call_per_stag
     assert set(result.finished.written) == set(ids)
     assert keeper.held() == frozenset(), "no lease is heartbeated after the release"
     for invoice_id in ids:
-        state = store.invoice_state(invoice_id)
+        state = store.documents.invoice_state(invoice_id)
         assert state is not None and state.status == "processed", state
 
 
 def test_a_chunk_whose_stage_raises_is_released_at_once(store: InvoiceStore, keeper: LeaseKeeper) -> None:
     """Without the release, the jobs stayed 'running' until the sweep, their invoices not rescheduled."""
-    ids = [store.store_document(json_invoice(f"CL-{n}"), "acme", f"{n}.json").invoice_id for n in range(2)]
+    ids = [
+        store.documents.store_document(json_invoice(f"CL-{n}"), "acme", f"{n}.json").invoice_id
+        for n in range(2)
+    ]
     loop = ChunkLoop(store, max_attempts=3, retry_base=timedelta(minutes=1), keeper=keeper)
     claims = loop.claim([(i, None) for i in ids], "test-chunk-loop", TTL)
     released: list[Rescheduled] = []
@@ -75,7 +81,7 @@ def test_a_chunk_whose_stage_raises_is_released_at_once(store: InvoiceStore, kee
     assert sorted(r.invoice_id for r in released) == sorted(ids)
     assert keeper.held() == frozenset(), "no lease is heartbeated after the failure"
     for invoice_id in ids:
-        assert store.current_holder(invoice_id) is None, "no lease is left running without a worker"
-        state = store.invoice_state(invoice_id)
+        assert store.claims.current_holder(invoice_id) is None, "no lease is left running without a worker"
+        state = store.documents.invoice_state(invoice_id)
         assert state is not None and state.status == "failed" and state.attempts == 1, state
         assert "chunk failed: OperationalError: the database went away" in (state.last_error or "")

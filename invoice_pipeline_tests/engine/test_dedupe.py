@@ -47,9 +47,9 @@ def _decide_all(  # type: ignore[no-untyped-def]
     try:
         leases = []
         for invoice_id, org, fields in jobs:
-            lease = store.acquire(invoice_id, 1)
+            lease = store.claims.acquire(invoice_id, 1)
             assert lease is not None
-            store.save_fields(lease, fields)
+            store.documents.save_fields(lease, fields)
             leases.append((lease, org, fields))
         barrier.wait()
         for lease, org, fields in leases:
@@ -128,14 +128,14 @@ def test_different_keys_do_not_wait_on_each_other(database_url: str, store: Invo
     assert not set(a_locks) & set(lock_ids(blocking_key("acme", b_fields)))
     with psycopg.connect(database_url) as holder:
         holder.execute("SELECT pg_advisory_xact_lock(%s)", (a_locks[-1],))  # held until rollback below
-        lease_b = store.acquire(b_inv, 1)
+        lease_b = store.claims.acquire(b_inv, 1)
         assert lease_b is not None
-        store.save_fields(lease_b, b_fields)
+        store.documents.save_fields(lease_b, b_fields)
         assert decide_duplicate(store, lease_b, "acme", b_fields).status == "original"
 
-        lease_a = store.acquire(a_inv, 1)
+        lease_a = store.claims.acquire(a_inv, 1)
         assert lease_a is not None
-        store.save_fields(lease_a, a_fields)
+        store.documents.save_fields(lease_a, a_fields)
         done = threading.Event()
         outcome: list[str] = []
 
@@ -158,9 +158,9 @@ def test_different_keys_do_not_wait_on_each_other(database_url: str, store: Invo
         holder.rollback()
     worker.join(30)
     assert outcome == ["original"]
-    lease_a2 = store.acquire(a2_inv, 1)
+    lease_a2 = store.claims.acquire(a2_inv, 1)
     assert lease_a2 is not None
-    store.save_fields(lease_a2, fields_for("a 1", total="100.00"))
+    store.documents.save_fields(lease_a2, fields_for("a 1", total="100.00"))
     second = decide_duplicate(store, lease_a2, "acme", fields_for("a 1", total="100.00"))
     assert second.status == "duplicate" and second.original_id == UUID(a_inv)
 
@@ -201,19 +201,19 @@ def test_copy_is_found_among_ten_thousand_originals_of_its_vendor_and_of_its_amo
     ]
     insert_decided_originals(database_url, "acme", same_vendor + same_amount)
 
-    original = store.store_document(b"{}", "acme", "original.json").invoice_id
-    lease = store.acquire(original, 1)
+    original = store.documents.store_document(b"{}", "acme", "original.json").invoice_id
+    lease = store.claims.acquire(original, 1)
     assert lease is not None
     target = fields_for("INV-424242", total="777.70")
-    store.save_fields(lease, target)
+    store.documents.save_fields(lease, target)
     assert decide_duplicate(store, lease, "acme", target).status == "original"
 
     for number, vat, want in (("INV-424242", "DE123456789", "duplicate"), ("424242", None, "suspected")):
         copy = new_invoice(database_url, "acme")
-        lease = store.acquire(copy, 1)
+        lease = store.claims.acquire(copy, 1)
         assert lease is not None
         fields = fields_for(number, total="777.70", vat=vat)
-        store.save_fields(lease, fields)
+        store.documents.save_fields(lease, fields)
         decision = decide_duplicate(store, lease, "acme", fields)
         assert (decision.status, decision.original_id) == (want, original)
 
@@ -226,10 +226,10 @@ def test_vat_id_without_its_country_prefix_names_the_same_seller(
     decisions = []
     for vat in ("DE123456789", resent_vat):
         invoice = new_invoice(database_url, "acme")
-        lease = store.acquire(invoice, 1)
+        lease = store.claims.acquire(invoice, 1)
         assert lease is not None
         fields = fields_for("INV-0042", total="250.00", vat=vat)
-        store.save_fields(lease, fields)
+        store.documents.save_fields(lease, fields)
         decisions.append(decide_duplicate(store, lease, "acme", fields))
     assert decisions[0].status == "original"
     assert decisions[1].status == "duplicate" and decisions[1].original_id == decisions[0].invoice_id
@@ -243,9 +243,9 @@ def _leased(
 ) -> tuple[Lease, MatchCandidate]:
     """A new invoice of the org with its fields saved, leased: an item of a duplicate decision."""
     invoice = new_invoice(database_url, org)
-    lease = store.acquire(invoice, 1)
+    lease = store.claims.acquire(invoice, 1)
     assert lease is not None
-    store.save_fields(lease, fields)
+    store.documents.save_fields(lease, fields)
     return lease, MatchCandidate.from_fields(invoice, org, fields)
 
 
@@ -254,13 +254,13 @@ def _round_trips(store: InvoiceStore, work: Callable[[], T]) -> tuple[T, int]:
     queries libpq's protocol trace shows on the store's one pooled connection (a pipeline of
     many statements is one wait)."""
     with tempfile.TemporaryFile("w+") as trace:
-        with store.pool.connection() as conn:
+        with store.database.pool.connection() as conn:
             conn.pgconn.trace(trace.fileno())
             conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS)
         try:
             result = work()
         finally:
-            with store.pool.connection() as conn:
+            with store.database.pool.connection() as conn:
                 conn.pgconn.untrace()
         trace.seek(0)
         # A message is a line "F|B <length> <type> ...", tab-separated; a statement's text
@@ -280,7 +280,7 @@ def test_a_chunk_is_decided_in_a_few_round_trips_as_each_invoice_alone_would_be(
         earlier = _leased(store, database_url, "acme", fields_for("E-1", total="100.00"))
         decided_already = _leased(store, database_url, "acme", fields_for("R-9", total="300.00"))
         for lease, candidate in (earlier, decided_already):
-            assert store.decide_duplicate(lease, candidate, match_outcome).status == "original"
+            assert store.dedupe.decide_duplicate(lease, candidate, match_outcome).status == "original"
 
         copy_of_decided = _leased(store, database_url, "acme", fields_for("R-9", total="300.00"))
         copy_of_earlier = _leased(store, database_url, "acme", fields_for("E-1", total="100.00"))
@@ -294,7 +294,7 @@ def test_a_chunk_is_decided_in_a_few_round_trips_as_each_invoice_alone_would_be(
         chunk = [copy_of_decided, copy_of_earlier, first, second, third, near, other_org, decided_already]
 
         write, trips = _round_trips(
-            store, lambda: store.decide_duplicates(chunk, match_outcome, step="detect_duplicates")
+            store, lambda: store.dedupe.decide_duplicates(chunk, match_outcome, step="detect_duplicates")
         )
         assert not write.lost and not write.failed
         got = {lease.invoice_id: write.written[lease.invoice_id] for lease, _ in chunk}
@@ -315,7 +315,7 @@ def test_a_chunk_is_decided_in_a_few_round_trips_as_each_invoice_alone_would_be(
         group = got[second[0].invoice_id].group_id
         assert group is not None and got[third[0].invoice_id].group_id == group
         assert got[near[0].invoice_id].group_id is None, "a suspected copy joins no group"
-        stored = store.load_duplicate_decisions([lease.invoice_id for lease, _ in chunk])
+        stored = store.dedupe.load_duplicate_decisions([lease.invoice_id for lease, _ in chunk])
         assert stored[first[0].invoice_id].group_id == group
         # The decision made already, read at its turn, is in the group its copy made before it.
         assert (
@@ -335,7 +335,7 @@ def test_a_chunk_is_decided_in_a_few_round_trips_as_each_invoice_alone_would_be(
             _leased(store, database_url, "acme", fields_for("E-1", total="100.00")),
         ]
         small_write, small_trips = _round_trips(
-            store, lambda: store.decide_duplicates(small, match_outcome, step="detect_duplicates")
+            store, lambda: store.dedupe.decide_duplicates(small, match_outcome, step="detect_duplicates")
         )
         assert [small_write.written[lease.invoice_id].status for lease, _ in small] == [
             "original",

@@ -73,7 +73,7 @@ def test_unreadable_bytes_are_kept_for_the_pipeline_to_quarantine(
     path = tmp_path / "garbage.pdf"
     path.write_bytes(b"%PDF-1.7\n\x00\xff truncated")
     (done,) = ingest_paths(store, [path], "acme")
-    document = store.load_document(done.result.invoice_id)
+    document = store.documents.load_document(done.result.invoice_id)
     assert document is not None and document.content == path.read_bytes()
 
 

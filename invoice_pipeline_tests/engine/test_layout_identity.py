@@ -23,8 +23,8 @@ def test_a_layout_carrying_another_vendors_identity_cannot_hide_a_resent_copy(st
     )
     first = plain[0]
     [posted] = run(store, "acme", [first])
-    assert store.invoice_state(posted).status == "processed"  # type: ignore[union-attr]
-    assert store.load_ledger_posting(posted) is not None
+    assert store.documents.invoice_state(posted).status == "processed"  # type: ignore[union-attr]
+    assert store.documents.load_ledger_posting(posted) is not None
 
     # The vendor's real layout, as an export would carry it, but naming someone else.
     text = extract_text(plain[1].pdf())
@@ -39,17 +39,17 @@ def test_a_layout_carrying_another_vendors_identity_cannot_hide_a_resent_copy(st
     # places every field right; only the identity it carries is another vendor's).
     [vouched] = run(store, "acme", [plain[2]])
     assert teach_layout(store, vouched, "os-user:alice").outcome == "confirmed"
-    assert [r.state for r in store.list_layouts("acme")] == ["active"]
+    assert [r.state for r in store.layouts.list_layouts("acme")] == ["active"]
 
     # The same invoice sent again (one more address line: other bytes, same invoice).
     [copy] = run(store, "acme", [dataclasses.replace(first, grow=first.grow + 1)])
-    fields = store.load_fields(copy)
+    fields = store.documents.load_fields(copy)
     assert fields is not None
     assert any(s.source.startswith(f"layout:{row.id}:") for s in fields.sources.values()), fields.sources
     assert (fields.seller_name, fields.seller_vat_id) == (first.case.seller_name, first.case.seller_vat_id)
     assert not fields.sources["seller_vat_id"].source.startswith("layout:")
     # Caught as a copy of the posted invoice (an exact duplicate is rejected, never posted).
-    decision = store.load_duplicate_decision(copy)
+    decision = store.dedupe.load_duplicate_decision(copy)
     assert decision is not None and decision.status in ("duplicate", "suspected"), decision
     assert decision.original_id == posted
-    assert store.load_ledger_posting(copy) is None
+    assert store.documents.load_ledger_posting(copy) is None

@@ -27,16 +27,16 @@ def test_a_saved_correction_teaches_nothing_and_its_approval_teaches_the_approve
     first, second, *_ = house_vendor()
     [held] = run(store, "acme", [first])
     assert correct_invoice(store, held, corrections(first), ALICE).done
-    assert store.list_layouts("acme", include_disabled=True) == []
+    assert store.layouts.list_layouts("acme", include_disabled=True) == []
     # A second reviewer rejects what was typed: nothing was ever taught.
     assert act(store, "reject", held, BOB, "typed from the wrong page").done
-    assert store.list_layouts("acme", include_disabled=True) == []
+    assert store.layouts.list_layouts("acme", include_disabled=True) == []
 
     [again] = run(store, "acme", [second])
     assert correct_invoice(store, again, corrections(second), ALICE).done
-    assert store.list_layouts("acme", include_disabled=True) == []
+    assert store.layouts.list_layouts("acme", include_disabled=True) == []
     assert act(store, "approve", again, BOB).done
-    [row] = store.list_layouts("acme", include_disabled=True)
+    [row] = store.layouts.list_layouts("acme", include_disabled=True)
     assert (row.learnt_from, row.taught_by) == (again, BOB.name)
     rule = {r["field"]: r for r in row.layout["rules"]}
     assert "invoice_number" in rule and "amount:net" in rule, row.layout["rules"]
@@ -53,22 +53,22 @@ def test_a_rejection_undoes_what_the_invoice_taught_and_restores_what_it_superse
     [first_id] = run(store, "acme", [first])
     assert correct_invoice(store, first_id, corrections(first), ALICE).done
     assert act(store, "approve", first_id, ALICE).done
-    [v1] = store.list_layouts("acme")
+    [v1] = store.layouts.list_layouts("acme")
     second_id = corrected_to_a_number_not_printed(store, "acme", second)
     taught = learn_from_decision(store, second_id, ALICE.name)  # what a correction used to do
     assert taught.outcome == "new_version", taught.detail
-    assert [(r.version, r.enabled) for r in store.list_layouts("acme", include_disabled=True)] == [
+    assert [(r.version, r.enabled) for r in store.layouts.list_layouts("acme", include_disabled=True)] == [
         (1, False),
         (2, True),
     ]
 
     assert act(store, "reject", second_id, BOB, "the number was typed wrong").done
-    rows = store.list_layouts("acme", include_disabled=True)
+    rows = store.layouts.list_layouts("acme", include_disabled=True)
     assert [(r.version, r.enabled) for r in rows] == [(1, True), (2, False)], rows
     assert rows[0].id == v1.id and rows[0].superseded_by is None and rows[0].disabled_reason is None
     assert f"invoice {second_id}" in (rows[1].disabled_reason or "") and "rejected by os-user:bob" in (
         rows[1].disabled_reason or ""
     )
-    events = [(e.layout_id, e.event, e.invoice_id, e.actor) for e in store.layout_events("acme")]
+    events = [(e.layout_id, e.event, e.invoice_id, e.actor) for e in store.layouts.layout_events("acme")]
     assert (rows[1].id, "undone", second_id, BOB.name) in events
     assert (v1.id, "restored", second_id, BOB.name) in events

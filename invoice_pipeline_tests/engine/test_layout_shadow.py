@@ -36,24 +36,24 @@ def test_an_imported_layout_runs_in_shadow_until_a_person_approves_an_invoice_re
     # wording's net, tax and due date, which the page reader does not find) the invoice is held,
     # both readings shown.
     [held] = run(store, "acme", [second])
-    assert store.invoice_state(held).status == "needs_review"  # type: ignore[union-attr]
-    fields = store.load_fields(held)
+    assert store.documents.invoice_state(held).status == "needs_review"  # type: ignore[union-attr]
+    fields = store.documents.load_fields(held)
     assert fields is not None
     read_with = {
         k for k, s in fields.sources.items() if s.source.startswith("layout:") and k != SHADOW_SOURCE
     }
     assert read_with == set(), fields.sources
-    [why] = [r for r in store.review_reasons(held) or () if r.startswith("layout_disagrees")]
+    [why] = [r for r in store.documents.review_reasons(held) or () if r.startswith("layout_disagrees")]
     assert f"layout:{row.id} v1 in shadow" in why
     assert f"net_total {second.case.net} (layout) / None (page reader)" in why, why
-    assert store.layout_events("acme") == []
+    assert store.layouts.layout_events("acme") == []
 
     # A person puts it right and approves: the layout read it as approved, so it is active now.
     assert correct_invoice(store, held, corrections(second), ALICE).done
     assert act(store, "approve", held, ALICE).done
-    [active] = store.list_layouts("acme")
+    [active] = store.layouts.list_layouts("acme")
     assert (active.id, active.state) == (row.id, "active")
-    [event] = store.layout_events("acme")
+    [event] = store.layouts.layout_events("acme")
     assert (event.layout_id, event.event, event.invoice_id, event.actor) == (
         row.id,
         "activated",
@@ -63,7 +63,7 @@ def test_an_imported_layout_runs_in_shadow_until_a_person_approves_an_invoice_re
 
     # Active: the vendor's next invoice is read with it and posted.
     [later] = run(store, "acme", [third])
-    fields = store.load_fields(later)
+    fields = store.documents.load_fields(later)
     assert fields is not None and right(store, later, third)
     assert fields.sources["invoice_number"].source.startswith(f"layout:{row.id}:")
-    assert store.invoice_state(later).status == "processed"  # type: ignore[union-attr]
+    assert store.documents.invoice_state(later).status == "processed"  # type: ignore[union-attr]

@@ -161,7 +161,7 @@ def stage_env(store: InvoiceStore) -> StageEnv:
 
 def processed_original(store: InvoiceStore, number: str) -> UUID:
     """An invoice that went through the whole pipeline: an original, processed and posted."""
-    invoice = store.store_document(json_invoice(number), "acme", f"{number}.json").invoice_id
+    invoice = store.documents.store_document(json_invoice(number), "acme", f"{number}.json").invoice_id
     chunk = claim_chunk(store, [(invoice, None)], "earlier-run", TTL)
     result = process_chunk(stage_env(store), chunk)
     assert invoice in result.finished.written
@@ -216,11 +216,13 @@ def test_a_claim_bounces_off_a_holder_mid_write_and_the_holder_goes_on(
     holder_store, intruder_store = stores("holder"), stores("intruder")
     if holder_waits_on == "original_row":
         original = processed_original(holder_store, "LV-100")
-        invoice = holder_store.store_document(json_invoice("LV-100", po_number="resent"), "acme").invoice_id
+        invoice = holder_store.documents.store_document(
+            json_invoice("LV-100", po_number="resent"), "acme"
+        ).invoice_id
     else:
-        invoice = holder_store.store_document(json_invoice("LV-200"), "acme", "a.json").invoice_id
+        invoice = holder_store.documents.store_document(json_invoice("LV-200"), "acme", "a.json").invoice_id
     chunk = up_to_dedupe(holder_store, invoice, "holder-run")
-    fields = holder_store.load_fields(invoice)
+    fields = holder_store.documents.load_fields(invoice)
     assert fields is not None
     candidate = MatchCandidate.from_fields(str(invoice), "acme", fields)
 
@@ -247,7 +249,7 @@ def test_a_claim_bounces_off_a_holder_mid_write_and_the_holder_goes_on(
     assert intruder.result == [], "the claim bounced"
     assert holder.result is not None
     assert isinstance(holder.result.outcomes[invoice], Done), holder.result.outcomes
-    decision = holder_store.load_duplicate_decision(invoice)
+    decision = holder_store.dedupe.load_duplicate_decision(invoice)
     expected = "duplicate" if holder_waits_on == "original_row" else "original"
     assert decision is not None and decision.status == expected
     assert job_status(database_url, chunk[0].job_id) == "running"
@@ -272,9 +274,9 @@ def test_a_blocked_chunk_stops_neither_its_siblings_heartbeats_nor_the_sweep(
     """
     worker = stores("worker")
     original = processed_original(worker, "LV-300")
-    copy = worker.store_document(json_invoice("LV-300", po_number="again"), "acme").invoice_id
-    sibling = worker.store_document(json_invoice("LV-301"), "acme", "s.json").invoice_id
-    dead = worker.store_document(json_invoice("LV-302"), "acme", "d.json").invoice_id
+    copy = worker.documents.store_document(json_invoice("LV-300", po_number="again"), "acme").invoice_id
+    sibling = worker.documents.store_document(json_invoice("LV-301"), "acme", "s.json").invoice_id
+    dead = worker.documents.store_document(json_invoice("LV-302"), "acme", "d.json").invoice_id
     chunk = up_to_dedupe(worker, copy, "run")
     (sibling_claim,) = claim_chunk(worker, [(sibling, None)], "run", TTL)
     (dead_claim,) = claim_chunk(worker, [(dead, None)], "dead-run", TTL)
@@ -283,7 +285,7 @@ def test_a_blocked_chunk_stops_neither_its_siblings_heartbeats_nor_the_sweep(
             "UPDATE processing_jobs SET heartbeat_at = heartbeat_at - interval '1 hour' WHERE id = %s",
             (dead_claim.job_id,),
         )
-    keeper = LeaseKeeper(worker.heartbeat_many, timedelta(milliseconds=50))
+    keeper = LeaseKeeper(worker.claims.heartbeat_many, timedelta(milliseconds=50))
     keeper.hold(chunk[0].job_id)
     keeper.hold(sibling_claim.job_id)
     holder: Background[Any] | None = None
@@ -358,7 +360,7 @@ def test_a_write_that_waited_after_its_fence_commits_a_fresh_heartbeat(
     )
     try:
         original = processed_original(writer, "LV-350")
-        copy = writer.store_document(json_invoice("LV-350", po_number="again"), "acme").invoice_id
+        copy = writer.documents.store_document(json_invoice("LV-350", po_number="again"), "acme").invoice_id
         chunk = up_to_dedupe(patient, copy, "run")
         with psycopg.connect(database_url, autocommit=True) as conn:
             conn.execute(
@@ -456,14 +458,14 @@ def test_maintenance_never_reschedules_an_invoice_claimed_after_its_snapshot(
         ),
         max_size=2,
     )
-    orphan = store.store_document(json_invoice("LV-400"), "acme", "x.json").invoice_id
+    orphan = store.documents.store_document(json_invoice("LV-400"), "acme", "x.json").invoice_id
     claim_chunk(store, [(orphan, None)], "dead-run", TTL)
-    assert store.release_stale_locks(orphan, stale_after=timedelta(0)) == 1
+    assert store.maintenance.release_stale_locks(orphan, stale_after=timedelta(0)) == 1
 
     with psycopg.connect(database_url, autocommit=True) as gate:
         gate.execute("SELECT pg_advisory_lock(%s)", (PAUSE_KEY,))
         rescheduling = Background(
-            lambda: maintenance.reschedule_orphans(max_attempts=5, retry_base=timedelta(0))
+            lambda: maintenance.maintenance.reschedule_orphans(max_attempts=5, retry_base=timedelta(0))
         )
         wait_for(lambda: waiting(database_url, "paused-maintenance"), what="maintenance to pause")
         claimed = claim_chunk(claimer_store, [(orphan, None)], "live-run", TTL)
@@ -474,9 +476,9 @@ def test_maintenance_never_reschedules_an_invoice_claimed_after_its_snapshot(
 
     assert rescheduling.error is None, rescheduling.error
     assert rescheduling.result is not None
-    holder = store.current_holder(orphan)
+    holder = store.claims.current_holder(orphan)
     assert holder is not None and holder.owner == "live-run"
-    state = store.invoice_state(orphan)
+    state = store.documents.invoice_state(orphan)
     assert state is not None
     assert state.status == "processing", f"a live invoice was marked {state.status}: {state.last_error}"
 
@@ -495,9 +497,9 @@ def _run_batch(database_url: str, invoice_ids: list[UUID]) -> Any:
 
 
 def _assert_nothing_left_running(store: InvoiceStore, invoice: UUID) -> None:
-    holder = store.current_holder(invoice)
+    holder = store.claims.current_holder(invoice)
     assert holder is None, f"after the run ended, its lease is still running: {holder}"
-    state = store.invoice_state(invoice)
+    state = store.documents.invoice_state(invoice)
     assert state is not None and state.status in ("failed", "pending"), state
 
 
@@ -512,9 +514,9 @@ def test_a_claim_that_fails_after_taking_its_leases_releases_them(
     process's LeaseKeeper (the retries' claims bounced off it: no same-owner adoption), so no
     sweep could free it while the process lived.
     """
-    free = store.store_document(json_invoice("LV-500"), "acme", "a.json").invoice_id
-    held = store.store_document(json_invoice("LV-501"), "acme", "b.json").invoice_id
-    assert store.acquire(held, 1, owner="elsewhere") is not None
+    free = store.documents.store_document(json_invoice("LV-500"), "acme", "a.json").invoice_id
+    held = store.documents.store_document(json_invoice("LV-501"), "acme", "b.json").invoice_id
+    assert store.claims.acquire(held, 1, owner="elsewhere") is not None
 
     def explaining_fails(*args: object) -> None:
         raise RuntimeError("the run's log storage is unreachable")
@@ -534,7 +536,7 @@ def test_a_stage_op_that_fails_outside_its_stage_releases_its_chunk(
     Against the old code the failure escaped the op's try block, which only covered the stage
     itself: the lease stayed 'running', heartbeated by the LeaseKeeper, with no stage to work it.
     """
-    invoice = store.store_document(json_invoice("LV-600"), "acme", "a.json").invoice_id
+    invoice = store.documents.store_document(json_invoice("LV-600"), "acme", "a.json").invoice_id
 
     def reporting_fails(*args: object) -> None:
         raise RuntimeError("the event log is unreachable")
@@ -576,13 +578,16 @@ def test_a_write_that_loses_to_contention_is_retried_then_fails_only_its_invoice
     )
     try:
         stuck, free, later = (
-            store.store_document(json_invoice(f"LV-70{n}"), "acme", f"{n}.json").invoice_id for n in range(3)
+            store.documents.store_document(json_invoice(f"LV-70{n}"), "acme", f"{n}.json").invoice_id
+            for n in range(3)
         )
         chunk = claim_chunk(store, [(stuck, None), (free, None), (later, None)], "run", TTL)
         leases = {c.invoice_id: c.lease for c in chunk}
         with psycopg.connect(database_url) as blocker:
             blocker.execute("SELECT 1 FROM invoices WHERE id = %s FOR UPDATE", (stuck,))
-            written = impatient.record_steps("extract_text", [leases[stuck], leases[free]], {stuck, free})
+            written = impatient.documents.record_steps(
+                "extract_text", [leases[stuck], leases[free]], {stuck, free}
+            )
         assert set(written.written) == {free}
         assert set(written.failed) == {stuck} and isinstance(
             written.failed[stuck], psycopg.errors.LockNotAvailable
@@ -592,7 +597,9 @@ def test_a_write_that_loses_to_contention_is_retried_then_fails_only_its_invoice
         before = sum(impatient.contention.values())
         with psycopg.connect(database_url) as blocker:
             blocker.execute("SELECT 1 FROM invoices WHERE id = %s FOR UPDATE", (later,))
-            writing = Background(lambda: impatient.record_steps("extract_text", [leases[later]], {later}))
+            writing = Background(
+                lambda: impatient.documents.record_steps("extract_text", [leases[later]], {later})
+            )
             wait_for(lambda: sum(impatient.contention.values()) > before, what="the first lock timeout")
             blocker.rollback()
         writing.join()

@@ -45,13 +45,13 @@ def _hammer(url: str, invoices: list[str], rounds: int, barrier, queue) -> None:
             barrier.wait()
             won = []
             for inv in order:
-                lease = store.acquire(inv, rnd, owner=f"pid:{os.getpid()}")
+                lease = store.claims.acquire(inv, rnd, owner=f"pid:{os.getpid()}")
                 if lease is not None:
                     won.append(lease)
             queue.put((rnd, os.getpid(), [str(lease.invoice_id) for lease in won]))
             barrier.wait()  # everyone has tried while the winners still hold
             for lease in won:
-                assert store.finish(lease.job_id, "succeeded")
+                assert store.claims.finish(lease.job_id, "succeeded")
             barrier.wait()
     finally:
         store.close()
@@ -91,7 +91,7 @@ def test_redelivery_race_one_winner_per_invoice_per_round(database_url: str) -> 
 
 def _acquire_and_hang(url: str, invoice_id: str, ready) -> None:  # type: ignore[no-untyped-def]
     store = InvoiceStore(url, max_size=1)
-    lease = store.acquire(invoice_id, 1, owner=f"doomed:{os.getpid()}")
+    lease = store.claims.acquire(invoice_id, 1, owner=f"doomed:{os.getpid()}")
     assert lease is not None
     ready.set()
     signal.pause()  # hold the lock until killed
@@ -108,12 +108,14 @@ def test_holder_killed_with_sigkill_is_swept_and_retried(database_url: str, stor
     child.join(30)
     assert child.exitcode == -signal.SIGKILL
 
-    holder = store.current_holder(invoice)
+    holder = store.claims.current_holder(invoice)
     assert holder is not None and holder.owner == f"doomed:{child.pid}", (
         "the lock must survive its holder's death"
     )
-    assert store.acquire(invoice, 2) is None, "a live-looking lock still refuses others"
-    assert store.release_stale_locks(invoice, stale_after=timedelta(hours=1)) == 0, "not stale yet"
+    assert store.claims.acquire(invoice, 2) is None, "a live-looking lock still refuses others"
+    assert store.maintenance.release_stale_locks(invoice, stale_after=timedelta(hours=1)) == 0, (
+        "not stale yet"
+    )
 
     ttl = timedelta(milliseconds=200)
     wait_for(
@@ -125,10 +127,10 @@ def test_holder_killed_with_sigkill_is_swept_and_retried(database_url: str, stor
         ),
         what="the dead holder's heartbeat to age past the TTL on the DB clock",
     )
-    assert store.release_stale_locks(invoice, stale_after=ttl) == 1
-    retry = store.acquire(invoice, 2, owner="rescuer")
+    assert store.maintenance.release_stale_locks(invoice, stale_after=ttl) == 1
+    retry = store.claims.acquire(invoice, 2, owner="rescuer")
     assert retry is not None
-    history = store.job_history(invoice)
+    history = store.claims.job_history(invoice)
     assert [(j.attempt, j.status) for j in history] == [(1, "failed"), (2, "running")]
     assert history[0].error is not None and history[0].error.startswith("swept:")
     assert history[0].owner == f"doomed:{child.pid}"
@@ -139,17 +141,17 @@ def test_heartbeating_lease_outlives_ttl_and_silent_one_is_swept(
 ) -> None:
     alive_inv, silent_inv = _new_invoices(database_url, 2)
     ttl = timedelta(milliseconds=600)
-    alive = store.acquire(alive_inv, 1, owner="alive")
-    silent = store.acquire(silent_inv, 1, owner="silent")
+    alive = store.claims.acquire(alive_inv, 1, owner="alive")
+    silent = store.claims.acquire(silent_inv, 1, owner="silent")
     assert alive is not None and silent is not None
     swept_total = 0
-    keeper = LeaseKeeper(store.heartbeat_many, timedelta(milliseconds=100))
+    keeper = LeaseKeeper(store.claims.heartbeat_many, timedelta(milliseconds=100))
     keeper.hold(alive.job_id)
     try:
 
         def sweep_until_alive_ran_past_ttl() -> bool:
             nonlocal swept_total
-            swept_total += store.release_stale_locks(stale_after=ttl)
+            swept_total += store.maintenance.release_stale_locks(stale_after=ttl)
             return (
                 db_seconds_since(
                     database_url, "SELECT started_at FROM processing_jobs WHERE id = %s", (alive.job_id,)
@@ -159,12 +161,12 @@ def test_heartbeating_lease_outlives_ttl_and_silent_one_is_swept(
 
         wait_for(sweep_until_alive_ran_past_ttl, interval=0.05, what="the live lease to run 4x its TTL")
         assert not keeper.is_lost(alive.job_id)
-        assert store.heartbeat(alive.job_id), "the heartbeating lease is still running"
+        assert store.claims.heartbeat(alive.job_id), "the heartbeating lease is still running"
     finally:
         keeper.stop()
     assert swept_total == 1, "exactly the silent lease was swept"
-    assert [j.status for j in store.job_history(silent_inv)] == ["failed"]
-    assert not store.heartbeat(silent.job_id)
+    assert [j.status for j in store.claims.job_history(silent_inv)] == ["failed"]
+    assert not store.claims.heartbeat(silent.job_id)
 
 
 def _snapshot(url: str) -> dict[str, list[tuple[object, ...]]]:
@@ -183,31 +185,31 @@ def _snapshot(url: str) -> dict[str, list[tuple[object, ...]]]:
 
 def test_zombie_cannot_write_anything(database_url: str, store: InvoiceStore) -> None:
     (invoice,) = _new_invoices(database_url, 1)
-    lease = store.acquire(invoice, 1, owner="zombie")
+    lease = store.claims.acquire(invoice, 1, owner="zombie")
     assert lease is not None
-    assert store.release_stale_locks(invoice, stale_after=timedelta(0)) == 1  # the holder "died"
+    assert store.maintenance.release_stale_locks(invoice, stale_after=timedelta(0)) == 1  # the holder "died"
     before = _snapshot(database_url)
     fields = InvoiceFields(
         invoice_number="INV-1", currency="EUR", payable_total=Decimal("10.00"), seller_name="Zed"
     )
     writes = {
-        "breadcrumb": lambda: store.record_step(lease, "extract_text", skipped=False),
-        "skip crumb": lambda: store.record_step(lease, "extract_text", skipped=True),
-        "text": lambda: store.save_extracted_text(lease, ExtractedText("pdf", "t", None, "x", 1)),
-        "fields": lambda: store.save_fields(lease, fields),
-        "dedupe": lambda: store.decide_duplicate(
+        "breadcrumb": lambda: store.documents.record_step(lease, "extract_text", skipped=False),
+        "skip crumb": lambda: store.documents.record_step(lease, "extract_text", skipped=True),
+        "text": lambda: store.documents.save_extracted_text(lease, ExtractedText("pdf", "t", None, "x", 1)),
+        "fields": lambda: store.documents.save_fields(lease, fields),
+        "dedupe": lambda: store.dedupe.decide_duplicate(
             lease, MatchCandidate.from_fields(str(invoice), "acme", fields), lambda candidate, rows: None
         ),
-        "approval": lambda: store.record_approval(lease, "approved", "test"),
-        "ledger": lambda: store.post_to_ledger(lease, "acme", Decimal("10.00"), "EUR"),
-        "complete": lambda: store.complete(lease),
-        "quarantine": lambda: store.quarantine(lease, "x", "y"),
+        "approval": lambda: store.documents.record_approval(lease, "approved", "test"),
+        "ledger": lambda: store.documents.post_to_ledger(lease, "acme", Decimal("10.00"), "EUR"),
+        "complete": lambda: store.claims.complete(lease),
+        "quarantine": lambda: store.claims.quarantine(lease, "x", "y"),
     }
     for write in writes.values():
         with pytest.raises(LeaseLost, match="swept"):
             write()
-    assert store.heartbeat(lease.job_id) is False
-    assert store.finish(lease.job_id, "succeeded") is False
+    assert store.claims.heartbeat(lease.job_id) is False
+    assert store.claims.finish(lease.job_id, "succeeded") is False
     assert _snapshot(database_url) == before, "a zombie write landed"
 
 
@@ -217,16 +219,16 @@ def test_fenced_write_in_flight_holds_off_the_sweep(database_url: str, store: In
     skipped as alive (a lock_timeout shows that nothing waited), and swept once it is stale and
     no longer being written."""
     (invoice,) = _new_invoices(database_url, 1)
-    lease = store.acquire(invoice, 1)
+    lease = store.claims.acquire(invoice, 1)
     assert lease is not None
-    with store._fenced(lease):  # a write in progress
+    with store.database.fenced(lease):  # a write in progress
         with psycopg.connect(database_url, autocommit=True) as other:
             other.execute("SET lock_timeout = '300ms'")
             row = other.execute("SELECT release_stale_locks(%s, '0')", (invoice,)).fetchone()
             assert row == (0,), "the sweep skipped the job being written"
             row = other.execute("SELECT release_stale_locks(NULL, '0')").fetchone()
             assert row == (0,), "the global sweep skipped it too"
-    assert store.release_stale_locks(invoice, stale_after=timedelta(0)) == 1
+    assert store.maintenance.release_stale_locks(invoice, stale_after=timedelta(0)) == 1
 
 
 def test_a_write_refreshes_a_heartbeat_over_a_second_old_and_leaves_a_fresh_one(
@@ -235,7 +237,7 @@ def test_a_write_refreshes_a_heartbeat_over_a_second_old_and_leaves_a_fresh_one(
     """A fenced write counts as a heartbeat (sql/0009), but rewrites the job row only when its
     heartbeat is over a second old (sql/0013): a chunk's many writes do not rewrite its rows."""
     (invoice,) = _new_invoices(database_url, 1)
-    lease = store.acquire(invoice, 1)
+    lease = store.claims.acquire(invoice, 1)
     assert lease is not None
 
     def heartbeat() -> tuple[object, int]:
@@ -254,7 +256,7 @@ def test_a_write_refreshes_a_heartbeat_over_a_second_old_and_leaves_a_fresh_one(
             )
 
     backdate("1 hour")
-    store.record_executed("validate", [lease])
+    store.documents.record_executed("validate", [lease])
     assert (
         db_seconds_since(
             database_url, "SELECT heartbeat_at FROM processing_jobs WHERE id = %s", (lease.job_id,)
@@ -263,14 +265,14 @@ def test_a_write_refreshes_a_heartbeat_over_a_second_old_and_leaves_a_fresh_one(
     )
     backdate("200 milliseconds")
     before = heartbeat()
-    store.record_executed("approve", [lease])
+    store.documents.record_executed("approve", [lease])
     assert heartbeat() == before, "a fresh heartbeat: the job row was locked, not rewritten"
 
 
 def test_finished_jobs_are_immutable_and_never_deleted(database_url: str, store: InvoiceStore) -> None:
     (invoice,) = _new_invoices(database_url, 1)
-    lease = store.acquire(invoice, 1)
-    assert lease is not None and store.finish(lease.job_id, "succeeded")
+    lease = store.claims.acquire(invoice, 1)
+    assert lease is not None and store.claims.finish(lease.job_id, "succeeded")
     with psycopg.connect(database_url) as conn:
         with pytest.raises(psycopg.errors.RestrictViolation, match="never deleted"):
             conn.execute("DELETE FROM processing_jobs")
@@ -282,17 +284,17 @@ def test_finished_jobs_are_immutable_and_never_deleted(database_url: str, store:
 @pytest.mark.parametrize(
     "call, message",
     [
-        (lambda s: s.acquire("not-a-uuid", 1), "invoice_id must be a UUID"),
+        (lambda s: s.claims.acquire("not-a-uuid", 1), "invoice_id must be a UUID"),
         (
-            lambda s: s.acquire("00000000-0000-0000-0000-000000000001", 0),
+            lambda s: s.claims.acquire("00000000-0000-0000-0000-000000000001", 0),
             "attempt must be a positive integer",
         ),
         (
-            lambda s: s.acquire("00000000-0000-0000-0000-000000000001", -3),
+            lambda s: s.claims.acquire("00000000-0000-0000-0000-000000000001", -3),
             "attempt must be a positive integer",
         ),
-        (lambda s: s.finish("00000000-0000-0000-0000-000000000001", "done"), "status must be one of"),
-        (lambda s: s.release_stale_locks(stale_after=timedelta(seconds=-1)), "non-negative"),
+        (lambda s: s.claims.finish("00000000-0000-0000-0000-000000000001", "done"), "status must be one of"),
+        (lambda s: s.maintenance.release_stale_locks(stale_after=timedelta(seconds=-1)), "non-negative"),
     ],
 )
 def test_bad_arguments_fail_before_any_sql(store: InvoiceStore, call, message) -> None:  # type: ignore[no-untyped-def]
@@ -323,10 +325,12 @@ def test_matcher_never_sees_another_orgs_rows(database_url: str, store: InvoiceS
             invoice_number="1", currency="EUR", payable_total=Decimal(total), seller_name="V"
         )
         (inv,) = _new_invoices(database_url, 1, org)
-        lease = store.acquire(inv, 1)
+        lease = store.claims.acquire(inv, 1)
         assert lease is not None
-        store.save_fields(lease, fields)
-        decision = store.decide_duplicate(lease, MatchCandidate.from_fields(str(inv), org, fields), record)
+        store.documents.save_fields(lease, fields)
+        decision = store.dedupe.decide_duplicate(
+            lease, MatchCandidate.from_fields(str(inv), org, fields), record
+        )
         assert decision.status == "original"
     assert seen == ["org-a"], "only the first org-a invoice is a candidate for the second one"
 

@@ -58,10 +58,12 @@ def test_the_counters_equal_a_recount_after_a_real_workload(database_url: str, s
         ),
         "eur2.json": json_invoice("INV-6001", total="80.50"),
     }
-    ids = [store.store_document(content, "acme", name).invoice_id for name, content in docs.items()]
+    ids = [store.documents.store_document(content, "acme", name).invoice_id for name, content in docs.items()]
     process_now(store, ids, "test-metrics")
     # A lease whose holder died: claimed, its heartbeat back-dated past the TTL, swept.
-    dead = store.store_document(json_invoice("INV-7000", total="10.00"), "acme", "dead.json").invoice_id
+    dead = store.documents.store_document(
+        json_invoice("INV-7000", total="10.00"), "acme", "dead.json"
+    ).invoice_id
     claim_chunk(store, [(dead, None)], "test-metrics-dead", TTL)
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute(
@@ -69,7 +71,7 @@ def test_the_counters_equal_a_recount_after_a_real_workload(database_url: str, s
             "WHERE invoice_id = %s AND status = 'running'",
             (dead,),
         )
-    assert store.release_stale_locks(None, TTL) == 1
+    assert store.maintenance.release_stale_locks(None, TTL) == 1
 
     got = scrape(store)
 
@@ -170,7 +172,10 @@ def test_ocr_pages_and_seconds_are_counted_and_a_bad_layout_is_no_refused_write(
 ) -> None:
     """OCR's own record of each page's seconds (documents/ocr.py `OcrLayout.to_structured`) is
     summed; a layout that is not JSON counts its pages but no seconds, and is still written."""
-    ids = [store.store_document(json_invoice(f"OC-{n}"), "acme", f"{n}.png").invoice_id for n in range(3)]
+    ids = [
+        store.documents.store_document(json_invoice(f"OC-{n}"), "acme", f"{n}.png").invoice_id
+        for n in range(3)
+    ]
     (job,) = claim_chunk(store, [(ids[0], None)], "test-ocr", TTL)
     layout = {
         "ocr": {"engine": "rapidocr", "pages": [{"page": 1, "seconds": 2.25}, {"page": 2, "seconds": 1.5}]}
@@ -198,7 +203,7 @@ def test_the_sweep_folds_the_deltas_where_nothing_scrapes(database_url: str, sto
     """Without scrapes the deltas would grow with every write; the sweep (every sensor tick and
     the schedule) folds them, and the totals are unchanged by the fold."""
     for n in range(3):
-        store.store_document(json_invoice(f"SW-{n}"), "acme", f"sw-{n}.json")
+        store.documents.store_document(json_invoice(f"SW-{n}"), "acme", f"sw-{n}.json")
     assert rows(database_url, "SELECT count(*) FROM metric_count_deltas")[0][0] == 3
     report = sweep(InvoiceDatabase(database_url=database_url), None)
     assert report.metric_deltas_folded == 3 and not report.changed_anything

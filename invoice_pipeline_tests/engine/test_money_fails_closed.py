@@ -34,7 +34,7 @@ ROUNDS = 10
 
 def _process(database_url: str, store: InvoiceStore, documents: list[tuple[bytes, str]]) -> list[UUID]:
     """Ingest the documents in this order and process them as one batch (one chunk, arrival order)."""
-    ids = [store.store_document(content, "acme", name).invoice_id for content, name in documents]
+    ids = [store.documents.store_document(content, "acme", name).invoice_id for content, name in documents]
     result = run_batch(database_url, ids)
     assert result.success, failure_messages(result)
     return ids
@@ -76,7 +76,7 @@ def test_a_document_without_currency_is_held_never_posted_until_the_org_names_on
     assert not refused.done and "no currency" in refused.message
     assert postings(database_url, held) == 0
 
-    store.set_review_policy("acme", ReviewPolicy(default_currency="CHF"), "test")
+    store.review.set_review_policy("acme", ReviewPolicy(default_currency="CHF"), "test")
     (filled,) = _process(database_url, store, [(json_invoice("INV-7002", currency=None), "nocur2.json")])  # type: ignore[arg-type]
     assert sql(
         database_url, "SELECT amount, currency FROM ledger_postings WHERE invoice_id = %s", (filled,)

@@ -81,7 +81,7 @@ def stage_env(store: InvoiceStore, reader: Reader) -> StageEnv:
 def new_invoices(store: InvoiceStore, names: list[str]) -> dict[str, UUID]:
     """One invoice per name, each its own original (own number, own total)."""
     return {
-        name: store.store_document(
+        name: store.documents.store_document(
             json_invoice(f"ST-{name}", total=f"{100 + n}.00"), "acme", f"{name}.json"
         ).invoice_id
         for n, name in enumerate(names)
@@ -101,12 +101,12 @@ def postings(database_url: str, invoice_id: UUID) -> int:
 
 def assert_finished(store: InvoiceStore, database_url: str, invoice_id: UUID) -> None:
     """Went through every stage of the chunk: saved, posted once, lock released as succeeded."""
-    state = store.invoice_state(invoice_id)
+    state = store.documents.invoice_state(invoice_id)
     assert state is not None and state.status == "processed", state
-    assert store.load_extracted_text(invoice_id) is not None
-    assert store.load_fields(invoice_id) is not None
+    assert store.documents.load_extracted_text(invoice_id) is not None
+    assert store.documents.load_fields(invoice_id) is not None
     assert postings(database_url, invoice_id) == 1
-    assert [j.status for j in store.job_history(invoice_id)] == ["succeeded"]
+    assert [j.status for j in store.claims.job_history(invoice_id)] == ["succeeded"]
 
 
 # -- (a) one lease lost inside a chunk ----------------------------------------------------------
@@ -134,8 +134,8 @@ def test_a_lease_lost_mid_chunk_loses_that_invoice_alone(database_url: str, stor
             "UPDATE processing_jobs SET heartbeat_at = heartbeat_at - interval '1 hour' WHERE id = %s",
             (b_job,),
         )
-        assert store.release_stale_locks(b, stale_after=TTL) == 1, "the sweep finished b's job"
-        thief = store.acquire(b, 2, "another-worker")
+        assert store.maintenance.release_stale_locks(b, stale_after=TTL) == 1, "the sweep finished b's job"
+        thief = store.claims.acquire(b, 2, "another-worker")
         assert thief is not None
         taken_over.append(thief.job_id)
 
@@ -153,13 +153,13 @@ def test_a_lease_lost_mid_chunk_loses_that_invoice_alone(database_url: str, stor
     for name in ("a", "c"):
         assert_finished(store, database_url, ids[name])
     # Nothing of the swept attempt landed, and the new holder still has b.
-    assert store.load_extracted_text(b) is None, "the swept job's text was written"
-    assert store.load_fields(b) is None and postings(database_url, b) == 0
-    holder = store.current_holder(b)
+    assert store.documents.load_extracted_text(b) is None, "the swept job's text was written"
+    assert store.documents.load_fields(b) is None and postings(database_url, b) == 0
+    holder = store.claims.current_holder(b)
     assert holder is not None and holder.job_id == taken_over[0] and holder.owner == "another-worker"
-    jobs = {j.job_id: j for j in store.job_history(b)}
+    jobs = {j.job_id: j for j in store.claims.job_history(b)}
     assert jobs[b_job].status == "failed" and (jobs[b_job].error or "").startswith("swept")
-    state = store.invoice_state(b)
+    state = store.documents.invoice_state(b)
     assert state is not None and state.status == "processing", "the new holder's attempt stands"
 
 
@@ -196,12 +196,12 @@ def test_a_write_the_database_refuses_for_one_invoice_fails_that_invoice_alone(
         assert_finished(store, database_url, ids[name])
     # b: its text stays (saved by the stage before), its fields were not, and it is rescheduled
     # with the database's reason; its lock is released at once.
-    assert store.load_extracted_text(b) is not None
-    assert store.load_fields(b) is None and postings(database_url, b) == 0
-    (job,) = store.job_history(b)
+    assert store.documents.load_extracted_text(b) is not None
+    assert store.documents.load_fields(b) is None and postings(database_url, b) == 0
+    (job,) = store.claims.job_history(b)
     assert job.status == "failed" and "invoices_document_type_check" in (job.error or "")
-    assert store.current_holder(b) is None
-    state = store.invoice_state(b)
+    assert store.claims.current_holder(b) is None
+    state = store.documents.invoice_state(b)
     assert state is not None and state.status == "failed" and state.attempts == 1, state
     assert "invoices_document_type_check" in (state.last_error or "")
     assert state.next_attempt_at is not None
@@ -253,11 +253,11 @@ def test_a_systemic_error_fails_the_stage_instead_of_each_invoice(
         run_stage(EXTRACT_TEXT, env, chunk)
 
     for invoice_id in ids:
-        (job,) = store.job_history(invoice_id)
+        (job,) = store.claims.job_history(invoice_id)
         assert job.status == "running", "the leases are the op's to release, not failed per invoice"
-        state = store.invoice_state(invoice_id)
+        state = store.documents.invoice_state(invoice_id)
         assert state is not None and state.status == "processing" and state.last_error is None
-        assert store.load_extracted_text(invoice_id) is None
+        assert store.documents.load_extracted_text(invoice_id) is None
     connection_dropped_on_write()
     report = run_stage(EXTRACT_TEXT, env, chunk)
     assert all(isinstance(o, Done) for o in report.outcomes.values()), report.outcomes
@@ -293,9 +293,9 @@ def test_a_systemic_error_fails_the_whole_op(
     started = {e.step_key for e in result.all_events if e.event_type == DagsterEventType.STEP_START}
     assert not any("extract_fields" in key for key in started if key), started
     for invoice_id in ids:
-        (job,) = store.job_history(invoice_id)
+        (job,) = store.claims.job_history(invoice_id)
         assert job.status == "failed" and "extract_text failed for the whole chunk" in (job.error or "")
-        state = store.invoice_state(invoice_id)
+        state = store.documents.invoice_state(invoice_id)
         assert state is not None and state.status == "failed" and state.attempts == 1
-        assert store.current_holder(invoice_id) is None
-        assert store.load_extracted_text(invoice_id) is None
+        assert store.claims.current_holder(invoice_id) is None
+        assert store.documents.load_extracted_text(invoice_id) is None

@@ -38,7 +38,7 @@ def right_but_the_name(store: InvoiceStore, invoice_id: UUID, inv: SeriesInvoice
     """The key fields right, the seller's name aside: a layout no longer sets it (issue 37), and
     the template-free reader takes the address line for it on these scans (OCR reads "B.V." as
     "B.v."): the vendor registry names a vendor confirmed by its VAT id, not a layout."""
-    fields = store.load_fields(invoice_id)
+    fields = store.documents.load_fields(invoice_id)
     assert fields is not None
     c = inv.case
     want = (c.invoice_number, c.issue_date, c.amount_due, c.currency, c.seller_vat_id)
@@ -55,14 +55,14 @@ def activate_with_scan(store: InvoiceStore, org: str, inv: SeriesInvoice) -> Non
     """A new layout runs in shadow: a person approves one scan read with it (held, put right),
     and it becomes active (issue 37)."""
     [scan] = run_documents(store, org, [scanned(inv, "clean")])
-    assert store.invoice_state(scan).status == "needs_review"  # type: ignore[union-attr]
+    assert store.documents.invoice_state(scan).status == "needs_review"  # type: ignore[union-attr]
     assert correct_invoice(store, scan, corrections(inv), ALICE).done
     assert act(store, "approve", scan, ALICE).done
-    assert [r.state for r in store.list_layouts(org)] == ["active"]
+    assert [r.state for r in store.layouts.list_layouts(org)] == ["active"]
 
 
 def sources(store: InvoiceStore, invoice_id: UUID) -> dict[str, str]:
-    fields = store.load_fields(invoice_id)
+    fields = store.documents.load_fields(invoice_id)
     assert fields is not None
     return {k: fields.sources[k].source for k in KEYS}
 
@@ -73,15 +73,15 @@ def test_scans_are_read_with_the_layout_a_text_pdf_or_a_scan_taught(store: Invoi
     # Before any layout: the house wording holds every scan for a person.
     for inv in (second, third):
         [held] = run_documents(store, "beta", [scanned(inv, "clean")])
-        assert store.invoice_state(held).status == "needs_review"  # type: ignore[union-attr]
+        assert store.documents.invoice_state(held).status == "needs_review"  # type: ignore[union-attr]
 
     # Taught by a correction of the text PDF, read on scans, degraded too.
     teach(store, "acme", first)
-    [row] = store.list_layouts("acme")
+    [row] = store.layouts.list_layouts("acme")
     activate_with_scan(store, "acme", fourth)
     for inv, degradation in ((second, "clean"), (third, "skewed"), (second, "noisy")):
         [read] = run_documents(store, "acme", [scanned(inv, degradation)])
-        state = store.invoice_state(read)
+        state = store.documents.invoice_state(read)
         assert state is not None and state.status == "processed", (degradation, state)
         assert right_but_the_name(store, read, inv), (degradation, sources(store, read))
         got = sources(store, read)
@@ -98,14 +98,14 @@ def test_scans_are_read_with_the_layout_a_text_pdf_or_a_scan_taught(store: Invoi
     # master lists: the registry, not the layout, says who is paid).
     register_sellers(store, "globex", [first])
     [scan_id] = run_documents(store, "globex", [scanned(first, "clean")])
-    assert store.invoice_state(scan_id).status == "needs_review"  # type: ignore[union-attr]
+    assert store.documents.invoice_state(scan_id).status == "needs_review"  # type: ignore[union-attr]
     assert correct_invoice(store, scan_id, corrections(first), ALICE).done
     assert act(store, "approve", scan_id, ALICE).done
-    [learnt] = store.list_layouts("globex")
+    [learnt] = store.layouts.list_layouts("globex")
     assert learnt.learnt_from == scan_id
     activate_with_scan(store, "globex", third)
     [read] = run_documents(store, "globex", [scanned(fourth, "greyscale")])
-    assert store.invoice_state(read).status == "processed"  # type: ignore[union-attr]
+    assert store.documents.invoice_state(read).status == "processed"  # type: ignore[union-attr]
     assert right_but_the_name(store, read, fourth) and sources(store, read)["payable_total"].startswith(
         f"layout:{learnt.id}:"
     )

@@ -52,12 +52,12 @@ def register_sellers(store: InvoiceStore, org: str, invoices: list[SeriesInvoice
         for inv in invoices
         if inv.case.seller_vat_id
     }
-    store.import_vendors(org, list(rows.values()), "test: vendor master")
+    store.vendors.import_vendors(org, list(rows.values()), "test: vendor master")
 
 
 def run_documents(store: InvoiceStore, org: str, documents: list[tuple[bytes, str]]) -> list[UUID]:
     """Each (content, file name) stored and worked through every stage, as one chunk."""
-    ids = [store.store_document(content, org, name).invoice_id for content, name in documents]
+    ids = [store.documents.store_document(content, org, name).invoice_id for content, name in documents]
     env = StageEnv(
         store, DocumentReader(isolate=False), DEFAULT_MAX_DOCUMENT_BYTES, 120, 3, timedelta(minutes=1)
     )
@@ -82,7 +82,7 @@ def corrections(inv: SeriesInvoice) -> dict[str, str]:
 
 
 def right(store: InvoiceStore, invoice_id: UUID, inv: SeriesInvoice) -> bool:
-    fields = store.load_fields(invoice_id)
+    fields = store.documents.load_fields(invoice_id)
     assert fields is not None
     c = inv.case
     want = (c.invoice_number, c.issue_date, c.amount_due, c.currency, c.seller_name, c.seller_vat_id)
@@ -91,11 +91,11 @@ def right(store: InvoiceStore, invoice_id: UUID, inv: SeriesInvoice) -> bool:
 
 def teach(store: InvoiceStore, org: str, first: SeriesInvoice) -> UUID:
     [first_id] = run(store, org, [first])
-    assert store.invoice_state(first_id).status == "needs_review"  # type: ignore[union-attr]
+    assert store.documents.invoice_state(first_id).status == "needs_review"  # type: ignore[union-attr]
     outcome = correct_invoice(store, first_id, corrections(first), ALICE)
     assert outcome.done, outcome.message
     # Saving a correction teaches nothing; the approval of what was typed does (issue 37).
-    assert store.list_layouts(org, include_disabled=True) == []
+    assert store.layouts.list_layouts(org, include_disabled=True) == []
     assert act(store, "approve", first_id, ALICE).done
     return first_id
 
@@ -105,40 +105,40 @@ def activate(store: InvoiceStore, org: str, inv: SeriesInvoice) -> UUID:
     reader disagree), a person puts it right and approves it; the layout read it as approved, so
     it becomes active (issue 37)."""
     [invoice_id] = run(store, org, [inv])
-    assert store.invoice_state(invoice_id).status == "needs_review"  # type: ignore[union-attr]
-    assert any(r.startswith("layout_disagrees") for r in store.review_reasons(invoice_id) or ())
+    assert store.documents.invoice_state(invoice_id).status == "needs_review"  # type: ignore[union-attr]
+    assert any(r.startswith("layout_disagrees") for r in store.documents.review_reasons(invoice_id) or ())
     assert correct_invoice(store, invoice_id, corrections(inv), ALICE).done
     assert act(store, "approve", invoice_id, ALICE).done
-    assert [r.state for r in store.list_layouts(org)] == ["active"]
+    assert [r.state for r in store.layouts.list_layouts(org)] == ["active"]
     return invoice_id
 
 
 def test_an_approved_correction_teaches_and_later_invoices_are_read_and_posted(store: InvoiceStore) -> None:
     first, second, *later = house_vendor()
     first_id = teach(store, "acme", first)
-    [row] = store.list_layouts("acme")
+    [row] = store.layouts.list_layouts("acme")
     assert (row.learnt_from, row.taught_by, row.version, row.state) == (first_id, ALICE.name, 1, "shadow")
     activate(store, "acme", second)
     ids = run(store, "acme", later)
     for invoice_id, inv in zip(ids, later, strict=True):
-        fields = store.load_fields(invoice_id)
+        fields = store.documents.load_fields(invoice_id)
         assert fields is not None
         assert right(store, invoice_id, inv), fields
         assert fields.sources["invoice_number"].source.startswith(f"layout:{row.id}:")
         assert fields.amount_check is not None and fields.amount_check.confirmed
-        assert store.invoice_state(invoice_id).status == "processed"  # type: ignore[union-attr]
+        assert store.documents.invoice_state(invoice_id).status == "processed"  # type: ignore[union-attr]
 
 
 def test_no_leak_to_another_organisation(store: InvoiceStore) -> None:
     first, *later = house_vendor()
     teach(store, "acme", first)
-    assert store.enabled_layouts(["globex"]) == {"globex": []}
+    assert store.layouts.enabled_layouts(["globex"]) == {"globex": []}
     ids = run(store, "globex", later)
     for invoice_id in ids:
-        fields = store.load_fields(invoice_id)
+        fields = store.documents.load_fields(invoice_id)
         assert fields is not None
         assert not any(s.source.startswith("layout:") for s in fields.sources.values())
-        assert store.invoice_state(invoice_id).status == "needs_review"  # type: ignore[union-attr]
+        assert store.documents.invoice_state(invoice_id).status == "needs_review"  # type: ignore[union-attr]
 
 
 def test_another_vendors_similar_page_is_read_template_free(store: InvoiceStore) -> None:
@@ -146,7 +146,7 @@ def test_another_vendors_similar_page_is_read_template_free(store: InvoiceStore)
     teach(store, "acme", first)
     case = dataclasses.replace(second.case, seller_name="Twin Trading Ltd", seller_vat_id="GB700000001")
     [other] = run(store, "acme", [dataclasses.replace(second, case=case)])
-    fields = store.load_fields(other)
+    fields = store.documents.load_fields(other)
     assert fields is not None
     assert not any(s.source.startswith("layout:") for s in fields.sources.values())
 
@@ -154,9 +154,11 @@ def test_another_vendors_similar_page_is_read_template_free(store: InvoiceStore)
 def corrected_to_a_number_not_printed(store: InvoiceStore, org: str, inv: SeriesInvoice) -> UUID:
     """`inv` held (the org's policy holds everything) and corrected to a number its page does not
     print: a decision that contradicts the vendor's layout."""
-    store.set_review_policy(org, dataclasses.replace(DEFAULT_POLICY, auto_approve_limit=Decimal("0.01")), "t")
+    store.review.set_review_policy(
+        org, dataclasses.replace(DEFAULT_POLICY, auto_approve_limit=Decimal("0.01")), "t"
+    )
     [invoice_id] = run(store, org, [inv])
-    assert store.invoice_state(invoice_id).status == "needs_review"  # type: ignore[union-attr]
+    assert store.documents.invoice_state(invoice_id).status == "needs_review"  # type: ignore[union-attr]
     assert correct_invoice(store, invoice_id, {"invoice_number": "NOT-PRINTED-1"}, ALICE).done
     return invoice_id
 
@@ -164,10 +166,10 @@ def corrected_to_a_number_not_printed(store: InvoiceStore, org: str, inv: Series
 def test_a_contradicting_correction_makes_a_new_version(store: InvoiceStore) -> None:
     first, second, *_ = house_vendor()
     teach(store, "acme", first)
-    [v1] = store.list_layouts("acme")
+    [v1] = store.layouts.list_layouts("acme")
     second_id = corrected_to_a_number_not_printed(store, "acme", second)
     assert act(store, "approve", second_id, ALICE).done
-    rows = store.list_layouts("acme", include_disabled=True)
+    rows = store.layouts.list_layouts("acme", include_disabled=True)
     assert [(r.version, r.enabled) for r in rows] == [(1, False), (2, True)]
     assert rows[0].superseded_by == rows[1].id and "invoice_number" in (rows[0].disabled_reason or "")
     assert rows[1].learnt_from == second_id and rows[0].id == v1.id
@@ -181,9 +183,9 @@ def test_export_import_and_disable(store: InvoiceStore) -> None:
     [imported] = import_layouts(store, data, "globex", "os-user:bob")
     assert (imported.org_id, imported.learnt_from, imported.state) == ("globex", None, "shadow")
     activate(store, "globex", second)
-    assert store.disable_layout(imported.id, "test", org_id="acme") is False  # not acme's
-    assert store.disable_layout(imported.id, "test", org_id="globex") is True
-    assert store.enabled_layouts(["globex"]) == {"globex": []}
+    assert store.layouts.disable_layout(imported.id, "test", org_id="acme") is False  # not acme's
+    assert store.layouts.disable_layout(imported.id, "test", org_id="globex") is True
+    assert store.layouts.enabled_layouts(["globex"]) == {"globex": []}
 
 
 def test_a_posted_invoice_a_person_vouches_for_teaches_its_layout(store: InvoiceStore) -> None:
@@ -197,28 +199,28 @@ def test_a_posted_invoice_a_person_vouches_for_teaches_its_layout(store: Invoice
     first, second, *_ = plain
     assert len(plain) >= 3
     [first_id] = run(store, "acme", [first])
-    assert store.invoice_state(first_id).status == "processed"  # type: ignore[union-attr]
+    assert store.documents.invoice_state(first_id).status == "processed"  # type: ignore[union-attr]
     learnt = teach_layout(store, first_id, ALICE.name)
     assert learnt.outcome == "learnt", learnt.detail
-    [row] = store.list_layouts("acme")
+    [row] = store.layouts.list_layouts("acme")
     assert (row.learnt_from, row.taught_by) == (first_id, ALICE.name)
     # In shadow, the page reader's values stand; this vendor's page reads the same both ways, so
     # it is posted, and vouching for it makes the layout active.
     [second_id] = run(store, "acme", [second])
-    fields = store.load_fields(second_id)
+    fields = store.documents.load_fields(second_id)
     assert fields is not None and right(store, second_id, second)
     assert "in shadow: reads the same" in fields.sources["invoice_number"].source
     vouched = teach_layout(store, second_id, ALICE.name)
     assert vouched.outcome == "confirmed", vouched.detail
     [third_id] = run(store, "acme", [plain[2]])
-    fields = store.load_fields(third_id)
+    fields = store.documents.load_fields(third_id)
     assert fields is not None and right(store, third_id, plain[2])
     assert fields.sources["invoice_number"].source.startswith(f"layout:{row.id}:")
     # Held invoices are corrected or approved instead; an unknown one is refused.
     [held] = run(store, "acme", [house_vendor()[0]])
     assert teach_layout(store, held, ALICE.name).outcome == "skipped"
     assert teach_layout(store, UUID(int=7), ALICE.name).outcome == "skipped"
-    assert len(store.list_layouts("acme")) == 1
+    assert len(store.layouts.list_layouts("acme")) == 1
 
 
 def test_a_row_seen_once_is_read_the_next_time(store: InvoiceStore) -> None:
@@ -234,16 +236,16 @@ def test_a_row_seen_once_is_read_the_next_time(store: InvoiceStore) -> None:
     prepaid = [i for i in vendor if i.case.prepaid]
     teach(store, "acme", plain[0])
     [held] = run(store, "acme", [prepaid[0]])
-    assert store.invoice_state(held).status == "needs_review"  # type: ignore[union-attr]
+    assert store.documents.invoice_state(held).status == "needs_review"  # type: ignore[union-attr]
     assert correct_invoice(store, held, corrections(prepaid[0]), ALICE).done
     assert act(store, "approve", held, ALICE).done
-    rows = store.list_layouts("acme", include_disabled=True)
+    rows = store.layouts.list_layouts("acme", include_disabled=True)
     assert [(r.version, r.enabled) for r in rows] == [(1, False), (2, True)]
     activate(store, "acme", plain[1])
     for inv in (prepaid[1], plain[2]):
         [invoice_id] = run(store, "acme", [inv])
-        assert right(store, invoice_id, inv), store.load_fields(invoice_id)
-        assert store.invoice_state(invoice_id).status == "processed"  # type: ignore[union-attr]
+        assert right(store, invoice_id, inv), store.documents.load_fields(invoice_id)
+        assert store.documents.invoice_state(invoice_id).status == "processed"  # type: ignore[union-attr]
 
 
 def test_an_import_the_database_refuses_part_way_stores_none_of_it(store: InvoiceStore) -> None:
@@ -258,6 +260,6 @@ def test_an_import_the_database_refuses_part_way_stores_none_of_it(store: Invoic
     data["layouts"] = [bad, good]
     with pytest.raises(ValueError, match="the database refused a layout"):
         import_layouts(store, data, "globex", "os-user:bob")
-    assert store.list_layouts("globex", include_disabled=True) == []
+    assert store.layouts.list_layouts("globex", include_disabled=True) == []
     [imported] = import_layouts(store, dict(data, layouts=[good]), "globex", "os-user:bob")
-    assert store.list_layouts("globex") == [imported]
+    assert store.layouts.list_layouts("globex") == [imported]

@@ -48,14 +48,14 @@ IBAN_B = "GB82WEST12345698765432"
 def _process(
     database_url: str, store: InvoiceStore, org: str, documents: list[tuple[bytes, str]]
 ) -> list[UUID]:
-    ids = [store.store_document(content, org, name).invoice_id for content, name in documents]
+    ids = [store.documents.store_document(content, org, name).invoice_id for content, name in documents]
     result = run_batch(database_url, ids)
     assert result.success, failure_messages(result)
     return ids
 
 
 def _import(store: InvoiceStore, org: str, csv_text: str) -> None:
-    result = store.import_vendors(org, read_vendor_csv(csv_text), "test")
+    result = store.vendors.import_vendors(org, read_vendor_csv(csv_text), "test")
     assert not result.refused, result.refused
 
 
@@ -81,7 +81,7 @@ def test_a_legible_page_without_its_total_is_held_corrected_and_posted_as_typed(
     status, codes = status_and_reasons(database_url, held)
     assert status == "needs_review", f"a legible page must be held for a person, not {status}"
     assert FIELD_UNREAD in codes
-    reasons = store.review_reasons(held) or []
+    reasons = store.documents.review_reasons(held) or []
     assert any("payable_total" in r for r in reasons), reasons
     # Nothing to compare yet: approving unread fields is refused until a person types them.
     refused = act(store, "approve", held, ALICE)
@@ -104,15 +104,15 @@ def test_a_page_read_seller_not_in_the_registry_is_held_and_approval_registers_i
     (first,) = _process(database_url, store, "acme", [(render(sample("INV-9101"), "pdf"), "a.pdf")])
     assert status_and_reasons(database_url, first) == ("needs_review", [VENDOR_UNCONFIRMED])
     assert postings(database_url, first) == 0
-    assert store.list_vendors("acme") == []
+    assert store.vendors.list_vendors("acme") == []
 
     assert act(store, "approve", first, ALICE).done
     assert run_batch(database_url, [first]).success
     name, *_, source = _posting(database_url, first)
     assert (name, source) == (SELLER_DE.name, "approval")
-    (vendor,) = store.list_vendors("acme")
+    (vendor,) = store.vendors.list_vendors("acme")
     assert vendor.has("vat", SELLER_DE.vat_id)
-    events = store.vendor_events("acme", vendor.vendor_id)
+    events = store.vendors.vendor_events("acme", vendor.vendor_id)
     assert events[0][0] == "registered" and events[0][2] == ALICE.name and events[0][3] == first
 
     (second,) = _process(database_url, store, "acme", [(render(sample("INV-9102"), "pdf"), "b.pdf")])
@@ -147,16 +147,17 @@ def test_a_changed_iban_is_held_on_a_structured_invoice_too(database_url: str, s
     assert iban == IBAN_A
     assert status_and_reasons(database_url, changed) == ("needs_review", [BANK_DETAILS_CHANGED])
     assert postings(database_url, changed) == 0
-    reasons = store.review_reasons(changed) or []
+    reasons = store.documents.review_reasons(changed) or []
     assert IBAN_B in reasons[0] and IBAN_A in reasons[0]
 
     # A person who checked the change approves it: the account is added to the vendor, audited.
     assert act(store, "approve", changed, ALICE).done
     assert run_batch(database_url, [changed]).success
-    (vendor,) = store.list_vendors("acme")
+    (vendor,) = store.vendors.list_vendors("acme")
     assert vendor.has("iban", IBAN_B)
     assert any(
-        e[0] == "identifier_added" and IBAN_B in e[1] for e in store.vendor_events("acme", vendor.vendor_id)
+        e[0] == "identifier_added" and IBAN_B in e[1]
+        for e in store.vendors.vendor_events("acme", vendor.vendor_id)
     )
 
 
@@ -172,7 +173,7 @@ def test_a_first_einvoice_registers_its_vendor_unless_the_policy_holds_it(
     )
     assert status_and_reasons(database_url, first) == ("processed", [])
     # Two invoices of one new vendor in a chunk register it once, and both post to it.
-    assert len(store.list_vendors("acme")) == 1
+    assert len(store.vendors.list_vendors("acme")) == 1
     assert _posting(database_url, same_chunk)[0] == "Acme Supplies GmbH"
     assert sql(database_url, "SELECT count(DISTINCT vendor_id), count(*) FROM ledger_postings")[0] == (1, 2)
     name, number, issue, due, iban, amount, source = _posting(database_url, first)
@@ -185,10 +186,10 @@ def test_a_first_einvoice_registers_its_vendor_unless_the_policy_holds_it(
         Decimal("119.00"),
         "e-invoice",
     )
-    store.set_review_policy("strict", ReviewPolicy(register_einvoice_vendors=False), "test")
+    store.review.set_review_policy("strict", ReviewPolicy(register_einvoice_vendors=False), "test")
     (held,) = _process(database_url, store, "strict", [(json_invoice("INV-9402"), "b.json")])
     assert status_and_reasons(database_url, held) == ("needs_review", [VENDOR_UNCONFIRMED])
-    assert store.list_vendors("strict") == []
+    assert store.vendors.list_vendors("strict") == []
 
 
 def test_the_orgs_own_identity_is_never_taken_for_the_sellers(database_url: str, store: InvoiceStore) -> None:
@@ -196,12 +197,12 @@ def test_the_orgs_own_identity_is_never_taken_for_the_sellers(database_url: str,
     the org's own (as when the reader takes the buyer's block for the seller's); a vendor once
     registered under it by mistake must not make the invoice post."""
     own = Party("Maison Verte Paysage SAS", "FR12345678901", "12 avenue Foch", "75016", "Paris", "FR")
-    store.add_org_identity("maison", "vat", "FR 12345678901", source="test", added_by="test")
+    store.vendors.add_org_identity("maison", "vat", "FR 12345678901", source="test", added_by="test")
     _import(store, "maison", "name,vat_id\nMislabelled Vendor,FR12345678901\n")
     (held,) = _process(
         database_url, store, "maison", [(render(sample("INV-9501", seller=own), "pdf"), "a.pdf")]
     )
-    fields = store.load_fields(held)
+    fields = store.documents.load_fields(held)
     assert fields is not None and fields.seller_vat_id is None
     assert "org's own" in (fields.sources["seller_vat_id"].reason or "")
     assert status_and_reasons(database_url, held) == ("needs_review", [VENDOR_UNCONFIRMED])
@@ -257,6 +258,6 @@ def test_a_seller_known_by_name_only_is_registered_once(database_url: str, store
         assert status_and_reasons(database_url, invoice_id) == ("needs_review", [VENDOR_UNCONFIRMED])
         assert act(store, "approve", invoice_id, ALICE).done
         assert run_batch(database_url, [invoice_id]).success
-    (vendor,) = store.list_vendors("acme")
+    (vendor,) = store.vendors.list_vendors("acme")
     assert vendor.name == SELLER_DE.name and [i.kind for i in vendor.identifiers] == ["name"]
     assert sql(database_url, "SELECT count(DISTINCT vendor_id), count(*) FROM ledger_postings")[0] == (1, 2)

@@ -65,16 +65,16 @@ STAGES = ["extract_text", "extract_fields", "validate", "detect_duplicates", "ap
 
 
 def test_happy_path_processes_posts_once_and_releases(database_url: str, store: InvoiceStore) -> None:
-    inv = store.store_document(json_invoice(), "acme", "a.json").invoice_id
+    inv = store.documents.store_document(json_invoice(), "acme", "a.json").invoice_id
     result = run_single(database_url, inv)
     assert result.success
-    state = store.invoice_state(inv)
+    state = store.documents.invoice_state(inv)
     assert state is not None and state.status == "processed" and state.attempts == 1
     assert executed_steps(database_url, inv) == STAGES
-    posting = store.load_ledger_posting(inv)
+    posting = store.documents.load_ledger_posting(inv)
     assert posting is not None and str(posting.amount) == "119.00" and posting.currency == "EUR"
-    assert [j.status for j in store.job_history(inv)] == ["succeeded"]
-    assert store.current_holder(inv) is None
+    assert [j.status for j in store.claims.job_history(inv)] == ["succeeded"]
+    assert store.claims.current_holder(inv) is None
     materialized = {
         e.asset_key.to_user_string()  # type: ignore[union-attr]
         for e in result.all_events
@@ -88,55 +88,57 @@ def test_happy_path_processes_posts_once_and_releases(database_url: str, store: 
 
 
 def test_duplicate_is_rejected_and_never_posted(database_url: str, store: InvoiceStore) -> None:
-    first = store.store_document(json_invoice("INV-00123"), "acme", "a.json").invoice_id
-    copy = store.store_document(json_invoice("inv 123", seller="ACME Supplies"), "acme", "b.json").invoice_id
-    other_org = store.store_document(json_invoice("INV-00123"), "globex", "a.json").invoice_id
+    first = store.documents.store_document(json_invoice("INV-00123"), "acme", "a.json").invoice_id
+    copy = store.documents.store_document(
+        json_invoice("inv 123", seller="ACME Supplies"), "acme", "b.json"
+    ).invoice_id
+    other_org = store.documents.store_document(json_invoice("INV-00123"), "globex", "a.json").invoice_id
     for inv in (first, copy, other_org):
         assert run_single(database_url, inv).success
-    decision = store.load_duplicate_decision(copy)
+    decision = store.dedupe.load_duplicate_decision(copy)
     assert decision is not None and decision.is_duplicate and decision.original_id == first
     assert decision.reasons, "a duplicate says why it matched"
-    assert store.load_ledger_posting(copy) is None
-    approval = store.load_approval(copy)
+    assert store.documents.load_ledger_posting(copy) is None
+    approval = store.documents.load_approval(copy)
     assert approval is not None and approval.decision == "rejected"
-    other = store.load_duplicate_decision(other_org)
+    other = store.dedupe.load_duplicate_decision(other_org)
     assert other is not None and other.status == "original", "another org's copy is its own original"
 
 
 def test_suspected_duplicate_is_held_for_review_and_never_posted(
     database_url: str, store: InvoiceStore
 ) -> None:
-    first = store.store_document(json_invoice("INV-00123"), "acme", "a.json").invoice_id
+    first = store.documents.store_document(json_invoice("INV-00123"), "acme", "a.json").invoice_id
     # The same invoice re-keyed by hand: number without its prefix, seller by name only.
-    copy = store.store_document(
+    copy = store.documents.store_document(
         json_invoice("123", seller="ACME Supplies", vat_id=None), "acme", "b.json"
     ).invoice_id
     for inv in (first, copy):
         assert run_single(database_url, inv).success
-    decision = store.load_duplicate_decision(copy)
+    decision = store.dedupe.load_duplicate_decision(copy)
     assert decision is not None and decision.is_suspected and decision.original_id == first
-    state = store.invoice_state(copy)
+    state = store.documents.invoice_state(copy)
     assert state is not None and state.status == "needs_review"
-    reasons = store.review_reasons(copy)
+    reasons = store.documents.review_reasons(copy)
     assert reasons and reasons[0].startswith(f"suspected_duplicate of {first}")
-    assert store.load_approval(copy) is None, "neither approved nor rejected: a person decides"
-    assert store.load_ledger_posting(copy) is None
+    assert store.documents.load_approval(copy) is None, "neither approved nor rejected: a person decides"
+    assert store.documents.load_ledger_posting(copy) is None
     assert executed_steps(database_url, copy) == STAGES[:-1], "post_to_ledger fast-forwarded"
-    summary = store.status_summary()
+    summary = store.reporting.status_summary()
     assert summary.suspected_duplicates == 1 and summary.by_status["needs_review"] == 1
     assert [(a.invoice_id, a.code) for a in summary.attention] == [(copy, "review")]
-    overview = store.invoice_overview(copy)
+    overview = store.reporting.invoice_overview(copy)
     assert overview is not None and overview.review_reasons == reasons
     again = run_single(database_url, copy)
     assert again.success and "already needs_review" in log_messages(again)
-    assert store.load_ledger_posting(copy) is None
+    assert store.documents.load_ledger_posting(copy) is None
 
 
 def test_lock_held_elsewhere_ends_cleanly_without_later_stages(
     database_url: str, store: InvoiceStore
 ) -> None:
-    inv = store.store_document(json_invoice(), "acme", "a.json").invoice_id
-    holder = store.acquire(inv, 1, owner="someone-else")
+    inv = store.documents.store_document(json_invoice(), "acme", "a.json").invoice_id
+    holder = store.claims.acquire(inv, 1, owner="someone-else")
     assert holder is not None
     result = run_single(database_url, inv)
     assert result.success
@@ -150,14 +152,14 @@ def test_lock_held_elsewhere_ends_cleanly_without_later_stages(
 def test_bad_document_is_quarantined_with_a_reason_and_not_retried(
     database_url: str, store: InvoiceStore
 ) -> None:
-    inv = store.store_document(b'{"invoice_number": 12}', "acme", "bad.json").invoice_id
+    inv = store.documents.store_document(b'{"invoice_number": 12}', "acme", "bad.json").invoice_id
     result = run_single(database_url, inv)
     assert not result.success
-    state = store.invoice_state(inv)
+    state = store.documents.invoice_state(inv)
     assert state is not None and state.status == "quarantined"
     assert state.quarantine_code and state.quarantine_reason
-    assert store.load_document(inv) is not None, "the original is kept"
-    (job,) = store.job_history(inv)
+    assert store.documents.load_document(inv) is not None, "the original is kept"
+    (job,) = store.claims.job_history(inv)
     assert job.status == "failed" and job.error is not None and "quarantined" in job.error
     retries = [e for e in result.all_events if e.event_type == DagsterEventType.STEP_UP_FOR_RETRY]
     assert retries == []
@@ -171,14 +173,14 @@ class SweptWhileReading(DocumentReader):
     def read_text(self, content: bytes, filename: str | None, max_bytes: int) -> ExtractedText:
         sweeper = InvoiceStore(self.database_url, max_size=1)
         try:
-            assert sweeper.release_stale_locks(stale_after=timedelta(0)) == 1
+            assert sweeper.maintenance.release_stale_locks(stale_after=timedelta(0)) == 1
         finally:
             sweeper.close()
         return super().read_text(content, filename, max_bytes)
 
 
 def test_lost_lease_stops_the_run_without_retries_or_writes(database_url: str, store: InvoiceStore) -> None:
-    inv = store.store_document(json_invoice(), "acme", "a.json").invoice_id
+    inv = store.documents.store_document(json_invoice(), "acme", "a.json").invoice_id
     result = run_single(
         database_url,
         inv,
@@ -192,8 +194,8 @@ def test_lost_lease_stops_the_run_without_retries_or_writes(database_url: str, s
         failures[0].event_specific_data
     )
     assert [e for e in result.all_events if e.event_type == DagsterEventType.STEP_UP_FOR_RETRY] == []
-    assert store.load_extracted_text(inv) is None, "the zombie's text never landed"
-    state = store.invoice_state(inv)
+    assert store.documents.load_extracted_text(inv) is None, "the zombie's text never landed"
+    state = store.documents.invoice_state(inv)
     assert state is not None and state.status == "failed", "nobody else holds it: a retry is scheduled"
 
 
@@ -214,12 +216,12 @@ class FlakyReader(DocumentReader):
 def test_transient_error_is_retried_with_backoff(database_url: str, store: InvoiceStore) -> None:
     with psycopg.connect(database_url) as conn:
         conn.execute("CREATE SEQUENCE flaky_calls")
-    inv = store.store_document(json_invoice(), "acme", "a.json").invoice_id
+    inv = store.documents.store_document(json_invoice(), "acme", "a.json").invoice_id
     result = run_single(database_url, inv, FlakyReader(failures=2, marker=database_url))
     assert result.success
     retries = [e for e in result.all_events if e.event_type == DagsterEventType.STEP_UP_FOR_RETRY]
     assert len(retries) == 2
-    assert store.invoice_state(inv).status == "processed"  # type: ignore[union-attr]
+    assert store.documents.invoice_state(inv).status == "processed"  # type: ignore[union-attr]
 
 
 def test_failure_hook_releases_at_once_and_schedules_retry_then_dead_letters(
@@ -227,13 +229,13 @@ def test_failure_hook_releases_at_once_and_schedules_retry_then_dead_letters(
 ) -> None:
     with psycopg.connect(database_url) as conn:
         conn.execute("CREATE SEQUENCE flaky_calls")
-    inv = store.store_document(json_invoice(), "acme", "a.json").invoice_id
+    inv = store.documents.store_document(json_invoice(), "acme", "a.json").invoice_id
     broken = FlakyReader(failures=1000, marker=database_url)
     result = run_single(database_url, inv, broken, max_attempts=2)
     assert not result.success
-    (job,) = store.job_history(inv)
+    (job,) = store.claims.job_history(inv)
     assert job.status == "failed" and "simulated connection drop" in (job.error or "")
-    state = store.invoice_state(inv)
+    state = store.documents.invoice_state(inv)
     assert state is not None and state.status == "failed" and state.attempts == 1
     with psycopg.connect(database_url) as conn:
         delay = conn.execute(
@@ -241,13 +243,13 @@ def test_failure_hook_releases_at_once_and_schedules_retry_then_dead_letters(
         ).fetchone()
     assert delay is not None and 50 < float(delay[0]) <= 60, "first retry waits retry_base"
     assert not run_single(database_url, inv, broken, max_attempts=2).success
-    state = store.invoice_state(inv)
+    state = store.documents.invoice_state(inv)
     assert state is not None and state.status == "needs_attention" and state.attempts == 2
     assert "simulated connection drop" in (state.last_error or "")
     dead_letter = run_single(database_url, inv, broken, max_attempts=2)
     assert not dead_letter.success, "a dead letter is not silently skipped"
     assert "requeue_invoices" in log_messages(dead_letter) + _failure_messages(dead_letter)
-    assert len(store.job_history(inv)) == 2, "and is left alone"
+    assert len(store.claims.job_history(inv)) == 2, "and is left alone"
 
 
 def _failure_messages(result: ExecuteInProcessResult) -> str:
@@ -262,30 +264,36 @@ def test_of_two_copies_in_one_chunk_the_first_to_arrive_is_the_original(
     """A chunk is worked in arrival order, not in the random order of its invoices' UUIDs."""
     pairs = []
     for i in range(12):
-        first = store.store_document(json_invoice(f"P-{i}", total=f"{50 + i}.00"), "acme", f"a{i}.json")
+        first = store.documents.store_document(
+            json_invoice(f"P-{i}", total=f"{50 + i}.00"), "acme", f"a{i}.json"
+        )
         # The same invoice again, reformatted: other bytes, an exact copy by its fields.
         again = json_invoice(f"P-{i}", total=f"{50 + i}.00").replace(b"{", b"{ ", 1)
-        pairs.append((first.invoice_id, store.store_document(again, "acme", f"b{i}.json").invoice_id))
+        pairs.append(
+            (first.invoice_id, store.documents.store_document(again, "acme", f"b{i}.json").invoice_id)
+        )
     # Listed copies first: the run's config order must not decide either.
     assert run_batch(database_url, [c for _, c in pairs] + [o for o, _ in pairs]).success
     for original, copy in pairs:
-        assert store.load_duplicate_decision(original).status == "original"  # type: ignore[union-attr]
-        decision = store.load_duplicate_decision(copy)
+        assert store.dedupe.load_duplicate_decision(original).status == "original"  # type: ignore[union-attr]
+        decision = store.dedupe.load_duplicate_decision(copy)
         assert decision is not None and decision.status == "duplicate" and decision.original_id == original
 
 
 def test_batch_one_bad_invoice_never_fails_its_chunk(database_url: str, store: InvoiceStore) -> None:
     good = [
-        store.store_document(json_invoice(f"B-{i}", total=f"{10 + i}.00"), "acme", f"{i}.json").invoice_id
+        store.documents.store_document(
+            json_invoice(f"B-{i}", total=f"{10 + i}.00"), "acme", f"{i}.json"
+        ).invoice_id
         for i in range(4)
     ]
-    bad = store.store_document(b"", "acme", "empty.json").invoice_id
+    bad = store.documents.store_document(b"", "acme", "empty.json").invoice_id
     result = run_batch(database_url, [*good, bad])
     assert result.success, "one bad invoice is its own outcome, not the chunk's failure"
     for inv in good:
-        assert store.invoice_state(inv).status == "processed"  # type: ignore[union-attr]
-        assert store.load_ledger_posting(inv) is not None
-    bad_state = store.invoice_state(bad)
+        assert store.documents.invoice_state(inv).status == "processed"  # type: ignore[union-attr]
+        assert store.documents.load_ledger_posting(inv) is not None
+    bad_state = store.documents.invoice_state(bad)
     assert (
         bad_state is not None
         and bad_state.status == "quarantined"
@@ -327,7 +335,9 @@ def test_waiting_batch_branches_keep_their_leases_under_a_running_sweep(
     the TTL then frees none. No timing decides it: the test waits for the beats themselves.
     """
     ids = [
-        store.store_document(json_invoice(f"W-{i}", total=f"{20 + i}.00"), "acme", f"{i}.json").invoice_id
+        store.documents.store_document(
+            json_invoice(f"W-{i}", total=f"{20 + i}.00"), "acme", f"{i}.json"
+        ).invoice_id
         for i in range(4)
     ]
     EXTRACTING.clear()
@@ -353,7 +363,7 @@ def test_waiting_batch_branches_keep_their_leases_under_a_running_sweep(
                 seen["beaten"] = wait_for(fresh, what="the keeper to beat every lease of the run again")
             sweeping = InvoiceStore(database_url, max_size=1)
             try:
-                seen["swept"] = sweeping.release_stale_locks(stale_after=timedelta(seconds=60))
+                seen["swept"] = sweeping.maintenance.release_stale_locks(stale_after=timedelta(seconds=60))
             finally:
                 sweeping.close()
         finally:
@@ -377,7 +387,7 @@ def test_waiting_batch_branches_keep_their_leases_under_a_running_sweep(
     assert seen.get("beaten") == 4, seen
     assert seen.get("swept") == 0, "no live lease was swept"
     assert result.success
-    assert all(store.invoice_state(i).status == "processed" for i in ids)  # type: ignore[union-attr]
+    assert all(store.documents.invoice_state(i).status == "processed" for i in ids)  # type: ignore[union-attr]
 
 
 def test_fan_out_keeps_each_invoice_with_its_own_attempt() -> None:

@@ -112,18 +112,18 @@ def test_killed_after_text_extraction_resumes_without_extracting_again(
     workers: list[subprocess.Popen[str]],
     tmp_path: Path,
 ) -> None:
-    inv = store.store_document(json_invoice(), "acme", "a.json").invoice_id
+    inv = store.documents.store_document(json_invoice(), "acme", "a.json").invoice_id
     worker = start_worker(workers, database_url, dagster_home, inv, "read_fields", tmp_path / "never")
     wait_for(
         lambda: reached(database_url, inv, "extract_fields"),
         timeout=120,
         what="the worker to be inside extract_fields",
     )
-    assert store.load_extracted_text(inv) is not None, "extract_text finished and checkpointed"
+    assert store.documents.load_extracted_text(inv) is not None, "extract_text finished and checkpointed"
     worker.send_signal(signal.SIGKILL)
     worker.wait(30)
 
-    holder = store.current_holder(inv)
+    holder = store.claims.current_holder(inv)
     assert holder is not None, "the lock survives the worker"
     wait_stale(database_url, inv)
     with instance_at(dagster_home) as instance:
@@ -137,12 +137,14 @@ def test_killed_after_text_extraction_resumes_without_extracting_again(
         assert reconciled is not None and reconciled.status == DagsterRunStatus.FAILURE
 
     assert run_in_process(database_url, inv)
-    assert store.count_step_executions(inv, "extract_text") == 1, "text extraction ran exactly once in total"
+    assert store.documents.count_step_executions(inv, "extract_text") == 1, (
+        "text extraction ran exactly once in total"
+    )
     starts = [s for _, s, e in step_events(database_url, inv) if e == "started"]
     assert starts.count("extract_fields") == 2, "the interrupted step ran again"
     # 'executed' means the result was saved: the killed attempt's never was.
-    assert store.count_step_executions(inv, "extract_fields") == 1
-    state = store.invoice_state(inv)
+    assert store.documents.count_step_executions(inv, "extract_fields") == 1
+    state = store.documents.invoice_state(inv)
     assert state is not None and state.status == "processed" and state.attempts == 2
     with psycopg.connect(database_url) as conn:
         assert conn.execute(
@@ -162,7 +164,7 @@ def test_frozen_zombie_resumes_after_takeover_and_writes_nothing(
     workers: list[subprocess.Popen[str]],
     tmp_path: Path,
 ) -> None:
-    inv = store.store_document(json_invoice(), "acme", "a.json").invoice_id
+    inv = store.documents.store_document(json_invoice(), "acme", "a.json").invoice_id
     gate = tmp_path / "gate"
     zombie = start_worker(workers, database_url, dagster_home, inv, "read_text", gate)
     wait_for(
@@ -170,12 +172,12 @@ def test_frozen_zombie_resumes_after_takeover_and_writes_nothing(
         timeout=120,
         what="the worker to be inside extract_text",
     )
-    zombie_job = store.current_holder(inv)
+    zombie_job = store.claims.current_holder(inv)
     assert zombie_job is not None
     os.kill(zombie.pid, signal.SIGSTOP)  # frozen: no heartbeats, no progress
 
     wait_stale(database_url, inv)
-    assert store.release_stale_locks(inv, stale_after=timedelta(seconds=1)) == 1
+    assert store.maintenance.release_stale_locks(inv, stale_after=timedelta(seconds=1)) == 1
     assert run_in_process(database_url, inv), "another run takes over and finishes"
     before = step_events(database_url, inv)
 
@@ -204,7 +206,7 @@ def _launch_same_invoice(database_url: str, invoice_id: str, barrier, queue) -> 
 
 
 def test_redelivery_storm_through_dagster_does_the_work_once(database_url: str, store: InvoiceStore) -> None:
-    inv = store.store_document(json_invoice(), "acme", "a.json").invoice_id
+    inv = store.documents.store_document(json_invoice(), "acme", "a.json").invoice_id
     ctx = multiprocessing.get_context("spawn")
     n = 6
     barrier, queue = ctx.Barrier(n), ctx.Queue()
@@ -218,7 +220,7 @@ def test_redelivery_storm_through_dagster_does_the_work_once(database_url: str, 
     for p in procs:
         p.join(60)
     assert all(outcomes), "every run ends cleanly: one does the work, the others bounce off the lock"
-    assert store.count_step_executions(inv, "extract_text") == 1
+    assert store.documents.count_step_executions(inv, "extract_text") == 1
     with psycopg.connect(database_url) as conn:
         assert conn.execute("SELECT count(*) FROM ledger_postings").fetchone() == (1,)
         assert conn.execute("SELECT count(*) FROM processing_jobs WHERE status = 'succeeded'").fetchone() == (

@@ -71,13 +71,16 @@ def test_requests_of_a_run_that_ended_without_claiming_are_released_in_the_next_
 ) -> None:
     """`invoice-pipeline process` killed between requesting and claiming (no run keys involved)."""
     instance = DagsterInstance.local_temp(str(tmp_path))
-    ids = [store.store_document(json_invoice(f"N-{i}"), "acme", f"{i}.json").invoice_id for i in range(3)]
+    ids = [
+        store.documents.store_document(json_invoice(f"N-{i}"), "acme", f"{i}.json").invoice_id
+        for i in range(3)
+    ]
     owner = RequestOwner.tagged(instance_scope(instance), "token-1")
-    assert [d.invoice_id for d in store.claim_due_invoices(10, requested_by=owner.text)] == ids
+    assert [d.invoice_id for d in store.claims.claim_due_invoices(10, requested_by=owner.text)] == ids
     run_id = batch_run(instance, ids, {REQUEST_TAG: "token-1"}, DagsterRunStatus.STARTED)
 
     assert "released 0 request(s)" in sweep(database_url, instance), "its run is alive"
-    assert store.claim_due_invoices(10) == [], "still requested"
+    assert store.claims.claim_due_invoices(10) == [], "still requested"
 
     run = instance.get_run_by_id(run_id)
     assert run is not None
@@ -85,19 +88,21 @@ def test_requests_of_a_run_that_ended_without_claiming_are_released_in_the_next_
     message = sweep(database_url, instance)
     assert "released 3 request(s) of ended or dead runs" in message, message
     for invoice_id in ids:
-        state = store.invoice_state(invoice_id)
+        state = store.documents.invoice_state(invoice_id)
         assert state is not None and (state.status, state.attempts) == ("pending", 0), (
             "no attempt counted: no run key was used up"
         )
         assert state.last_error is not None and run_id in state.last_error
-    assert [d.invoice_id for d in store.claim_due_invoices(10)] == ids, "due again at once, not in an hour"
+    assert [d.invoice_id for d in store.claims.claim_due_invoices(10)] == ids, (
+        "due again at once, not in an hour"
+    )
 
 
 def test_a_sensor_request_is_released_as_a_failed_attempt_so_the_retry_gets_a_new_run_key(
     database_url: str, store: InvoiceStore, tmp_path: Path
 ) -> None:
     instance = DagsterInstance.local_temp(str(tmp_path))
-    inv = store.store_document(json_invoice(), "acme", "a.json").invoice_id
+    inv = store.documents.store_document(json_invoice(), "acme", "a.json").invoice_id
     resources = pipeline_resources(database_url)
     context = build_sensor_context(instance=instance, resources={"invoice_db": resources["invoice_db"]})
     (request,) = new_invoices_sensor.evaluate_tick(context).run_requests
@@ -113,7 +118,7 @@ def test_a_sensor_request_is_released_as_a_failed_attempt_so_the_retry_gets_a_ne
         status=DagsterRunStatus.FAILURE,
     )
     assert "released 1 request(s)" in sweep(database_url, instance)
-    state = store.invoice_state(inv)
+    state = store.documents.invoice_state(inv)
     assert state is not None and (state.status, state.attempts) == ("failed", 1)
     (retry,) = new_invoices_sensor.evaluate_tick(context).run_requests
     assert retry.run_key == f"invoice:{inv}:attempt:2" != request.run_key
@@ -124,8 +129,8 @@ def test_a_request_whose_run_never_appeared_is_released_once_older_than_the_lock
 ) -> None:
     """Killed after claiming, before execute_job created the run: there is no run to ask."""
     instance = DagsterInstance.local_temp(str(tmp_path))
-    inv = store.store_document(json_invoice(), "acme", "a.json").invoice_id
-    store.claim_due_invoices(
+    inv = store.documents.store_document(json_invoice(), "acme", "a.json").invoice_id
+    store.claims.claim_due_invoices(
         10, requested_by=RequestOwner.tagged(instance_scope(instance), "never-launched").text
     )
     assert "released 0 request(s)" in sweep(database_url, instance, lock_ttl_seconds=60), (
@@ -137,7 +142,7 @@ def test_a_request_whose_run_never_appeared_is_released_once_older_than_the_lock
         )
     message = sweep(database_url, instance, lock_ttl_seconds=60)
     assert "released 1 request(s)" in message, message
-    assert [d.invoice_id for d in store.claim_due_invoices(10)] == [inv]
+    assert [d.invoice_id for d in store.claims.claim_due_invoices(10)] == [inv]
 
 
 def test_another_instances_requests_are_left_to_that_instance(
@@ -148,8 +153,8 @@ def test_another_instances_requests_are_left_to_that_instance(
     (tmp_path / "b").mkdir()
     mine = DagsterInstance.local_temp(str(tmp_path / "a"))
     theirs = DagsterInstance.local_temp(str(tmp_path / "b"))
-    inv = store.store_document(json_invoice(), "acme", "a.json").invoice_id
-    store.claim_due_invoices(
+    inv = store.documents.store_document(json_invoice(), "acme", "a.json").invoice_id
+    store.claims.claim_due_invoices(
         10, requested_by=RequestOwner.tagged(instance_scope(theirs), "queued-over-there").text
     )
     with psycopg.connect(database_url) as conn:
@@ -170,8 +175,13 @@ def test_a_run_found_dead_has_its_requests_released_in_the_same_sweep(
     between creating its run and starting it, the run says NOT_STARTED or STARTING for ever
     (`kill -9` of `invoice-pipeline process`, or of a launched run worker): the same."""
     instance = DagsterInstance.local_temp(str(tmp_path))
-    ids = [store.store_document(json_invoice(f"D-{i}"), "acme", f"{i}.json").invoice_id for i in range(2)]
-    store.claim_due_invoices(10, requested_by=RequestOwner.tagged(instance_scope(instance), "dies").text)
+    ids = [
+        store.documents.store_document(json_invoice(f"D-{i}"), "acme", f"{i}.json").invoice_id
+        for i in range(2)
+    ]
+    store.claims.claim_due_invoices(
+        10, requested_by=RequestOwner.tagged(instance_scope(instance), "dies").text
+    )
     run_id = batch_run(instance, ids, {REQUEST_TAG: "dies"}, status)
 
     def reconciled_and_released() -> str | None:
@@ -184,14 +194,14 @@ def test_a_run_found_dead_has_its_requests_released_in_the_same_sweep(
     assert "released 2 request(s) of ended or dead runs" in message, message
     run = instance.get_run_by_id(run_id)
     assert run is not None and run.status == DagsterRunStatus.FAILURE
-    assert sorted(d.invoice_id for d in store.claim_due_invoices(10)) == sorted(ids)
+    assert sorted(d.invoice_id for d in store.claims.claim_due_invoices(10)) == sorted(ids)
 
 
 def test_claiming_clears_the_owner(database_url: str, store: InvoiceStore, tmp_path: Path) -> None:
     instance = DagsterInstance.local_temp(str(tmp_path))
-    inv = store.store_document(json_invoice(), "acme", "a.json").invoice_id
-    store.claim_due_invoices(10, requested_by=RequestOwner.tagged(instance_scope(instance), "t").text)
+    inv = store.documents.store_document(json_invoice(), "acme", "a.json").invoice_id
+    store.claims.claim_due_invoices(10, requested_by=RequestOwner.tagged(instance_scope(instance), "t").text)
     assert requested_by(database_url, inv) is not None
-    assert store.acquire(inv, 1, owner="dagster-run:x") is not None
+    assert store.claims.acquire(inv, 1, owner="dagster-run:x") is not None
     assert requested_by(database_url, inv) is None, "a claimed request is no longer waiting for anyone"
-    assert store.open_request_owners() == []
+    assert store.maintenance.open_request_owners() == []

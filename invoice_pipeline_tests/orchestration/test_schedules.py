@@ -48,12 +48,12 @@ def test_sweeps_reconciles_the_dead_run_and_makes_its_invoice_due_at_once(
 ) -> None:
     instance = DagsterInstance.local_temp(str(tmp_path))
     run_id = started_run(instance)
-    inv = store.store_document(json_invoice(), "acme", "a.json").invoice_id
-    lease = store.acquire(inv, 1, owner=run_owner(run_id))
+    inv = store.documents.store_document(json_invoice(), "acme", "a.json").invoice_id
+    lease = store.claims.acquire(inv, 1, owner=run_owner(run_id))
     assert lease is not None
     live_run_id = started_run(instance)
-    live_inv = store.store_document(json_invoice("LIVE"), "acme", "b.json").invoice_id
-    assert store.acquire(live_inv, 1, owner=run_owner(live_run_id)) is not None
+    live_inv = store.documents.store_document(json_invoice("LIVE"), "acme", "b.json").invoice_id
+    assert store.claims.acquire(live_inv, 1, owner=run_owner(live_run_id)) is not None
 
     # A 60 s TTL, and the dead holder's silence simulated by back-dating its heartbeat (as
     # test_kill_process does): with a 1 s TTL both fresh leases had to be swept-checked within
@@ -66,7 +66,7 @@ def test_sweeps_reconciles_the_dead_run_and_makes_its_invoice_due_at_once(
             (lease.job_id,),
         )
     wait_stale(database_url, lease.job_id, 60)
-    store.heartbeat(store.current_holder(live_inv).job_id)  # type: ignore[union-attr]
+    store.claims.heartbeat(store.claims.current_holder(live_inv).job_id)  # type: ignore[union-attr]
     message = evaluate(database_url, instance, lock_ttl_seconds=60, retry_base_seconds=60)
     assert message.startswith("swept 1 stale lock(s); marked 1 dead run(s) failed; scheduled 1 retry")
 
@@ -77,7 +77,7 @@ def test_sweeps_reconciles_the_dead_run_and_makes_its_invoice_due_at_once(
     still = instance.get_run_by_id(live_run_id)
     assert still is not None and still.status == DagsterRunStatus.STARTED, "a heartbeating run is left alone"
 
-    state = store.invoice_state(inv)
+    state = store.documents.invoice_state(inv)
     assert (
         state is not None
         and state.status == "failed"
@@ -85,22 +85,22 @@ def test_sweeps_reconciles_the_dead_run_and_makes_its_invoice_due_at_once(
         and state.last_error.startswith("swept:")
     )
     # A dead holder left no error to back off from (retry_base is 60 s here): due at once.
-    assert [d.invoice_id for d in store.claim_due_invoices(10)] == [inv]
+    assert [d.invoice_id for d in store.claims.claim_due_invoices(10)] == [inv]
 
 
 def test_backoff_doubles_per_attempt_and_dead_letters_after_max(
     database_url: str, store: InvoiceStore, tmp_path: Path
 ) -> None:
     instance = DagsterInstance.local_temp(str(tmp_path))
-    inv = store.store_document(json_invoice(), "acme", "a.json").invoice_id
+    inv = store.documents.store_document(json_invoice(), "acme", "a.json").invoice_id
     delays = []
     for attempt in (1, 2, 3):
-        lease = store.acquire(inv, attempt)
+        lease = store.claims.acquire(inv, attempt)
         assert lease is not None
         # What a failed op does on its last try when a step fails with an error.
-        store.fail(lease.job_id, "boom", max_attempts=3, retry_base=timedelta(seconds=10))
+        store.claims.fail(lease.job_id, "boom", max_attempts=3, retry_base=timedelta(seconds=10))
         message = evaluate(database_url, instance, lock_ttl_seconds=1, retry_base_seconds=10, max_attempts=3)
-        state = store.invoice_state(inv)
+        state = store.documents.invoice_state(inv)
         assert state is not None
         if attempt < 3:
             assert state.status == "failed", message
@@ -114,7 +114,7 @@ def test_backoff_doubles_per_attempt_and_dead_letters_after_max(
         else:
             assert state.status == "needs_attention", message
     assert delays == [10, 20]
-    assert store.claim_due_invoices(10) == [], "a dead-lettered invoice is not requested again"
+    assert store.claims.claim_due_invoices(10) == [], "a dead-lettered invoice is not requested again"
 
 
 def test_request_no_run_claimed_expires_into_a_retry_under_a_new_run_key(
@@ -122,16 +122,16 @@ def test_request_no_run_claimed_expires_into_a_retry_under_a_new_run_key(
 ) -> None:
     """A run that died before claiming leaves its run key used; the retry must not reuse it."""
     instance = DagsterInstance.local_temp(str(tmp_path))
-    lost = store.store_document(json_invoice("LOST"), "acme", "lost.json").invoice_id
-    queued = store.store_document(json_invoice("QUEUED"), "acme", "queued.json").invoice_id
-    requested = {d.invoice_id for d in store.claim_due_invoices(10)}
+    lost = store.documents.store_document(json_invoice("LOST"), "acme", "lost.json").invoice_id
+    queued = store.documents.store_document(json_invoice("QUEUED"), "acme", "queued.json").invoice_id
+    requested = {d.invoice_id for d in store.claims.claim_due_invoices(10)}
     assert requested == {lost, queued}
     instance.create_run_for_job(
         job_def=process_invoice,
         run_config={"ops": {"start": {"config": {"invoice_id": str(queued)}}}},
         status=DagsterRunStatus.STARTING,  # launched, not yet claiming
     )
-    assert store.claim_due_invoices(10) == [], "a request is made once"
+    assert store.claims.claim_due_invoices(10) == [], "a request is made once"
     wait_for(
         lambda: (
             db_seconds_since(database_url, "SELECT requested_at FROM invoices WHERE id = %s", (lost,)) > 1.1
@@ -140,14 +140,14 @@ def test_request_no_run_claimed_expires_into_a_retry_under_a_new_run_key(
     )
     message = evaluate(database_url, instance, request_timeout_seconds=1, retry_base_seconds=0)
     assert message.endswith("1 unclaimed request(s) expired"), message
-    state = store.invoice_state(lost)
+    state = store.documents.invoice_state(lost)
     assert state is not None and state.status == "failed" and state.attempts == 1
     assert state.last_error is not None and "never claimed the invoice" in state.last_error
-    still = store.invoice_state(queued)
+    still = store.documents.invoice_state(queued)
     assert still is not None and still.status == "pending" and still.attempts == 0, (
         "its run is still starting"
     )
-    (retry,) = store.claim_due_invoices(10)
+    (retry,) = store.claims.claim_due_invoices(10)
     assert (retry.invoice_id, retry.attempt) == (lost, 2), "the retry's run key is invoice:<id>:attempt:2"
 
 

@@ -33,7 +33,7 @@ def held_pdf(database_url: str, store: InvoiceStore, number: str = "NW-2026-501"
     case = dataclasses.replace(
         page_cases(7, 1)[0], show_currency=False, seller_vat_id="US123456789", invoice_number=number
     )
-    invoice_id = store.store_document(page_pdf(case), "acme", f"{number}.pdf").invoice_id
+    invoice_id = store.documents.store_document(page_pdf(case), "acme", f"{number}.pdf").invoice_id
     result = run_batch(database_url, [invoice_id])
     assert result.success, failure_messages(result)
     return invoice_id
@@ -102,7 +102,9 @@ def test_an_invalid_correction_is_refused_and_nothing_changes(database_url: str,
 def test_a_corrected_number_that_makes_it_a_copy_is_held_as_a_suspected_duplicate(
     database_url: str, store: InvoiceStore
 ) -> None:
-    paid = store.store_document(render_invoice(sample("NW-2026-777"), "ubl"), "acme", "paid.xml").invoice_id
+    paid = store.documents.store_document(
+        render_invoice(sample("NW-2026-777"), "ubl"), "acme", "paid.xml"
+    ).invoice_id
     assert run_batch(database_url, [paid]).success
     assert postings(database_url, paid) == 1
     held = held_pdf(database_url, store, "NW-2026-778")
@@ -130,7 +132,7 @@ def test_a_corrected_number_that_makes_it_a_copy_is_held_as_a_suspected_duplicat
 
 def test_a_stale_version_is_refused_as_decided_meanwhile(database_url: str, store: InvoiceStore) -> None:
     invoice_id = held_pdf(database_url, store, "NW-2026-503")
-    seen = store.review_version(invoice_id)
+    seen = store.review_pages.review_version(invoice_id)
     assert correct_invoice(store, invoice_id, ["currency=EUR"], ALICE, expect_version=seen).done
     late = act(store, "reject", invoice_id, ALICE, "wrong", expect_version=seen)
     assert not late.done and "meanwhile" in late.message

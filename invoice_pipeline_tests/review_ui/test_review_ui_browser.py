@@ -152,7 +152,7 @@ def test_the_header_leads_to_the_vendor_layouts_and_a_layout_to_its_invoice(
 ) -> None:
     first, *_ = house_vendor()
     invoice = teach(review_server.store, "acme", first)
-    [row] = review_server.store.list_layouts("acme")
+    [row] = review_server.store.layouts.list_layouts("acme")
     page = new_page(browser)
     page.goto(review_server.base_url + "/")
     page.get_by_role("link", name="Vendor layouts").click()
@@ -171,7 +171,7 @@ def test_export_a_layout_from_the_page_and_import_it_into_another_org_through_th
     store = review_server.store
     first, *_ = house_vendor()
     teach(store, "acme", first)
-    [acme] = store.list_layouts("acme")
+    [acme] = store.layouts.list_layouts("acme")
     page = new_page(browser)
     page.goto(review_server.base_url + "/layouts")
     with page.expect_download() as started:
@@ -187,7 +187,7 @@ def test_export_a_layout_from_the_page_and_import_it_into_another_org_through_th
     form.locator("textarea[name=layouts_json]").fill(text)
     form.get_by_role("button", name="Import layouts").click()
     page.locator(".flash.done").wait_for()
-    [globex] = store.list_layouts("globex")
+    [globex] = store.layouts.list_layouts("globex")
     assert (
         f"1 layout(s) imported into org globex: layouts {globex.id}"
         in page.locator(".flash.done").inner_text()
@@ -201,4 +201,4 @@ def test_export_a_layout_from_the_page_and_import_it_into_another_org_through_th
     form.get_by_role("button", name="Import layouts").click()
     page.locator("#import-error").wait_for()
     assert "nothing imported: the export is not JSON" in page.locator("#import-error").inner_text()
-    assert [row.id for row in store.list_layouts("globex", include_disabled=True)] == [globex.id]
+    assert [row.id for row in store.layouts.list_layouts("globex", include_disabled=True)] == [globex.id]

@@ -136,12 +136,12 @@ def test_an_action_while_another_holds_the_lock_writes_nothing(review_server: Re
     reviewer = Client(review_server.base_url)
     _, page = reviewer.get(f"/invoice/{inv}")
     form = {"csrf": hidden(page, "csrf"), "version": hidden(page, "version"), "action": "approve", "note": ""}
-    other = review_server.store.take_review_lock(inv, "review-ui:other@elsewhere")
+    other = review_server.store.review.take_review_lock(inv, "review-ui:other@elsewhere")
     assert other is not None
     try:
         status, body = reviewer.post(f"/invoice/{inv}/action", form)
     finally:
-        review_server.store.finish(other.job_id, "succeeded", "the other reviewer looked and left")
+        review_server.store.claims.finish(other.job_id, "succeeded", "the other reviewer looked and left")
     assert status == 200
     assert "busy: held by" in body and "review-ui:other@elsewhere" in body, body[:2000]
     assert sql(

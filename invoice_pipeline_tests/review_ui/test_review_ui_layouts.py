@@ -48,7 +48,7 @@ class TwoOrgs:
 def two_orgs(store: InvoiceStore) -> TwoOrgs:
     first, *_ = house_vendor()
     invoice = teach(store, "acme", first)
-    [acme] = store.list_layouts("acme")
+    [acme] = store.layouts.list_layouts("acme")
     [globex] = import_layouts(store, export_layouts(store, "acme"), "globex", "os-user:bob")
     assert acme.learnt_from == invoice and globex.learnt_from is None
     return TwoOrgs(acme, globex, invoice)
@@ -150,7 +150,7 @@ def test_disable_needs_the_csrf_token_and_the_layouts_org_then_all_shows_it(
     status, _ = alice.post(f"/layouts/{made.globex.id}/disable", {"reason": "not mine", "csrf": token})
     assert status == 404
     for row in (made.acme, made.globex):
-        now = store.layout_row(row.id)
+        now = store.layouts.layout_row(row.id)
         assert now is not None and now.enabled and now.disabled_reason is None, row.id
 
     # With her token, on her org's layout: disabled, recorded with her name and the reason.
@@ -159,12 +159,12 @@ def test_disable_needs_the_csrf_token_and_the_layouts_org_then_all_shows_it(
     )
     assert status == 200 and f"layout {made.acme.id} disabled" in page
     assert '<b id="layout-state">disabled</b>' in page and "Disable this layout" not in page
-    now = store.layout_row(made.acme.id)
+    now = store.layouts.layout_row(made.acme.id)
     assert now is not None and not now.enabled
     assert now.disabled_reason == "disabled by review-ui:alice: vendor changed its template"
-    assert store.enabled_layouts(["acme"]) == {"acme": []}
+    assert store.layouts.enabled_layouts(["acme"]) == {"acme": []}
     # The same function as `review layouts disable`: globex's copy is untouched.
-    globex = store.layout_row(made.globex.id)
+    globex = store.layouts.layout_row(made.globex.id)
     assert globex is not None and globex.enabled
 
     # The list shows enabled layouts by default; ?all=1 shows the disabled one and why.
@@ -177,7 +177,7 @@ def test_disable_needs_the_csrf_token_and_the_layouts_org_then_all_shows_it(
     # Disabling again says so and changes nothing.
     status, page = alice.post(f"/layouts/{made.acme.id}/disable", {"reason": "again", "csrf": token})
     assert status == 200 and "is not enabled" in page
-    again = store.layout_row(made.acme.id)
+    again = store.layouts.layout_row(made.acme.id)
     assert again is not None and again.disabled_reason == now.disabled_reason
 
 
@@ -252,7 +252,7 @@ def without_time(export: dict[str, Any]) -> dict[str, Any]:
 
 
 def all_layouts(store: InvoiceStore) -> list[int]:
-    return [row.id for row in store.list_layouts(None, include_disabled=True)]
+    return [row.id for row in store.layouts.list_layouts(None, include_disabled=True)]
 
 
 def test_export_downloads_the_command_lines_json_of_the_reviewers_org_only(org_server: ReviewServer) -> None:
@@ -293,7 +293,7 @@ def test_export_downloads_the_command_lines_json_of_the_reviewers_org_only(org_s
     assert "Log in" in body and "vat:" not in body and "content-disposition" not in headers
 
     # A disabled layout is exported only with all=1, as with --all.
-    assert store.disable_layout(made.acme.id, "test: disabled", "acme")
+    assert store.layouts.disable_layout(made.acme.id, "test: disabled", "acme")
     _, _, body = fetch(alice, "/layouts/export?org=acme")
     assert json.loads(body)["layouts"] == []
     _, _, body = fetch(alice, "/layouts/export?org=acme&all=1")
@@ -332,7 +332,7 @@ def test_import_a_pasted_export_into_the_reviewers_org_recorded_with_their_name(
     text = json.dumps(export_layouts(store, "globex"), indent=2)
     status, page = alice.post("/layouts/import", import_form(page, "acme", text))
     assert status == 200
-    [new] = [row for row in store.list_layouts("acme", include_disabled=True) if row.id not in before]
+    [new] = [row for row in store.layouts.list_layouts("acme", include_disabled=True) if row.id not in before]
     assert f"1 layout(s) imported into org acme: layouts {new.id}" in page
     assert new.id in rows_of(page) and made.acme.id in rows_of(page)
     assert new.taught_by == "import by review-ui:alice (from org globex)" and new.learnt_from is None
@@ -340,7 +340,7 @@ def test_import_a_pasted_export_into_the_reviewers_org_recorded_with_their_name(
     assert new.vendor_layout().rules == made.globex.vendor_layout().rules
     assert sorted(all_layouts(store)) == sorted([*before, new.id])
     # Globex is untouched.
-    assert [row.id for row in store.list_layouts("globex", include_disabled=True)] == [made.globex.id]
+    assert [row.id for row in store.layouts.list_layouts("globex", include_disabled=True)] == [made.globex.id]
 
 
 def test_import_needs_the_csrf_token_and_one_of_the_reviewers_orgs(org_server: ReviewServer) -> None:

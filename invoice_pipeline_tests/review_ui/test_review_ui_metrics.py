@@ -8,7 +8,7 @@ from pipeline_support.factories import json_invoice
 
 
 def test_metrics_answer_without_login_while_the_pages_need_one(accounts_server: ReviewServer) -> None:
-    accounts_server.store.store_document(json_invoice("RM-1"), "acme", "rm-1.json")
+    accounts_server.store.documents.store_document(json_invoice("RM-1"), "acme", "rm-1.json")
     client = Client(accounts_server.base_url)
     status, body = client.get("/metrics")
     assert status == 200

@@ -61,7 +61,7 @@ def test_reviewers_in_separate_processes_never_make_two_outcomes(
                 'UPDATE invoices SET fields = fields || \'{"payable_total": "50.00"}\' WHERE id = %s',
                 (inv,),
             )
-            version = store.review_version(inv)
+            version = store.review_pages.review_version(inv)
             for q in queues:
                 q.put((str(inv), version))
             got = [results.get(timeout=TIMEOUT) for _ in kinds]

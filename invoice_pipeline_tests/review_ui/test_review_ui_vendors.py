@@ -11,7 +11,7 @@ from invoice_pipeline_tests.review_ui.test_review_ui_layouts import logged_in, o
 
 def _import(server: ReviewServer, org: str, csv_text: str) -> None:
     rows: list[VendorImportRow] = read_vendor_csv(csv_text)
-    assert not server.store.import_vendors(org, rows, "test").refused
+    assert not server.store.vendors.import_vendors(org, rows, "test").refused
 
 
 def test_vendors_page_shows_own_orgs_only_and_profile_edits_need_token_and_org(
@@ -47,13 +47,13 @@ def test_vendors_page_shows_own_orgs_only_and_profile_edits_need_token_and_org(
         "/vendors/profile", {"org": "acme", "kind": "iban", "value": "DE89370400440532013001", "csrf": token}
     )
     assert status == 400 and "not a valid IBAN" in body
-    assert not store.org_profiles(["acme"])["acme"].identifiers
-    assert not store.org_profiles(["globex"])["globex"].identifiers
+    assert not store.vendors.org_profiles(["acme"])["acme"].identifiers
+    assert not store.vendors.org_profiles(["globex"])["globex"].identifiers
 
     # Her token, her org: added and shown.
     status, page = alice.post(
         "/vendors/profile", {"org": "acme", "kind": "vat", "value": "FR 403 032 650 45", "csrf": token}
     )
     assert status == 200 and "added to its profile" in page and "FR 403 032 650 45" in page
-    assert store.org_profiles(["acme"])["acme"].has("vat", "FR40303265045")
-    assert not store.org_profiles(["globex"])["globex"].identifiers
+    assert store.vendors.org_profiles(["acme"])["acme"].has("vat", "FR40303265045")
+    assert not store.vendors.org_profiles(["globex"])["globex"].identifiers

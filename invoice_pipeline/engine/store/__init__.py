@@ -1,76 +1,111 @@
 """InvoiceStore: the one component that owns the connection pool and every database call.
 
-One class, composed of parts by concern. Each part reads its own file in sql/queries/:
+A store is one shared `Database` and parts composed over it, the way procrastinate composes a
+manager over a connector. Callers reach a part by its name (`store.claims.acquire(...)`,
+`store.review.review_approve(...)`); each part reads its own file in sql/queries/ and calls
+another part only through its public methods:
 
-    base.py         the pool, transactions, the fence, contention retries, chunk writes   fence.sql
-    claims.py       locks and leases: acquire, heartbeat, complete, fail; claiming due work claims.sql
-    documents.py    documents and the stages' results: text, fields, verdicts, postings   documents.sql
-    dedupe.py       duplicate decisions under the blocking keys' advisory locks           dedupe.sql
-    review.py       a person's actions and the review policies                            review.sql
-    review_pages.py the review page's reads and the correction of fields                   review_ui.sql
-    maintenance.py  the sweep: stale locks, orphans, abandoned and lost requests          maintenance.sql
-    reporting.py    read-only: status, overviews, report frames, invariant checks         reporting.sql
-    metrics.py      the Prometheus scrape: maintained counters, small live sets           metrics.sql
-    layouts.py      vendor layouts learnt from decisions, per organisation                layouts.sql
-    vendors.py      the org's own identity and its vendor registry                         vendors.sql
-    step_outputs.py what a run's steps pass each other across hosts (celery)                step_outputs.sql
+    database.py     Database: the pool, the heartbeat connection, transactions, the fence,
+                    contention retries, fenced chunk writes                              fence.sql
+    claims.py       store.claims: locks and leases (acquire, heartbeat, complete, fail),
+                    claiming due work                                                    claims.sql
+    documents.py    store.documents: documents and the stages' results (text, fields,
+                    verdicts, postings; a posting registers its vendor via vendors)   documents.sql
+    dedupe.py       store.dedupe: duplicate decisions under the blocking keys' advisory
+                    locks                                                                dedupe.sql
+    review.py       store.review: a person's actions and the review policies (the lock
+                    released via claims, a released copy decided again via dedupe)       review.sql
+    review_pages.py store.review_pages: the review page's reads and the correction of
+                    fields (a review action, via review, dedupe and claims)           review_ui.sql
+    maintenance.py  store.maintenance: the sweep (stale locks, orphans, abandoned and
+                    lost requests; retries scheduled via claims)                    maintenance.sql
+    reporting.py    store.reporting: read-only status, overviews, report frames,
+                    invariant checks                                                  reporting.sql
+    metrics.py      store.metrics: the Prometheus scrape (maintained counters, small
+                    live sets)                                                          metrics.sql
+    layouts.py      store.layouts: vendor layouts learnt from decisions, per org        layouts.sql
+    vendors.py      store.vendors: the org's own identity and its vendor registry       vendors.sql
+    step_outputs.py store.step_outputs: what a run's steps pass each other across
+                    hosts (celery)                                                 step_outputs.sql
 """
 
-from invoice_pipeline.engine.store.base import (
-    StoreBase,
+from collections import Counter
+from typing import Unpack
+
+from invoice_pipeline.engine.store.claims import Claims, RequestedBy, default_owner
+from invoice_pipeline.engine.store.database import (
+    Database,
+    DatabaseOptions,
     as_uuid,
     dumps,
     is_contention,
     is_systemic,
     json_default,
 )
-from invoice_pipeline.engine.store.claims import ClaimsStore, RequestedBy, default_owner
-from invoice_pipeline.engine.store.dedupe import DedupeStore, MatchFunction
-from invoice_pipeline.engine.store.documents import DocumentsStore
-from invoice_pipeline.engine.store.layouts import LayoutRow, LayoutsStore
-from invoice_pipeline.engine.store.maintenance import MaintenanceStore
-from invoice_pipeline.engine.store.metrics import MetricsStore
-from invoice_pipeline.engine.store.reporting import ReportingStore
-from invoice_pipeline.engine.store.review import ReviewStore
-from invoice_pipeline.engine.store.review_pages import ReviewPageStore
-from invoice_pipeline.engine.store.step_outputs import StepOutputsStore
-from invoice_pipeline.engine.store.vendors import VendorImportResult, VendorImportRow, VendorsStore
+from invoice_pipeline.engine.store.dedupe import Dedupe, MatchFunction
+from invoice_pipeline.engine.store.documents import Documents
+from invoice_pipeline.engine.store.layouts import LayoutRow, Layouts
+from invoice_pipeline.engine.store.maintenance import Maintenance
+from invoice_pipeline.engine.store.metrics import Metrics
+from invoice_pipeline.engine.store.reporting import Reporting
+from invoice_pipeline.engine.store.review import Review
+from invoice_pipeline.engine.store.review_pages import ReviewPages
+from invoice_pipeline.engine.store.step_outputs import StepOutputs
+from invoice_pipeline.engine.store.vendors import VendorImportResult, VendorImportRow, Vendors
 
 
-class InvoiceStore(
-    ReviewPageStore,
-    ReviewStore,
-    MaintenanceStore,
-    ClaimsStore,
-    DocumentsStore,
-    DedupeStore,
-    ReportingStore,
-    MetricsStore,
-    LayoutsStore,
-    StepOutputsStore,
-):
-    """Durable locks, leases, fencing, dedupe, review and reports on PostgreSQL (see the parts)."""
+class InvoiceStore:
+    """Durable locks, leases, fencing, dedupe, review and reports on PostgreSQL: one Database,
+    and the parts built over it (see the module's docstring)."""
+
+    def __init__(self, database_url: str, **options: Unpack[DatabaseOptions]) -> None:
+        self.database = Database(database_url, **options)
+        db = self.database
+        self.claims = Claims(db)
+        self.dedupe = Dedupe(db)
+        self.vendors = Vendors(db)
+        self.documents = Documents(db, self.vendors)
+        self.review = Review(db, self.claims, self.dedupe)
+        self.review_pages = ReviewPages(db, self.claims, self.dedupe, self.review)
+        self.maintenance = Maintenance(db, self.claims)
+        self.reporting = Reporting(db)
+        self.metrics = Metrics(db)
+        self.layouts = Layouts(db)
+        self.step_outputs = StepOutputs(db)
+
+    @property
+    def database_url(self) -> str:
+        return self.database.database_url
+
+    @property
+    def contention(self) -> Counter[str]:
+        """What contention cost: each lost attempt by error class, and "gave_up" after the retries."""
+        return self.database.contention
+
+    def close(self) -> None:
+        self.database.close()
 
 
 __all__ = [
-    "ClaimsStore",
-    "DedupeStore",
-    "DocumentsStore",
+    "Claims",
+    "Database",
+    "DatabaseOptions",
+    "Dedupe",
+    "Documents",
     "InvoiceStore",
     "LayoutRow",
-    "LayoutsStore",
-    "MaintenanceStore",
+    "Layouts",
+    "Maintenance",
     "MatchFunction",
-    "MetricsStore",
-    "ReportingStore",
+    "Metrics",
+    "Reporting",
+    "RequestedBy",
+    "Review",
+    "ReviewPages",
+    "StepOutputs",
     "VendorImportResult",
     "VendorImportRow",
-    "VendorsStore",
-    "RequestedBy",
-    "ReviewPageStore",
-    "ReviewStore",
-    "StepOutputsStore",
-    "StoreBase",
+    "Vendors",
     "as_uuid",
     "default_owner",
     "dumps",

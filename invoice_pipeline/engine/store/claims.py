@@ -27,7 +27,7 @@ from invoice_pipeline.engine.records import (
     Quarantine,
     Rescheduled,
 )
-from invoice_pipeline.engine.store.base import StoreBase, as_uuid
+from invoice_pipeline.engine.store.database import Database, as_uuid
 
 log = logging.getLogger(__name__)
 CLAIMS = QueryFile("claims")
@@ -44,7 +44,12 @@ def default_owner() -> str:
 RequestedBy = str | Callable[[list[DueInvoice]], Mapping[UUID, str]] | None
 
 
-class ClaimsStore(StoreBase):
+class Claims:
+    """Locks and leases over the store's database (queries: claims.sql)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
     def acquire(self, invoice_id: UUID | str, attempt: int, owner: str | None = None) -> Lease | None:
         """Take the invoice's lock, or None when another job is running it or the invoice is
         already finished (processed, quarantined, needs_attention). Never raises on contention."""
@@ -55,7 +60,7 @@ class ClaimsStore(StoreBase):
         params = {"invoice_id": invoice_id, "attempt": attempt, "owner": owner}
 
         def take() -> Lease | None:
-            with self.pool.connection() as conn:
+            with self.db.pool.connection() as conn:
                 with conn.transaction():
                     # acquire_processing_lock locks the invoice row, then inserts the job
                     # (the lock order, sql/0009); the update below finds the row locked already.
@@ -70,7 +75,7 @@ class ClaimsStore(StoreBase):
                     return Lease(job_id, invoice_id, attempt, owner)
             return None
 
-        return self._retrying_or_none(take, f"acquiring invoice {invoice_id}")
+        return self.db.retrying_or_none(take, f"acquiring invoice {invoice_id}")
 
     def acquire_many(self, refs: Sequence[tuple[UUID, int | None]], owner: str) -> list[AcquiredLock]:
         """Take the locks of a chunk in one statement (acquire_processing_locks, sql/0005).
@@ -90,10 +95,10 @@ class ClaimsStore(StoreBase):
         }
 
         def take() -> list[AcquiredLock]:
-            with self.pool.connection() as conn:
-                return self._all(conn, AcquiredLock, CLAIMS["acquire_locks"], params)
+            with self.db.pool.connection() as conn:
+                return self.db.fetch_all(conn, AcquiredLock, CLAIMS["acquire_locks"], params)
 
-        if (locks := self._retrying_or_none(take, f"claiming {len(refs)} invoice(s)")) is not None:
+        if (locks := self.db.retrying_or_none(take, f"claiming {len(refs)} invoice(s)")) is not None:
             return locks
         # Still contended after the retries: one invoice's problem, not the chunk's. Each is
         # tried alone; one that still loses is left out, as if it had bounced.
@@ -107,30 +112,21 @@ class ClaimsStore(StoreBase):
         return Lease(as_uuid(job_id, "job_id"), as_uuid(invoice_id), attempt, owner)
 
     def current_holder(self, invoice_id: UUID | str) -> LockHolder | None:
-        with self.pool.connection() as conn:
-            return self._one(conn, LockHolder, CLAIMS["current_holder"], {"invoice_id": as_uuid(invoice_id)})
+        with self.db.pool.connection() as conn:
+            return self.db.fetch_one(
+                conn, LockHolder, CLAIMS["current_holder"], {"invoice_id": as_uuid(invoice_id)}
+            )
 
     def heartbeat(self, job_id: UUID | str) -> bool:
-        return bool(self._scalar(CLAIMS["heartbeat_lock"], {"job_id": as_uuid(job_id, "job_id")}))
+        return bool(self.db.scalar(CLAIMS["heartbeat_lock"], {"job_id": as_uuid(job_id, "job_id")}))
 
     def heartbeat_many(self, job_ids: list[UUID]) -> set[UUID]:
         """Heartbeat several jobs in one statement; returns those still running.
 
-        On the store's own heartbeat connection, never the pool's, and without waiting for any
-        row lock (heartbeat_locks): heartbeats never queue behind work.
+        On the database's own heartbeat connection, never the pool's, and without waiting for
+        any row lock (heartbeat_locks): heartbeats never queue behind work.
         """
-        with self._heartbeat_lock:
-            try:
-                if self._heartbeat_conn is None or self._heartbeat_conn.closed:
-                    self._heartbeat_conn = psycopg.connect(self.database_url, **self._heartbeat_kwargs)
-                rows = self._heartbeat_conn.execute(
-                    CLAIMS["heartbeat_locks"], {"job_ids": job_ids}
-                ).fetchall()
-            except psycopg.Error:
-                if self._heartbeat_conn is not None:
-                    self._heartbeat_conn.close()
-                    self._heartbeat_conn = None
-                raise
+        rows = self.db.heartbeat_rows(CLAIMS["heartbeat_locks"], {"job_ids": job_ids})
         return {row[0] for row in rows}
 
     def finish(self, job_id: UUID | str, status: str, error: str | None = None) -> bool:
@@ -138,53 +134,55 @@ class ClaimsStore(StoreBase):
         if status not in FINISH_STATUSES:
             raise ValueError(f"status must be one of {FINISH_STATUSES}, got {status!r}")
         return bool(
-            self._scalar(
+            self.db.scalar(
                 CLAIMS["finish_lock"], {"job_id": as_uuid(job_id, "job_id"), "status": status, "error": error}
             )
         )
 
     @staticmethod
-    def _finish_in(conn: psycopg.Connection[Any], job_id: UUID, status: str, error: str | None) -> None:
+    def finish_in(conn: psycopg.Connection[Any], job_id: UUID, status: str, error: str | None) -> None:
         """Finish a job inside the caller's transaction (a review action releases its lock with its write)."""
         conn.execute(CLAIMS["finish_lock"], {"job_id": job_id, "status": status, "error": error})
 
     def job_history(self, invoice_id: UUID | str) -> list[JobRecord]:
-        with self.pool.connection() as conn:
-            return self._all(conn, JobRecord, CLAIMS["job_history"], {"invoice_id": as_uuid(invoice_id)})
+        with self.db.pool.connection() as conn:
+            return self.db.fetch_all(
+                conn, JobRecord, CLAIMS["job_history"], {"invoice_id": as_uuid(invoice_id)}
+            )
 
     def jobs_of_owner(self, owner: str) -> list[JobRecord]:
-        with self.pool.connection() as conn:
-            return self._all(conn, JobRecord, CLAIMS["jobs_of_owner"], {"owner": owner})
+        with self.db.pool.connection() as conn:
+            return self.db.fetch_all(conn, JobRecord, CLAIMS["jobs_of_owner"], {"owner": owner})
 
     def complete_many(self, leases: Sequence[Lease]) -> ChunkWrite[None]:
         """Release each lock as succeeded and mark its invoice processed (or needs_review), atomically."""
-        processed = self._run(CLAIMS["mark_processed"])
-        finish = self._run(CLAIMS["finish_lock"])
+        processed = self.db.writer(CLAIMS["mark_processed"])
+        finish = self.db.writer(CLAIMS["finish_lock"])
 
         def write(conn: psycopg.Connection[Any], lease: Lease, _: None) -> None:
             processed(conn, lease, {})
             finish(conn, lease, {"status": "succeeded", "error": None})
 
-        return self._write_chunk([(lease, None) for lease in leases], write)
+        return self.db.write_chunk([(lease, None) for lease in leases], write)
 
     def complete(self, lease: Lease) -> None:
-        self._only(self.complete_many([lease]), lease)
+        self.db.only(self.complete_many([lease]), lease)
 
     def quarantine_many(
         self, items: Sequence[tuple[Lease, Quarantine]], *, step: str | None = None
     ) -> ChunkWrite[None]:
         """Bad documents: keep them, say why, never retry them."""
-        mark = self._run(CLAIMS["mark_quarantined"])
-        finish = self._run(CLAIMS["finish_lock"])
+        mark = self.db.writer(CLAIMS["mark_quarantined"])
+        finish = self.db.writer(CLAIMS["finish_lock"])
 
         def write(conn: psycopg.Connection[Any], lease: Lease, q: Quarantine) -> None:
             mark(conn, lease, {"code": q.code, "reason": q.reason})
             finish(conn, lease, {"status": "failed", "error": f"quarantined: {q.code}: {q.reason}"})
 
-        return self._write_chunk(items, write, step=step)
+        return self.db.write_chunk(items, write, step=step)
 
     def quarantine(self, lease: Lease, code: str, reason: str) -> None:
-        self._only(self.quarantine_many([(lease, Quarantine(code, reason))]), lease)
+        self.db.only(self.quarantine_many([(lease, Quarantine(code, reason))]), lease)
 
     def fail(
         self, job_id: UUID | str, error: str, *, max_attempts: int, retry_base: timedelta
@@ -201,17 +199,17 @@ class ClaimsStore(StoreBase):
         params = {"job_id": job_id, "status": "failed", "error": error}
 
         def release() -> Rescheduled | None:
-            with self._transaction() as conn:
+            with self.db.transaction() as conn:
                 row = conn.execute(CLAIMS["lock_invoice_of_job"], params).fetchone()
                 if row is None:
                     return None
                 conn.execute(CLAIMS["finish_lock"], params)
-                rescheduled = self._reschedule(conn, [row[0]], max_attempts, retry_base, error)
+                rescheduled = self.reschedule(conn, [row[0]], max_attempts, retry_base, error)
             return rescheduled[0] if rescheduled else None
 
-        return self._retrying_or_none(release, f"releasing job {job_id}")
+        return self.db.retrying_or_none(release, f"releasing job {job_id}")
 
-    def _reschedule(
+    def reschedule(
         self,
         conn: psycopg.Connection[Any],
         locked_invoice_ids: list[UUID],
@@ -220,7 +218,7 @@ class ClaimsStore(StoreBase):
         error: str | None,
     ) -> list[Rescheduled]:
         """reschedule_failed for invoices whose rows this transaction has locked already."""
-        return self._all(
+        return self.db.fetch_all(
             conn,
             Rescheduled,
             CLAIMS["reschedule_failed"],
@@ -244,16 +242,16 @@ class ClaimsStore(StoreBase):
         if limit < 1:
             raise ValueError(f"limit must be positive, got {limit}")
         owner = requested_by if isinstance(requested_by, str) else None
-        return self._retrying(
+        return self.db.retrying(
             lambda: self._claim_due(limit, request_timeout, requested_by, owner), "the due query"
         )
 
     def _claim_due(
         self, limit: int, request_timeout: timedelta | None, requested_by: RequestedBy, owner: str | None
     ) -> list[DueInvoice]:
-        with self._transaction() as conn:
+        with self.db.transaction() as conn:
             due = sorted(
-                self._all(
+                self.db.fetch_all(
                     conn,
                     DueInvoice,
                     CLAIMS["claim_due_invoices"],

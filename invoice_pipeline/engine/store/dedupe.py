@@ -26,7 +26,7 @@ from invoice_pipeline.engine.records import (
     Lease,
     MatchOutcome,
 )
-from invoice_pipeline.engine.store.base import StoreBase, as_uuid
+from invoice_pipeline.engine.store.database import Database, as_uuid
 
 DEDUPE = QueryFile("dedupe")
 
@@ -125,7 +125,12 @@ class OriginalsPool:
 MARKS = ("mark_original", "mark_duplicate", "mark_suspected")
 
 
-class DedupeStore(StoreBase):
+class Dedupe:
+    """Duplicate decisions over the store's database (queries: dedupe.sql)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
     def decide_duplicates(
         self, items: Sequence[tuple[Lease, MatchCandidate]], match: MatchFunction, *, step: str | None = None
     ) -> ChunkWrite[DuplicateDecision]:
@@ -153,7 +158,7 @@ class DedupeStore(StoreBase):
         decisions: dict[UUID, DuplicateDecision] = {}
 
         def take_locks(conn: psycopg.Connection[Any], leases: list[Lease]) -> None:
-            self._take_dedupe_locks(conn, [by_invoice[lease.invoice_id] for lease in leases])
+            self.take_locks(conn, [by_invoice[lease.invoice_id] for lease in leases])
 
         # The chunk write's `prepare`: after the fence, with the live leases, and before the
         # step's breadcrumb, which is harmless here: no mark finishes a job.
@@ -168,7 +173,7 @@ class DedupeStore(StoreBase):
         ) -> DuplicateDecision:
             return decisions[lease.invoice_id]
 
-        return self._write_chunk(items, decided, decide, step=step, before_fence=take_locks)
+        return self.db.write_chunk(items, decided, decide, step=step, before_fence=take_locks)
 
     def _decide_chunk(
         self,
@@ -185,16 +190,26 @@ class DedupeStore(StoreBase):
         """
         rows = {
             r.invoice_id: r
-            for r in self._all(
+            for r in self.db.fetch_all(
                 conn,
                 ChunkInvoiceRow,
                 DEDUPE["chunk_invoices_to_decide"],
                 {"invoice_ids": [lease.invoice_id for lease, _ in items]},
             )
         }
-        candidates = [candidate for _, candidate in items]
-        pool = OriginalsPool(
-            self._all(
+        pool = self._originals_in_reach(conn, [candidate for _, candidate in items])
+        marks = self._marks(items, rows, pool, match)
+        marked: dict[UUID, DuplicateDecision | None] = {}
+        for name in MARKS:
+            marked |= self._mark_all(conn, name, marks[name])
+        return self._decisions(conn, items, rows, marked)
+
+    def _originals_in_reach(
+        self, conn: psycopg.Connection[Any], candidates: Sequence[MatchCandidate]
+    ) -> OriginalsPool:
+        """One read of every original any of the candidates' searches could return."""
+        return OriginalsPool(
+            self.db.fetch_all(
                 conn,
                 PooledOriginal,
                 DEDUPE["chunk_duplicate_candidates"],
@@ -205,6 +220,16 @@ class DedupeStore(StoreBase):
                 },
             )
         )
+
+    @staticmethod
+    def _marks(
+        items: Sequence[tuple[Lease, MatchCandidate]],
+        rows: dict[UUID, ChunkInvoiceRow],
+        pool: OriginalsPool,
+        match: MatchFunction,
+    ) -> dict[str, list[dict[str, Any]]]:
+        """The matcher's outcome for each undecided invoice, in the chunk's order, as the
+        parameters of its mark; a new original joins the pool for the invoices after it."""
         marks: dict[str, list[dict[str, Any]]] = {name: [] for name in MARKS}
         for lease, candidate in items:
             row = rows[lease.invoice_id]
@@ -236,9 +261,17 @@ class DedupeStore(StoreBase):
                 marks["mark_duplicate" if outcome.exact else "mark_suspected"].append(
                     params | outcome.params()
                 )
-        marked: dict[UUID, DuplicateDecision | None] = {}
-        for name in MARKS:
-            marked |= self._mark_all(conn, name, marks[name])
+        return marks
+
+    def _decisions(
+        self,
+        conn: psycopg.Connection[Any],
+        items: Sequence[tuple[Lease, MatchCandidate]],
+        rows: dict[UUID, ChunkInvoiceRow],
+        marked: dict[UUID, DuplicateDecision | None],
+    ) -> dict[UUID, DuplicateDecision]:
+        """Each invoice's decision as deciding it alone at its turn would report it: the one its
+        mark returned, or the one a previous attempt stored."""
         decisions: dict[UUID, DuplicateDecision] = {}
         # The groups this chunk's duplicates put their originals in, as far as the chunk has
         # got: an original decided by a previous attempt reports its row as deciding it alone at
@@ -248,7 +281,7 @@ class DedupeStore(StoreBase):
             if lease.invoice_id in marked:
                 # None: decided meanwhile after all (the fence and the locks should rule it
                 # out); the decision in its row stands.
-                found = marked[lease.invoice_id] or self._one(
+                found = marked[lease.invoice_id] or self.db.fetch_one(
                     conn,
                     DuplicateDecision,
                     DEDUPE["load_duplicate_decision"],
@@ -283,27 +316,35 @@ class DedupeStore(StoreBase):
         return {params["invoice_id"]: decision for params, decision in zip(params_seq, returned, strict=True)}
 
     @staticmethod
-    def _take_dedupe_locks(conn: psycopg.Connection[Any], candidates: Sequence[MatchCandidate]) -> None:
+    def take_locks(conn: psycopg.Connection[Any], candidates: Sequence[MatchCandidate]) -> None:
         """Every advisory lock the candidates' decisions need, in one sorted call: two callers
         never wait on each other in a cycle."""
         ids = sorted({i for c in candidates for i in decision_lock_ids(c.block, c.number)})
         conn.execute(DEDUPE["take_dedupe_locks"], {"lock_ids": ids})
 
-    def _take_dedupe_locks_of(self, conn: psycopg.Connection[Any], invoice_id: UUID) -> None:
-        """The advisory locks of the invoice's decision, from its fields as they are now; none
+    @staticmethod
+    def decision_keys_of(conn: psycopg.Connection[Any], invoice_id: UUID) -> tuple[str, InvoiceFields] | None:
+        """The org and the fields the invoice's decision keys come from, as they are now; None
         before its fields are read."""
         row = conn.execute(DEDUPE["decision_keys_of"], {"invoice_id": invoice_id}).fetchone()
-        if row is not None:
-            self._take_dedupe_locks(
-                conn, [MatchCandidate.from_fields(str(invoice_id), row[0], InvoiceFields.from_json(row[1]))]
-            )
+        if row is None or row[1] is None:
+            return None
+        return str(row[0]), InvoiceFields.from_json(row[1])
 
-    def _locked_candidates(
+    def take_locks_of(self, conn: psycopg.Connection[Any], invoice_id: UUID) -> None:
+        """The advisory locks of the invoice's decision, from its fields as they are now; none
+        before its fields are read."""
+        keys = self.decision_keys_of(conn, invoice_id)
+        if keys is not None:
+            org_id, fields = keys
+            self.take_locks(conn, [MatchCandidate.from_fields(str(invoice_id), org_id, fields)])
+
+    def locked_candidates(
         self, conn: psycopg.Connection[Any], candidate: MatchCandidate
     ) -> list[DuplicateCandidateRow]:
         """Takes the candidate's advisory locks, then reads every original of its org in its
         blocking key's neighbourhood (sql/0003): the read a duplicate decision is made on."""
-        return self._all(
+        return self.db.fetch_all(
             conn,
             DuplicateCandidateRow,
             DEDUPE["locked_duplicate_candidates"],
@@ -319,11 +360,11 @@ class DedupeStore(StoreBase):
     def decide_duplicate(
         self, lease: Lease, candidate: MatchCandidate, match: MatchFunction
     ) -> DuplicateDecision:
-        return self._only(self.decide_duplicates([(lease, candidate)], match), lease)
+        return self.db.only(self.decide_duplicates([(lease, candidate)], match), lease)
 
     def load_duplicate_decisions(self, invoice_ids: Sequence[UUID]) -> dict[UUID, DuplicateDecision]:
-        with self.pool.connection() as conn:
-            found = self._all(
+        with self.db.pool.connection() as conn:
+            found = self.db.fetch_all(
                 conn,
                 DuplicateDecision,
                 DEDUPE["load_duplicate_decisions"],

@@ -1,7 +1,7 @@
 """Documents and what the stages make of them: the original bytes, breadcrumbs, extracted text,
 fields, approval verdicts and ledger postings.
 
-Each write is a chunk's fenced write (StoreBase._write_chunk); the single-invoice methods are
+Each write is a chunk's fenced write (Database.write_chunk); the single-invoice methods are
 chunks of one that raise instead of reporting. Queries: sql/queries/documents.sql.
 """
 
@@ -34,13 +34,19 @@ from invoice_pipeline.engine.records import (
     VendorRegistration,
     Verdict,
 )
-from invoice_pipeline.engine.store.base import as_uuid
-from invoice_pipeline.engine.store.vendors import VendorsStore
+from invoice_pipeline.engine.store.database import Database, as_uuid
+from invoice_pipeline.engine.store.vendors import Vendors
 
 DOCUMENTS = QueryFile("documents")
 
 
-class DocumentsStore(VendorsStore):
+class Documents:
+    """Documents and the stages' results (queries: documents.sql); a posting registers its vendor through `vendors`."""
+
+    def __init__(self, db: Database, vendors: Vendors) -> None:
+        self.db = db
+        self.vendors = vendors
+
     def store_document(self, content: bytes, org_id: str, filename: str | None = None) -> IngestResult:
         """Keep the original bytes and create its invoice; the same bytes again are the same invoice."""
         if not org_id or not org_id.strip():
@@ -53,7 +59,7 @@ class DocumentsStore(VendorsStore):
             "org_id": org_id,
             "filename": filename,
         }
-        with self._transaction() as conn:
+        with self.db.transaction() as conn:
             conn.execute(DOCUMENTS["insert_document"], params)
             row = conn.execute(DOCUMENTS["insert_invoice_for_document"], params).fetchone()
             if row is not None:
@@ -66,15 +72,15 @@ class DocumentsStore(VendorsStore):
         return self.load_documents([as_uuid(invoice_id)]).get(as_uuid(invoice_id))
 
     def load_documents(self, invoice_ids: Sequence[UUID]) -> dict[UUID, StoredDocument]:
-        with self.pool.connection() as conn:
-            found = self._all(
+        with self.db.pool.connection() as conn:
+            found = self.db.fetch_all(
                 conn, StoredDocument, DOCUMENTS["load_documents"], {"invoice_ids": list(invoice_ids)}
             )
         return {d.invoice_id: d for d in found}
 
     def invoice_state(self, invoice_id: UUID | str) -> InvoiceState | None:
-        with self.pool.connection() as conn:
-            return self._one(
+        with self.db.pool.connection() as conn:
+            return self.db.fetch_one(
                 conn, InvoiceState, DOCUMENTS["invoice_state"], {"invoice_id": as_uuid(invoice_id)}
             )
 
@@ -97,40 +103,44 @@ class DocumentsStore(VendorsStore):
                 },
             )
 
-        return self._write_chunk(items, write, crumbs)
+        return self.db.write_chunk(items, write, crumbs)
 
     def record_executed(self, step: str, leases: Sequence[Lease]) -> ChunkWrite[None]:
         """'executed' for a stage whose result is nothing to store (validation passed)."""
-        return self._write_chunk([(lease, None) for lease in leases], lambda conn, lease, _: None, step=step)
+        return self.db.write_chunk(
+            [(lease, None) for lease in leases], lambda conn, lease, _: None, step=step
+        )
 
     def record_step(self, lease: Lease, step: str, *, skipped: bool) -> None:
         """Breadcrumb: the step started (and moves processing_stage), or was fast-forwarded."""
-        self._only(self.record_steps(step, [lease], set() if skipped else {lease.invoice_id}), lease)
+        self.db.only(self.record_steps(step, [lease], set() if skipped else {lease.invoice_id}), lease)
 
     def count_step_executions(self, invoice_id: UUID | str, step: str) -> int:
         return int(
-            self._scalar(
+            self.db.scalar(
                 DOCUMENTS["count_step_executions"], {"invoice_id": as_uuid(invoice_id), "step": step}
             )
         )
 
     def done_ids(self, step: str, invoice_ids: Sequence[UUID]) -> set[UUID]:
         """Which of the invoices `step` has already done (its `done_<step>` query)."""
-        with self.pool.connection() as conn:
+        with self.db.pool.connection() as conn:
             rows = conn.execute(DOCUMENTS[f"done_{step}"], {"invoice_ids": list(invoice_ids)}).fetchall()
         return {row[0] for row in rows}
 
     def save_extracted_texts(
         self, items: Sequence[tuple[Lease, ExtractedText]], *, step: str | None = None
     ) -> ChunkWrite[None]:
-        save = self._run(DOCUMENTS["save_extracted_text"])
-        return self._write_chunk(items, lambda conn, lease, text: save(conn, lease, asdict(text)), step=step)
+        save = self.db.writer(DOCUMENTS["save_extracted_text"])
+        return self.db.write_chunk(
+            items, lambda conn, lease, text: save(conn, lease, asdict(text)), step=step
+        )
 
     def save_extracted_text(self, lease: Lease, extracted: ExtractedText) -> None:
-        self._only(self.save_extracted_texts([(lease, extracted)]), lease)
+        self.db.only(self.save_extracted_texts([(lease, extracted)]), lease)
 
     def load_extracted_texts(self, invoice_ids: Sequence[UUID]) -> dict[UUID, ExtractedText]:
-        with self.pool.connection() as conn:
+        with self.db.pool.connection() as conn:
             with conn.cursor(row_factory=dict_row) as cur:
                 rows = cur.execute(
                     DOCUMENTS["load_extracted_texts"], {"invoice_ids": list(invoice_ids)}
@@ -143,7 +153,7 @@ class DocumentsStore(VendorsStore):
     def save_fields_of(
         self, items: Sequence[tuple[Lease, InvoiceFields]], *, step: str | None = None
     ) -> ChunkWrite[None]:
-        save = self._run(DOCUMENTS["save_fields"])
+        save = self.db.writer(DOCUMENTS["save_fields"])
 
         def write(conn: psycopg.Connection[Any], lease: Lease, fields: InvoiceFields) -> None:
             save(
@@ -161,13 +171,13 @@ class DocumentsStore(VendorsStore):
                 },
             )
 
-        return self._write_chunk(items, write, step=step)
+        return self.db.write_chunk(items, write, step=step)
 
     def save_fields(self, lease: Lease, fields: InvoiceFields) -> None:
-        self._only(self.save_fields_of([(lease, fields)]), lease)
+        self.db.only(self.save_fields_of([(lease, fields)]), lease)
 
     def load_fields_of(self, invoice_ids: Sequence[UUID]) -> dict[UUID, InvoiceFields]:
-        with self.pool.connection() as conn:
+        with self.db.pool.connection() as conn:
             rows = conn.execute(DOCUMENTS["load_fields_of"], {"invoice_ids": list(invoice_ids)}).fetchall()
         return {row[0]: InvoiceFields.from_json(row[1]) for row in rows}
 
@@ -178,8 +188,8 @@ class DocumentsStore(VendorsStore):
         self, items: Sequence[tuple[Lease, Verdict]], *, step: str | None = None
     ) -> ChunkWrite[None]:
         """The approval stage's results: approved, rejected (with the rule), or held for a person."""
-        approve = self._run(DOCUMENTS["save_approval"])
-        hold = self._run(DOCUMENTS["hold_for_review"])
+        approve = self.db.writer(DOCUMENTS["save_approval"])
+        hold = self.db.writer(DOCUMENTS["hold_for_review"])
 
         def write(conn: psycopg.Connection[Any], lease: Lease, verdict: Verdict) -> None:
             if verdict.decision == "held":
@@ -189,10 +199,10 @@ class DocumentsStore(VendorsStore):
             else:
                 approve(conn, lease, {"decision": verdict.decision, "rule": verdict.rule})
 
-        return self._write_chunk(items, write, step=step)
+        return self.db.write_chunk(items, write, step=step)
 
     def record_approval(self, lease: Lease, decision: Literal["approved", "rejected"], rule: str) -> Approval:
-        self._only(self.record_verdicts([(lease, Verdict(decision, rule))]), lease)
+        self.db.only(self.record_verdicts([(lease, Verdict(decision, rule))]), lease)
         approval = self.load_approval(lease.invoice_id)
         assert approval is not None
         return approval
@@ -201,16 +211,16 @@ class DocumentsStore(VendorsStore):
         """Neither approve nor reject: the invoice ends needs_review, and a person decides."""
         if not reasons:
             raise ValueError("a hold needs at least one reason")
-        self._only(
+        self.db.only(
             self.record_verdicts([(lease, Verdict("held", "; ".join(reasons), tuple(reasons)))]), lease
         )
 
     def review_reasons(self, invoice_id: UUID | str) -> list[str] | None:
         """Why the invoice is held for a person; None when it is not held."""
-        return self._scalar(DOCUMENTS["load_review_reasons"], {"invoice_id": as_uuid(invoice_id)})
+        return self.db.scalar(DOCUMENTS["load_review_reasons"], {"invoice_id": as_uuid(invoice_id)})
 
     def load_approvals(self, invoice_ids: Sequence[UUID]) -> dict[UUID, Approval]:
-        with self.pool.connection() as conn:
+        with self.db.pool.connection() as conn:
             with conn.cursor(row_factory=dict_row) as cur:
                 rows = cur.execute(
                     DOCUMENTS["load_approvals_of"], {"invoice_ids": list(invoice_ids)}
@@ -225,7 +235,7 @@ class DocumentsStore(VendorsStore):
     ) -> ChunkWrite[None]:
         """Post once: a second post of an invoice changes nothing (UNIQUE invoice_id). A posting
         that registers its vendor does so in the same fenced transaction (store/vendors.py)."""
-        post = self._run(DOCUMENTS["post_to_ledger"])
+        post = self.db.writer(DOCUMENTS["post_to_ledger"])
         # A new vendor's invoices in one chunk register it once. Per transaction attempt: a
         # retried or isolated write starts over, since a rolled-back vendor id is no vendor.
         registered: dict[tuple[str, VendorRegistration], int] = {}
@@ -235,23 +245,23 @@ class DocumentsStore(VendorsStore):
             if p.registration is not None:
                 key = (p.org_id, p.registration)
                 if key not in registered:
-                    registered[key] = self.vendor_for_posting(
+                    registered[key] = self.vendors.vendor_for_posting(
                         conn, p.org_id, lease.invoice_id, p.registration
                     )
                 vendor_id = registered[key]
             values = {f.name: getattr(p, f.name) for f in dataclass_fields(p) if f.name != "registration"}
             post(conn, lease, values | {"vendor_id": vendor_id})
 
-        return self._write_chunk(items, write, lambda conn, leases: registered.clear(), step=step)
+        return self.db.write_chunk(items, write, lambda conn, leases: registered.clear(), step=step)
 
     def post_to_ledger(self, lease: Lease, org_id: str, amount: Decimal, currency: str) -> LedgerPosting:
-        self._only(self.post_many([(lease, Posting(org_id, amount, currency))]), lease)
+        self.db.only(self.post_many([(lease, Posting(org_id, amount, currency))]), lease)
         posting = self.load_ledger_posting(lease.invoice_id)
         assert posting is not None
         return posting
 
     def load_ledger_posting(self, invoice_id: UUID | str) -> LedgerPosting | None:
-        with self.pool.connection() as conn:
-            return self._one(
+        with self.db.pool.connection() as conn:
+            return self.db.fetch_one(
                 conn, LedgerPosting, DOCUMENTS["load_ledger_posting"], {"invoice_id": as_uuid(invoice_id)}
             )

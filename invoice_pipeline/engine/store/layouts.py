@@ -21,7 +21,7 @@ from psycopg.types.json import Jsonb
 
 from invoice_pipeline.db.sqlfiles import QueryFile
 from invoice_pipeline.documents.reading.layouts import VendorLayout
-from invoice_pipeline.engine.store.base import StoreBase
+from invoice_pipeline.engine.store.database import Database
 
 LAYOUTS = QueryFile("layouts")
 
@@ -74,33 +74,38 @@ class LayoutEvent:
     detail: str
 
 
-class LayoutsStore(StoreBase):
+class Layouts:
+    """Vendor layouts, per organisation (queries: layouts.sql)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
     def enabled_layouts(self, org_ids: Sequence[str]) -> dict[str, list[VendorLayout]]:
         """Each org's enabled layouts: one query for a chunk's orgs."""
         out: dict[str, list[VendorLayout]] = {org: [] for org in org_ids}
         if not org_ids:
             return out
-        with self.pool.connection() as conn:
-            rows = self._all(conn, LayoutRow, LAYOUTS["enabled_layouts"], {"org_ids": list(org_ids)})
+        with self.db.pool.connection() as conn:
+            rows = self.db.fetch_all(conn, LayoutRow, LAYOUTS["enabled_layouts"], {"org_ids": list(org_ids)})
         for row in rows:
             out.setdefault(row.org_id, []).append(row.vendor_layout())
         return out
 
     def layouts_of_vendor(self, org_id: str, vendor_key: str) -> list[LayoutRow]:
-        with self.pool.connection() as conn:
-            return self._all(
+        with self.db.pool.connection() as conn:
+            return self.db.fetch_all(
                 conn, LayoutRow, LAYOUTS["layouts_of_vendor"], {"org_id": org_id, "vendor_key": vendor_key}
             )
 
     def list_layouts(self, org_id: str | None = None, *, include_disabled: bool = False) -> list[LayoutRow]:
-        with self.pool.connection() as conn:
-            return self._all(
+        with self.db.pool.connection() as conn:
+            return self.db.fetch_all(
                 conn, LayoutRow, LAYOUTS["list_layouts"], {"org_id": org_id, "all": include_disabled}
             )
 
     def layout_row(self, layout_id: int) -> LayoutRow | None:
-        with self.pool.connection() as conn:
-            return self._one(conn, LayoutRow, LAYOUTS["layout_by_id"], {"id": layout_id})
+        with self.db.pool.connection() as conn:
+            return self.db.fetch_one(conn, LayoutRow, LAYOUTS["layout_by_id"], {"id": layout_id})
 
     def save_layout(
         self,
@@ -115,10 +120,10 @@ class LayoutsStore(StoreBase):
         is disabled as superseded by it, in the same transaction."""
 
         def save() -> LayoutRow:
-            with self._transaction() as conn:
+            with self.db.transaction() as conn:
                 return self._insert_layout(conn, layout, taught_by, learnt_from, supersedes, why)
 
-        return self._retrying(save, "saving a vendor layout")
+        return self.db.retrying(save, "saving a vendor layout")
 
     def import_layouts(self, layouts: Sequence[VendorLayout], *, taught_by: str) -> list[LayoutRow]:
         """Each layout a new version of its vendor's layout, all in one transaction: an import
@@ -127,11 +132,11 @@ class LayoutsStore(StoreBase):
         ordered = sorted(layouts, key=lambda layout: (layout.org_id, layout.vendor_key))
 
         def save() -> list[LayoutRow]:
-            with self._transaction() as conn:
+            with self.db.transaction() as conn:
                 return [self._insert_layout(conn, layout, taught_by, None, None, "") for layout in ordered]
 
         try:
-            return self._retrying(save, "importing vendor layouts")
+            return self.db.retrying(save, "importing vendor layouts")
         except (psycopg.errors.DataError, psycopg.errors.IntegrityError) as exc:
             # A value the database will not store (a NUL in a name, a key its CHECK refuses):
             # the person importing gets the reason, as for any other refused document.
@@ -169,7 +174,7 @@ class LayoutsStore(StoreBase):
                     "why": why or "a decision contradicted it",
                 },
             )
-        stored = self._one(conn, LayoutRow, LAYOUTS["layout_by_id"], {"id": row[0]})
+        stored = self.db.fetch_one(conn, LayoutRow, LAYOUTS["layout_by_id"], {"id": row[0]})
         assert stored is not None
         return stored
 
@@ -180,7 +185,7 @@ class LayoutsStore(StoreBase):
         that is recorded with the invoice and the person. True when it was activated."""
 
         def confirm() -> bool:
-            with self._transaction() as conn:
+            with self.db.transaction() as conn:
                 row = conn.execute(LAYOUTS["confirm_layout"], {"id": layout_id, "org_id": org_id}).fetchone()
                 if row is None or row[0] != "shadow":
                     return False
@@ -197,7 +202,7 @@ class LayoutsStore(StoreBase):
                 )
                 return True
 
-        return self._retrying(confirm, "confirming a vendor layout")
+        return self.db.retrying(confirm, "confirming a vendor layout")
 
     def undo_taught_by(self, org_id: str, invoice_id: UUID, actor: str, why: str) -> list[str]:
         """A rejected invoice teaches nothing: the enabled versions learnt from it are disabled,
@@ -206,7 +211,7 @@ class LayoutsStore(StoreBase):
 
         def undo() -> list[str]:
             done: list[str] = []
-            with self._transaction() as conn:
+            with self.db.transaction() as conn:
                 rows = conn.execute(
                     LAYOUTS["layouts_learnt_from"], {"org_id": org_id, "invoice_id": invoice_id}
                 ).fetchall()
@@ -242,15 +247,15 @@ class LayoutsStore(StoreBase):
                         done.append(f"layout {event_layout} {event}")
             return done
 
-        return self._retrying(undo, "undoing what a rejected invoice taught")
+        return self.db.retrying(undo, "undoing what a rejected invoice taught")
 
     def layout_events(self, org_id: str) -> list[LayoutEvent]:
-        with self.pool.connection() as conn:
-            return self._all(conn, LayoutEvent, LAYOUTS["layout_events"], {"org_id": org_id})
+        with self.db.pool.connection() as conn:
+            return self.db.fetch_all(conn, LayoutEvent, LAYOUTS["layout_events"], {"org_id": org_id})
 
     def disable_layout(self, layout_id: int, reason: str, org_id: str | None = None) -> bool:
         """Disable one layout (it is kept, and shown, but no longer read with)."""
-        with self.pool.connection() as conn:
+        with self.db.pool.connection() as conn:
             row = conn.execute(
                 LAYOUTS["disable_layout"], {"id": layout_id, "reason": reason, "org_id": org_id}
             ).fetchone()

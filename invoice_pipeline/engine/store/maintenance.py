@@ -16,13 +16,19 @@ from invoice_pipeline.engine.records import (
     OpenRequests,
     Rescheduled,
 )
-from invoice_pipeline.engine.store.base import as_uuid
-from invoice_pipeline.engine.store.claims import ClaimsStore
+from invoice_pipeline.engine.store.claims import Claims
+from invoice_pipeline.engine.store.database import Database, as_uuid
 
 MAINTENANCE = QueryFile("maintenance")
 
 
-class MaintenanceStore(ClaimsStore):
+class Maintenance:
+    """The sweep's statements (queries: maintenance.sql); a retry is scheduled through `claims`."""
+
+    def __init__(self, db: Database, claims: Claims) -> None:
+        self.db = db
+        self.claims = claims
+
     def release_stale_locks(
         self, invoice_id: UUID | str | None = None, stale_after: timedelta = timedelta(minutes=15)
     ) -> int:
@@ -33,7 +39,7 @@ class MaintenanceStore(ClaimsStore):
             "stale_after": stale_after,
         }
         return int(
-            self._retrying(lambda: self._scalar(MAINTENANCE["release_stale_locks"], params), "the sweep")
+            self.db.retrying(lambda: self.db.scalar(MAINTENANCE["release_stale_locks"], params), "the sweep")
         )
 
     def release_stale_locks_of(self, invoice_ids: Sequence[UUID], stale_after: timedelta) -> int:
@@ -42,8 +48,8 @@ class MaintenanceStore(ClaimsStore):
             return 0
         params = {"invoice_ids": list(invoice_ids), "stale_after": stale_after}
         return int(
-            self._retrying(
-                lambda: self._scalar(MAINTENANCE["release_stale_locks_of"], params), "the chunk's sweep"
+            self.db.retrying(
+                lambda: self.db.scalar(MAINTENANCE["release_stale_locks_of"], params), "the chunk's sweep"
             )
         )
 
@@ -56,17 +62,17 @@ class MaintenanceStore(ClaimsStore):
         """
 
         def reschedule() -> list[Rescheduled]:
-            with self._transaction() as conn:
+            with self.db.transaction() as conn:
                 locked = [r[0] for r in conn.execute(MAINTENANCE["lock_orphans"]).fetchall()]
                 if not locked:
                     return []
-                return self._reschedule(conn, locked, max_attempts, retry_base, None)
+                return self.claims.reschedule(conn, locked, max_attempts, retry_base, None)
 
-        return self._retrying(reschedule, "rescheduling orphans")
+        return self.db.retrying(reschedule, "rescheduling orphans")
 
     def open_request_owners(self) -> list[OpenRequests]:
-        with self.pool.connection() as conn:
-            return self._all(conn, OpenRequests, MAINTENANCE["open_request_owners"], {})
+        with self.db.pool.connection() as conn:
+            return self.db.fetch_all(conn, OpenRequests, MAINTENANCE["open_request_owners"], {})
 
     def release_requests(
         self,
@@ -89,13 +95,13 @@ class MaintenanceStore(ClaimsStore):
         }
 
         def release() -> list[Rescheduled]:
-            with self._transaction() as conn:
-                return self._all(conn, Rescheduled, MAINTENANCE["release_requests"], params)
+            with self.db.transaction() as conn:
+                return self.db.fetch_all(conn, Rescheduled, MAINTENANCE["release_requests"], params)
 
-        return self._retrying(release, "releasing requests")
+        return self.db.retrying(release, "releasing requests")
 
     def stale_requests(self, request_timeout: timedelta) -> list[UUID]:
-        with self.pool.connection() as conn:
+        with self.db.pool.connection() as conn:
             rows = conn.execute(
                 MAINTENANCE["stale_requests"], {"request_timeout": request_timeout}
             ).fetchall()
@@ -115,7 +121,7 @@ class MaintenanceStore(ClaimsStore):
         }
 
         def expire() -> list[Rescheduled]:
-            with self._transaction() as conn:
-                return self._all(conn, Rescheduled, MAINTENANCE["expire_requests"], params)
+            with self.db.transaction() as conn:
+                return self.db.fetch_all(conn, Rescheduled, MAINTENANCE["expire_requests"], params)
 
-        return self._retrying(expire, "expiring requests")
+        return self.db.retrying(expire, "expiring requests")

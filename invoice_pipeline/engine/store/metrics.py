@@ -14,24 +14,29 @@ from invoice_pipeline.engine.records import (
     MetricTotal,
     QueueGauges,
 )
-from invoice_pipeline.engine.store.base import StoreBase
+from invoice_pipeline.engine.store.database import Database
 
 METRICS = QueryFile("metrics")
 
 
-class MetricsStore(StoreBase):
+class Metrics:
+    """The Prometheus scrape's reads (queries: metrics.sql)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
     def fold_metric_counts(self) -> int:
         """Fold the committed counter deltas; 0 when another scrape is folding them."""
-        with self._transaction() as conn:
+        with self.db.transaction() as conn:
             row = conn.execute(METRICS["fold_metric_counts"]).fetchone()
         return int(row[0]) if row else 0
 
     def metrics_snapshot(self) -> MetricsSnapshot:
         self.fold_metric_counts()
-        with self.pool.connection() as conn:
-            totals = self._all(conn, MetricTotal, METRICS["metric_totals"], {})
-            in_flight = self._all(conn, InFlightCount, METRICS["in_flight_by_stage"], {})
-            held = self._all(conn, HeldCount, METRICS["held_by_reason"], {})
-            queue = self._one(conn, QueueGauges, METRICS["queue_gauges"], {})
+        with self.db.pool.connection() as conn:
+            totals = self.db.fetch_all(conn, MetricTotal, METRICS["metric_totals"], {})
+            in_flight = self.db.fetch_all(conn, InFlightCount, METRICS["in_flight_by_stage"], {})
+            held = self.db.fetch_all(conn, HeldCount, METRICS["held_by_reason"], {})
+            queue = self.db.fetch_one(conn, QueueGauges, METRICS["queue_gauges"], {})
         assert queue is not None  # one row of scalar subqueries, always
         return MetricsSnapshot(totals, in_flight, held, queue)

@@ -2,9 +2,9 @@
 
 Each action takes the invoice's processing lock with the function a pipeline run acquires with,
 then writes fenced, in one transaction: the invoice row locked, the change, its audit row, and
-the lock released (ClaimsStore). A review can never race a running pipeline or another
+the lock released (store.claims). A review can never race a running pipeline or another
 reviewer: whoever holds the lock goes first. Releasing a suspected duplicate decides again under
-the duplicate decision's advisory locks (DedupeStore).
+the duplicate decision's advisory locks (store.dedupe).
 
 Queries: sql/queries/review.sql.
 """
@@ -37,18 +37,26 @@ from invoice_pipeline.engine.review_records import (
     ReviewQueueLine,
     ReviewTarget,
 )
-from invoice_pipeline.engine.store.base import as_uuid
-from invoice_pipeline.engine.store.claims import ClaimsStore
-from invoice_pipeline.engine.store.dedupe import DedupeStore
+from invoice_pipeline.engine.store.claims import Claims
+from invoice_pipeline.engine.store.database import Database, as_uuid
+from invoice_pipeline.engine.store.dedupe import Dedupe
 
 REVIEW = QueryFile("review")
 
 
-class ReviewStore(ClaimsStore, DedupeStore):
+class Review:
+    """A person's actions and the review policies (queries: review.sql): each action releases its
+    lock through `claims`, and a released suspected duplicate is decided again through `dedupe`."""
+
+    def __init__(self, db: Database, claims: Claims, dedupe: Dedupe) -> None:
+        self.db = db
+        self.claims = claims
+        self.dedupe = dedupe
+
     def review_policies(self, org_ids: list[str]) -> dict[str, ReviewPolicy]:
         """Each org's review policy; an org without a row gets the default."""
         wanted = sorted(set(org_ids))
-        with self.pool.connection() as conn:
+        with self.db.pool.connection() as conn:
             rows = conn.execute(REVIEW["review_policies"], {"org_ids": wanted}).fetchall()
         found = {str(r[0]): ReviewPolicy(r[1], r[2], r[3], r[4], r[5]) for r in rows}
         return {org: found.get(org, DEFAULT_POLICY) for org in wanted}
@@ -57,7 +65,7 @@ class ReviewStore(ClaimsStore, DedupeStore):
         if not org_id or not org_id.strip():
             raise ValueError("org_id must be a non-empty string")
         params = {"org_id": org_id, "updated_by": updated_by, **asdict(policy)}
-        with self._transaction() as conn:
+        with self.db.transaction() as conn:
             conn.execute(REVIEW["set_review_policy"], params)
 
     def review_targets(
@@ -79,8 +87,8 @@ class ReviewStore(ClaimsStore, DedupeStore):
             "older_than": older_than,
             "limit": limit,
         }
-        with self.pool.connection() as conn:
-            return self._all(conn, ReviewTarget, REVIEW["review_targets"], params)
+        with self.db.pool.connection() as conn:
+            return self.db.fetch_all(conn, ReviewTarget, REVIEW["review_targets"], params)
 
     def take_review_lock(self, invoice_id: UUID | str, owner: str) -> Lease | None:
         """The invoice's processing lock for a person's action; None when someone holds it.
@@ -91,12 +99,12 @@ class ReviewStore(ClaimsStore, DedupeStore):
         invoice_id = as_uuid(invoice_id)
 
         def take() -> Any:
-            with self._transaction() as conn:
+            with self.db.transaction() as conn:
                 return conn.execute(
                     REVIEW["acquire_review_lock"], {"invoice_id": invoice_id, "owner": owner}
                 ).fetchone()
 
-        row = self._retrying_or_none(take, f"the review lock of invoice {invoice_id}")
+        row = self.db.retrying_or_none(take, f"the review lock of invoice {invoice_id}")
         if row is None or row[0] is None:
             return None
         return Lease(row[0], invoice_id, int(row[1]), owner)
@@ -181,7 +189,7 @@ class ReviewStore(ClaimsStore, DedupeStore):
             # The decision's advisory locks before any row (the lock order, sql/0009), from the
             # fields as they are now; the candidate read below takes them again (held: no wait),
             # from the fields read under the row lock.
-            self._take_dedupe_locks_of(conn, lease.invoice_id)
+            self.dedupe.take_locks_of(conn, lease.invoice_id)
 
         def write(conn: psycopg.Connection[Any], target: LockedTarget) -> tuple[str, str] | str:
             if target.duplicate_status != "suspected" or target.fields is None:
@@ -189,7 +197,7 @@ class ReviewStore(ClaimsStore, DedupeStore):
             candidate = MatchCandidate.from_fields(
                 str(lease.invoice_id), target.org_id, InvoiceFields.from_json(target.fields)
             )
-            rows = self._locked_candidates(conn, candidate)
+            rows = self.dedupe.locked_candidates(conn, candidate)
             others = [
                 (r.id, r.org_id, InvoiceFields.from_json(r.fields))
                 for r in rows
@@ -276,7 +284,7 @@ class ReviewStore(ClaimsStore, DedupeStore):
         The fence locks the invoice row, then the job row (the lock order, sql/0009); a
         transaction that lost to contention is retried whole.
         """
-        return self._retrying(
+        return self.db.retrying(
             lambda: self._review_write_once(lease, action, actor, note, write, before_fence),
             f"review {action} of invoice {lease.invoice_id}",
         )
@@ -290,11 +298,8 @@ class ReviewStore(ClaimsStore, DedupeStore):
         write: Callable[[psycopg.Connection[Any], LockedTarget], tuple[str, str] | str],
         before_fence: Callable[[psycopg.Connection[Any]], None] | None,
     ) -> ActionOutcome:
-        with self._fenced(lease, before_fence) as conn:
-            target = self._one(
-                conn, LockedTarget, REVIEW["review_target_for_update"], {"invoice_id": lease.invoice_id}
-            )
-            assert target is not None, "invoices are never deleted"
+        with self.db.fenced(lease, before_fence) as conn:
+            target = self.locked_target(conn, lease.invoice_id)
             allowed = ACTION_FROM[action]
             result = (
                 write(conn, target)
@@ -302,7 +307,7 @@ class ReviewStore(ClaimsStore, DedupeStore):
                 else f"it is {target.status}; {action} applies to {' or '.join(allowed)} invoices"
             )
             if isinstance(result, str):
-                self._finish_in(conn, lease.job_id, "succeeded", f"review {action} refused: {result}")
+                self.claims.finish_in(conn, lease.job_id, "succeeded", f"review {action} refused: {result}")
                 return ActionOutcome(lease.invoice_id, action, False, target.status, target.status, result)
             to_status, detail = result
             conn.execute(
@@ -319,15 +324,23 @@ class ReviewStore(ClaimsStore, DedupeStore):
                     "detail": detail,
                 },
             )
-            self._finish_in(conn, lease.job_id, "succeeded", None)
+            self.claims.finish_in(conn, lease.job_id, "succeeded", None)
             return ActionOutcome(lease.invoice_id, action, True, target.status, to_status, detail)
 
+    def locked_target(self, conn: psycopg.Connection[Any], invoice_id: UUID) -> LockedTarget:
+        """The invoice as an action sees it, its row locked for the rest of the transaction."""
+        target = self.db.fetch_one(
+            conn, LockedTarget, REVIEW["review_target_for_update"], {"invoice_id": invoice_id}
+        )
+        assert target is not None, "invoices are never deleted"
+        return target
+
     def review_history(self, invoice_id: UUID | str) -> list[ReviewActionRecord]:
-        with self.pool.connection() as conn:
-            return self._all(
+        with self.db.pool.connection() as conn:
+            return self.db.fetch_all(
                 conn, ReviewActionRecord, REVIEW["review_history"], {"invoice_id": as_uuid(invoice_id)}
             )
 
     def review_queue_summary(self) -> list[ReviewQueueLine]:
-        with self.pool.connection() as conn:
-            return self._all(conn, ReviewQueueLine, REVIEW["review_queue_summary"], {})
+        with self.db.pool.connection() as conn:
+            return self.db.fetch_all(conn, ReviewQueueLine, REVIEW["review_queue_summary"], {})

@@ -1,9 +1,9 @@
 """The review page's reads, and a person's correction of fields (engine/corrections.py).
 
-The correction is a review action like the others (ReviewStore): under the invoice's processing
+The correction is a review action like the others (store.review): under the invoice's processing
 lock, fenced, in one transaction with its audit row and the lock's release. It also decides the
 duplicate question again, under the same advisory locks as the pipeline's decision
-(DedupeStore): those of the fields before and after, taken before the fence, in one sorted call.
+(store.dedupe): those of the fields before and after, taken before the fence, in one sorted call.
 
 Queries: sql/queries/review_ui.sql.
 """
@@ -33,9 +33,10 @@ from invoice_pipeline.engine.review_page_records import (
     ReviewInvoice,
 )
 from invoice_pipeline.engine.review_records import ActionOutcome, LockedTarget
-from invoice_pipeline.engine.store.base import as_uuid
-from invoice_pipeline.engine.store.dedupe import DEDUPE
-from invoice_pipeline.engine.store.review import REVIEW, ReviewStore
+from invoice_pipeline.engine.store.claims import Claims
+from invoice_pipeline.engine.store.database import Database, as_uuid
+from invoice_pipeline.engine.store.dedupe import Dedupe
+from invoice_pipeline.engine.store.review import Review
 
 PAGES = QueryFile("review_ui")
 
@@ -43,6 +44,17 @@ PAGES = QueryFile("review_ui")
 # the invoice stays held (domain/review.py's reasons, computed by the engine).
 HeldFor = Callable[[InvoiceFields, MatchOutcome | None], list[str]]
 Matcher = Callable[[MatchCandidate, list[tuple[UUID, str, InvoiceFields]]], MatchOutcome | None]
+
+
+@dataclass(frozen=True)
+class CheckedCorrection:
+    """A correction that may be saved: the corrected fields, the values it changed (before and
+    after, for the audit row) and the duplicate candidate the new fields make."""
+
+    new: InvoiceFields
+    before: dict[str, str | None]
+    after: dict[str, str | None]
+    candidate: MatchCandidate
 
 
 @dataclass(frozen=True)
@@ -54,25 +66,35 @@ class Correction:
     note: str | None
 
 
-class ReviewPageStore(ReviewStore):
+class ReviewPages:
+    """The review page's reads and the correction of fields (queries: review_ui.sql); the
+    correction is a review action (`review`), decided again through `dedupe`, released through
+    `claims`."""
+
+    def __init__(self, db: Database, claims: Claims, dedupe: Dedupe, review: Review) -> None:
+        self.db = db
+        self.claims = claims
+        self.dedupe = dedupe
+        self.review = review
+
     # -- reads for the page ------------------------------------------------------------------------
 
     def review_queue_page(self, flt: QueueFilter, *, limit: int, offset: int) -> QueuePage:
         params = flt.params()
-        with self.pool.connection() as conn:
-            rows = self._all(
+        with self.db.pool.connection() as conn:
+            rows = self.db.fetch_all(
                 conn, QueueRow, PAGES["review_page_queue"], params | {"limit": limit, "offset": offset}
             )
             found = conn.execute(PAGES["review_page_queue_count"], params).fetchone()
         return QueuePage(rows, int(found[0]) if found else 0, offset, limit)
 
     def review_reason_counts(self, flt: QueueFilter) -> list[QueueCount]:
-        with self.pool.connection() as conn:
-            return self._all(conn, QueueCount, PAGES["review_page_reason_counts"], flt.params())
+        with self.db.pool.connection() as conn:
+            return self.db.fetch_all(conn, QueueCount, PAGES["review_page_reason_counts"], flt.params())
 
     def review_org_counts(self, orgs: tuple[str, ...] | None) -> list[QueueCount]:
-        with self.pool.connection() as conn:
-            return self._all(
+        with self.db.pool.connection() as conn:
+            return self.db.fetch_all(
                 conn,
                 QueueCount,
                 PAGES["review_page_org_counts"],
@@ -80,26 +102,26 @@ class ReviewPageStore(ReviewStore):
             )
 
     def review_invoice(self, invoice_id: UUID | str) -> ReviewInvoice | None:
-        with self.pool.connection() as conn:
-            return self._one(
+        with self.db.pool.connection() as conn:
+            return self.db.fetch_one(
                 conn, ReviewInvoice, PAGES["review_page_invoice"], {"invoice_id": as_uuid(invoice_id)}
             )
 
     def review_page_history(self, invoice_id: UUID | str) -> list[HistoryEntry]:
-        with self.pool.connection() as conn:
-            return self._all(
+        with self.db.pool.connection() as conn:
+            return self.db.fetch_all(
                 conn, HistoryEntry, PAGES["review_page_history"], {"invoice_id": as_uuid(invoice_id)}
             )
 
     def review_version(self, invoice_id: UUID | str) -> str | None:
         """What a reviewer saw, as one string: it changes with the status, the duplicate decision,
         the reasons, the fields, and every review action."""
-        value = self._scalar(PAGES["review_page_version"], {"invoice_id": as_uuid(invoice_id)})
+        value = self.db.scalar(PAGES["review_page_version"], {"invoice_id": as_uuid(invoice_id)})
         return None if value is None else str(value)
 
     def record_login_lockout(self, reviewer: str, client_address: str, failures: int, seconds: float) -> None:
         """The review page locked `reviewer` after `failures` wrong passwords: on the record."""
-        with self.pool.connection() as conn:
+        with self.db.pool.connection() as conn:
             conn.execute(
                 PAGES["record_login_lockout"],
                 {
@@ -111,7 +133,7 @@ class ReviewPageStore(ReviewStore):
             )
 
     def document_content(self, sha256: str) -> bytes | None:
-        value = self._scalar(PAGES["review_page_document"], {"sha256": sha256})
+        value = self.db.scalar(PAGES["review_page_document"], {"sha256": sha256})
         return None if value is None else bytes(value)
 
     # -- the correction ----------------------------------------------------------------------------
@@ -125,7 +147,7 @@ class ReviewPageStore(ReviewStore):
         cannot form a duplicate key, or is the original other invoices are held against and its
         keys change. The invoice stays needs_review: a person approves the corrected values.
         """
-        return self._retrying(
+        return self.db.retrying(
             lambda: self._review_correct_once(lease, correction, held_for, match),
             f"review correct of invoice {lease.invoice_id}",
         )
@@ -135,114 +157,146 @@ class ReviewPageStore(ReviewStore):
     ) -> ActionOutcome:
         invoice_id = lease.invoice_id
 
-        def candidate_of(org_id: str, fields: InvoiceFields) -> MatchCandidate | None:
-            try:
-                return MatchCandidate.from_fields(str(invoice_id), org_id, fields)
-            except ValueError:
-                return None
-
         def locks_first(conn: psycopg.Connection[Any]) -> None:
-            # The decision's advisory locks, of the fields before and after, before any row (the
-            # lock order, sql/0009). The processing lock keeps the fields as they are until the
-            # write: only its holder changes them.
-            row = conn.execute(DEDUPE["decision_keys_of"], {"invoice_id": invoice_id}).fetchone()
-            if row is None or row[1] is None:
-                return
-            old = InvoiceFields.from_json(row[1])
-            new, _, _ = apply_changes(old, correction.changes, correction.actor, correction.note)
-            found = [c for c in (candidate_of(row[0], old), candidate_of(row[0], new)) if c is not None]
-            if found:
-                self._take_dedupe_locks(conn, found)
+            self._take_correction_locks(conn, invoice_id, correction)
 
-        with self._fenced(lease, locks_first) as conn:
-            target = self._one(
-                conn, LockedTarget, REVIEW["review_target_for_update"], {"invoice_id": invoice_id}
-            )
-            assert target is not None, "invoices are never deleted"
+        with self.db.fenced(lease, locks_first) as conn:
+            target = self.review.locked_target(conn, invoice_id)
+            checked = self._checked_correction(conn, invoice_id, target, correction)
+            if isinstance(checked, str):
+                self.claims.finish_in(conn, lease.job_id, "succeeded", f"review correct refused: {checked}")
+                return ActionOutcome(invoice_id, "correct", False, target.status, target.status, checked)
+            return self._save_correction(conn, lease, target, checked, correction, held_for, match)
 
-            def refused(why: str) -> ActionOutcome:
-                self._finish_in(conn, lease.job_id, "succeeded", f"review correct refused: {why}")
-                return ActionOutcome(invoice_id, "correct", False, target.status, target.status, why)
+    def _take_correction_locks(
+        self, conn: psycopg.Connection[Any], invoice_id: UUID, correction: Correction
+    ) -> None:
+        """The decision's advisory locks, of the fields before and after, before any row (the
+        lock order, sql/0009). The processing lock keeps the fields as they are until the write:
+        only its holder changes them."""
+        keys = self.dedupe.decision_keys_of(conn, invoice_id)
+        if keys is None:
+            return
+        org_id, old = keys
+        new, _, _ = apply_changes(old, correction.changes, correction.actor, correction.note)
+        both = (candidate_of(invoice_id, org_id, old), candidate_of(invoice_id, org_id, new))
+        found = [c for c in both if c is not None]
+        if found:
+            self.dedupe.take_locks(conn, found)
 
-            if target.status != "needs_review":
-                return refused(f"it is {target.status}; correct applies to needs_review invoices")
-            if target.fields is None:
-                return refused("it has no fields to correct")
-            old = InvoiceFields.from_json(target.fields)
-            new, before, after = apply_changes(old, correction.changes, correction.actor, correction.note)
-            problems = validate_fields(new)
-            if problems:
-                return refused(
-                    "the corrected invoice would not be valid: " + "; ".join(p.reason for p in problems)
+    @staticmethod
+    def _checked_correction(
+        conn: psycopg.Connection[Any], invoice_id: UUID, target: LockedTarget, correction: Correction
+    ) -> CheckedCorrection | str:
+        """The corrected fields and the candidate they make, or why the correction is refused."""
+        if target.status != "needs_review":
+            return f"it is {target.status}; correct applies to needs_review invoices"
+        if target.fields is None:
+            return "it has no fields to correct"
+        old = InvoiceFields.from_json(target.fields)
+        new, before, after = apply_changes(old, correction.changes, correction.actor, correction.note)
+        problems = validate_fields(new)
+        if problems:
+            return "the corrected invoice would not be valid: " + "; ".join(p.reason for p in problems)
+        candidate = candidate_of(invoice_id, target.org_id, new)
+        if candidate is None:
+            return "the corrected fields cannot identify the invoice (no number or no seller)"
+        old_candidate = candidate_of(invoice_id, target.org_id, old)
+        keys_change = old_candidate is None or old_candidate.stored_keys != candidate.stored_keys
+        if keys_change and target.duplicate_status == "original":
+            dependents = conn.execute(PAGES["correct_dependents"], {"invoice_id": invoice_id}).fetchone()
+            if dependents is not None and dependents[0]:
+                return (
+                    f"{dependents[0]} other invoice(s) are held or filed as copies of this one: "
+                    "decide those first (not-duplicate or confirm-duplicate), then correct it"
                 )
-            candidate = candidate_of(target.org_id, new)
-            if candidate is None:
-                return refused("the corrected fields cannot identify the invoice (no number or no seller)")
-            old_candidate = candidate_of(target.org_id, old)
-            keys_change = old_candidate is None or old_candidate.stored_keys != candidate.stored_keys
-            if keys_change and target.duplicate_status == "original":
-                dependents = conn.execute(PAGES["correct_dependents"], {"invoice_id": invoice_id}).fetchone()
-                if dependents is not None and dependents[0]:
-                    return refused(
-                        f"{dependents[0]} other invoice(s) are held or filed as copies of this one: "
-                        "decide those first (not-duplicate or confirm-duplicate), then correct it"
-                    )
-            rows = self._locked_candidates(conn, candidate)
-            others = [
-                (r.id, r.org_id, InvoiceFields.from_json(r.fields))
-                for r in rows
-                if r.org_id == target.org_id and r.id != invoice_id
-            ]
-            outcome = match(candidate, others)
-            reasons = held_for(new, outcome)
-            detail = f"corrected {describe(before, after)}"
-            decision = (
-                "an original"
-                if outcome is None
-                else f"{'an exact copy' if outcome.exact else 'a suspected duplicate'} of {outcome.original_id}"
-            )
-            conn.execute(
-                PAGES["correct_save"],
-                {
-                    "invoice_id": invoice_id,
-                    "fields": Jsonb(new.to_json()),
-                    "invoice_number": new.invoice_number,
-                    "document_type": new.document_type,
-                    "currency": new.currency,
-                    "payable_total": new.payable_total,
-                    "issue_date": new.issue_date,
-                    "seller_name": new.seller_name,
-                    "seller_vat_id": new.seller_vat_id,
-                    "duplicate_status": "original" if outcome is None else "suspected",
-                    "original_id": None if outcome is None else outcome.original_id,
-                    "how": None if outcome is None else outcome.how,
-                    "score": None if outcome is None else outcome.score,
-                    "reasons": None if outcome is None else list(outcome.reasons),
-                    "review_reasons": reasons,
-                    **candidate.stored_keys,
-                },
-            )
-            conn.execute(
-                PAGES["insert_correction_action"],
-                {
-                    "invoice_id": invoice_id,
-                    "job_id": lease.job_id,
-                    "actor": correction.actor,
-                    "note": correction.note,
-                    "from_status": target.status,
-                    "to_status": "needs_review",
-                    "review_reasons": target.review_reasons,
-                    "detail": f"{detail}; decided again: {decision}; still held for a person's approval",
-                    "values_before": Jsonb(before),
-                    "values_after": Jsonb(after),
-                },
-            )
-            self._finish_in(conn, lease.job_id, "succeeded", None)
-            return ActionOutcome(
-                invoice_id,
-                "correct",
-                True,
-                target.status,
-                "needs_review",
-                f"{detail}; {decision} now; held until a person approves",
-            )
+        return CheckedCorrection(new, before, after, candidate)
+
+    def _save_correction(
+        self,
+        conn: psycopg.Connection[Any],
+        lease: Lease,
+        target: LockedTarget,
+        checked: CheckedCorrection,
+        correction: Correction,
+        held_for: HeldFor,
+        match: Matcher,
+    ) -> ActionOutcome:
+        """The duplicate question decided again on the corrected fields, they and the audit row
+        saved, the lock released: the invoice stays needs_review."""
+        invoice_id, new, candidate = lease.invoice_id, checked.new, checked.candidate
+        rows = self.dedupe.locked_candidates(conn, candidate)
+        others = [
+            (r.id, r.org_id, InvoiceFields.from_json(r.fields))
+            for r in rows
+            if r.org_id == target.org_id and r.id != invoice_id
+        ]
+        outcome = match(candidate, others)
+        detail = f"corrected {describe(checked.before, checked.after)}"
+        decision = (
+            "an original"
+            if outcome is None
+            else f"{'an exact copy' if outcome.exact else 'a suspected duplicate'} of {outcome.original_id}"
+        )
+        conn.execute(PAGES["correct_save"], saved_correction(invoice_id, new, candidate, outcome, held_for))
+        conn.execute(
+            PAGES["insert_correction_action"],
+            {
+                "invoice_id": invoice_id,
+                "job_id": lease.job_id,
+                "actor": correction.actor,
+                "note": correction.note,
+                "from_status": target.status,
+                "to_status": "needs_review",
+                "review_reasons": target.review_reasons,
+                "detail": f"{detail}; decided again: {decision}; still held for a person's approval",
+                "values_before": Jsonb(checked.before),
+                "values_after": Jsonb(checked.after),
+            },
+        )
+        self.claims.finish_in(conn, lease.job_id, "succeeded", None)
+        return ActionOutcome(
+            invoice_id,
+            "correct",
+            True,
+            target.status,
+            "needs_review",
+            f"{detail}; {decision} now; held until a person approves",
+        )
+
+
+def candidate_of(invoice_id: UUID, org_id: str, fields: InvoiceFields) -> MatchCandidate | None:
+    """The invoice's duplicate candidate from these fields; None when they cannot form its keys."""
+    try:
+        return MatchCandidate.from_fields(str(invoice_id), org_id, fields)
+    except ValueError:
+        return None
+
+
+def saved_correction(
+    invoice_id: UUID,
+    new: InvoiceFields,
+    candidate: MatchCandidate,
+    outcome: MatchOutcome | None,
+    held_for: HeldFor,
+) -> dict[str, Any]:
+    """correct_save's parameters: the corrected fields, the decision made on them, and why the
+    invoice stays held."""
+    return {
+        "invoice_id": invoice_id,
+        "fields": Jsonb(new.to_json()),
+        "invoice_number": new.invoice_number,
+        "document_type": new.document_type,
+        "currency": new.currency,
+        "payable_total": new.payable_total,
+        "issue_date": new.issue_date,
+        "seller_name": new.seller_name,
+        "seller_vat_id": new.seller_vat_id,
+        "duplicate_status": "original" if outcome is None else "suspected",
+        "original_id": None if outcome is None else outcome.original_id,
+        "how": None if outcome is None else outcome.how,
+        "score": None if outcome is None else outcome.score,
+        "reasons": None if outcome is None else list(outcome.reasons),
+        "review_reasons": held_for(new, outcome),
+        **candidate.stored_keys,
+    }

@@ -28,7 +28,7 @@ from invoice_pipeline.domain.identity import (
     normalise,
 )
 from invoice_pipeline.engine.records import VendorRegistration
-from invoice_pipeline.engine.store.base import StoreBase
+from invoice_pipeline.engine.store.database import Database
 
 VENDORS = QueryFile("vendors")
 
@@ -56,14 +56,19 @@ def _vendor(row: tuple[Any, ...]) -> Vendor:
     return Vendor(int(vendor_id), str(org_id), str(name), currency, idents)
 
 
-class VendorsStore(StoreBase):
+class Vendors:
+    """The org's own identity and its vendor registry (queries: vendors.sql)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
     # -- the org's own identity -------------------------------------------------------------------
 
     def org_profiles(self, org_ids: Sequence[str]) -> dict[str, OrgProfile]:
         wanted = sorted(set(org_ids))
         found: dict[str, list[Identifier]] = {org: [] for org in wanted}
         if wanted:
-            with self.pool.connection() as conn:
+            with self.db.pool.connection() as conn:
                 for org, kind, value, shown in conn.execute(VENDORS["org_identities"], {"org_ids": wanted}):
                     found[org].append(Identifier(kind, value, shown))
         return {org: OrgProfile(org, tuple(idents)) for org, idents in found.items()}
@@ -82,16 +87,16 @@ class VendorsStore(StoreBase):
             "source": source,
             "added_by": added_by,
         }
-        with self._transaction() as conn:
+        with self.db.transaction() as conn:
             return conn.execute(VENDORS["add_org_identity"], params).fetchone() is not None
 
     def remove_org_identity(self, org_id: str, kind: IdentifierKind, value: str) -> bool:
         params = {"org_id": org_id, "kind": kind, "value": normalise(kind, value)}
-        with self._transaction() as conn:
+        with self.db.transaction() as conn:
             return conn.execute(VENDORS["remove_org_identity"], params).fetchone() is not None
 
     def buyer_parties_of_posted_einvoices(self, org_id: str) -> list[tuple[str | None, str | None]]:
-        with self.pool.connection() as conn:
+        with self.db.pool.connection() as conn:
             return [
                 (r[0], r[1])
                 for r in conn.execute(VENDORS["buyer_parties_of_posted_einvoices"], {"org_id": org_id})
@@ -109,18 +114,18 @@ class VendorsStore(StoreBase):
             "kinds": [i.kind for _, i in wanted],
             "values": [i.value for _, i in wanted],
         }
-        with self.pool.connection() as conn:
+        with self.db.pool.connection() as conn:
             for row in conn.execute(VENDORS["vendors_named_by"], params):
                 vendor = _vendor(row)
                 out.setdefault(vendor.org_id, []).append(vendor)
         return out
 
     def list_vendors(self, org_id: str) -> list[Vendor]:
-        with self.pool.connection() as conn:
+        with self.db.pool.connection() as conn:
             return [_vendor(row) for row in conn.execute(VENDORS["list_vendors"], {"org_id": org_id})]
 
     def vendor_events(self, org_id: str, vendor_id: int) -> list[tuple[str, str, str, UUID | None, Any]]:
-        with self.pool.connection() as conn:
+        with self.db.pool.connection() as conn:
             return [
                 tuple(r)
                 for r in conn.execute(VENDORS["vendor_events_of"], {"org_id": org_id, "vendor_id": vendor_id})
@@ -131,7 +136,7 @@ class VendorsStore(StoreBase):
         org already owns extends that vendor; a row naming two different vendors is refused."""
         created = extended = added = 0
         refused: list[str] = []
-        with self._transaction() as conn:
+        with self.db.transaction() as conn:
             for number, row in enumerate(rows, start=1):
                 owners = self._owners(conn, org_id, row.identifiers)
                 if len(owners) > 1:

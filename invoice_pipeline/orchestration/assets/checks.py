@@ -22,7 +22,7 @@ def _result(offending: list[str], holds: str, broken: str) -> AssetCheckResult:
 @asset_check(asset=ASSET_LEDGER, description="No invoice is posted to the ledger twice.")
 def no_invoice_posted_twice(invoice_db: InvoiceDatabase) -> AssetCheckResult:
     return _result(
-        invoice_db.store.offending_ids("check_posted_twice"),
+        invoice_db.store.reporting.offending_ids("check_posted_twice"),
         "every invoice posted at most once",
         "invoices posted twice",
     )
@@ -33,7 +33,7 @@ def no_invoice_posted_twice(invoice_db: InvoiceDatabase) -> AssetCheckResult:
 )
 def no_copy_posted(invoice_db: InvoiceDatabase) -> AssetCheckResult:
     return _result(
-        invoice_db.store.offending_ids("check_copies_posted"),
+        invoice_db.store.reporting.offending_ids("check_copies_posted"),
         "no duplicate or suspected duplicate posted",
         "duplicates posted to the ledger (invoice ids)",
     )
@@ -44,7 +44,7 @@ def no_copy_posted(invoice_db: InvoiceDatabase) -> AssetCheckResult:
     description="No running lock is older than the lease TTL (the sweep is keeping up).",
 )
 def no_stale_running_locks(invoice_db: InvoiceDatabase) -> AssetCheckResult:
-    ids = invoice_db.store.offending_ids("check_stale_running_locks", {"ttl": invoice_db.lock_ttl})
+    ids = invoice_db.store.reporting.offending_ids("check_stale_running_locks", {"ttl": invoice_db.lock_ttl})
     return _result(ids, "no running job past its TTL", "running jobs past their TTL (job ids)")
 
 
@@ -53,7 +53,7 @@ def no_stale_running_locks(invoice_db: InvoiceDatabase) -> AssetCheckResult:
     description="Every duplicate group has exactly one original, and every copy points at it.",
 )
 def one_original_per_duplicate_group(invoice_db: InvoiceDatabase) -> AssetCheckResult:
-    ids = invoice_db.store.offending_ids("check_groups_without_one_original")
+    ids = invoice_db.store.reporting.offending_ids("check_groups_without_one_original")
     return _result(
         ids, "every group has exactly one original", "groups without exactly one original (group ids)"
     )
@@ -63,7 +63,7 @@ def one_original_per_duplicate_group(invoice_db: InvoiceDatabase) -> AssetCheckR
     asset=ASSET_DOCUMENTS, description="No invoice sits without a terminal state for more than 24 hours."
 )
 def no_stuck_invoices(invoice_db: InvoiceDatabase) -> AssetCheckResult:
-    ids = invoice_db.store.offending_ids("check_stuck_invoices", {"threshold": STUCK_AFTER})
+    ids = invoice_db.store.reporting.offending_ids("check_stuck_invoices", {"threshold": STUCK_AFTER})
     return _result(ids, "no invoice stuck", "invoices without a terminal state after 24 h (invoice ids)")
 
 

@@ -25,7 +25,7 @@ def _table(frame: "pd.DataFrame", rows: int = 20) -> MetadataValue:
 @asset(group_name=GROUP, deps=[ASSET_LEDGER], kinds={"pandas", "postgres"})
 def vendor_spend(context: AssetExecutionContext, invoice_db: InvoiceDatabase) -> MaterializeResult:
     """Spend per org, vendor and month, from the ledger."""
-    frame = invoice_db.store.frame("vendor_spend")
+    frame = invoice_db.store.reporting.frame("vendor_spend")
     total = float(frame["amount"].astype(float).sum()) if not frame.empty else 0.0
     return MaterializeResult(
         metadata={
@@ -40,7 +40,7 @@ def vendor_spend(context: AssetExecutionContext, invoice_db: InvoiceDatabase) ->
 @asset(group_name=GROUP, deps=[ASSET_DUPLICATES], kinds={"pandas", "postgres"})
 def duplicate_report(context: AssetExecutionContext, invoice_db: InvoiceDatabase) -> MaterializeResult:
     """Duplicate groups, how each copy matched, and the money that would have been paid twice."""
-    frame = invoice_db.store.frame("duplicate_report")
+    frame = invoice_db.store.reporting.frame("duplicate_report")
     at_risk = float(frame["amount_at_risk"].astype(float).sum()) if not frame.empty else 0.0
     by_how = frame.groupby("how").size().to_dict() if not frame.empty else {}
     return MaterializeResult(
@@ -60,7 +60,7 @@ def processing_latency(context: AssetExecutionContext, invoice_db: InvoiceDataba
     """Time from ingest to a terminal state, and attempts per invoice."""
     import pandas as pd
 
-    frame = invoice_db.store.frame("processing_latency")
+    frame = invoice_db.store.reporting.frame("processing_latency")
     seconds = frame["seconds_to_done"].astype(float) if not frame.empty else pd.Series(dtype=float)
     attempts = frame["attempts"].astype(int) if not frame.empty else pd.Series(dtype=int)
 

@@ -58,7 +58,7 @@ def review_queue(context: AssetExecutionContext, invoice_db: InvoiceDatabase) ->
     """Invoices held for a person (needs_review): counts by reason and by org, and how long they wait."""
     import pandas as pd
 
-    frame = invoice_db.store.frame("review_queue_report")
+    frame = invoice_db.store.reporting.frame("review_queue_report")
     parts = queue_breakdown(frame)
     ages = (
         frame.drop_duplicates("invoice_id")["age_days"].astype(float)
@@ -90,7 +90,7 @@ class ReviewQueueAgeConfig(Config):
     description="No invoice waits for a person longer than max_age_days (default 3): a warning, not an error.",
 )
 def review_queue_not_overdue(config: ReviewQueueAgeConfig, invoice_db: InvoiceDatabase) -> AssetCheckResult:
-    ids = invoice_db.store.offending_ids(
+    ids = invoice_db.store.reporting.offending_ids(
         "check_review_queue_age", {"max_age": timedelta(days=config.max_age_days)}
     )
     return AssetCheckResult(

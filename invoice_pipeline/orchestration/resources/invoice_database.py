@@ -61,7 +61,7 @@ def shared_lease_keeper(
         keeper = _keepers.get(key)
         if keeper is None:
             # With the TTL, the keeper can tell the stages to stop on a lease it may have lost.
-            keeper = _keepers[key] = LeaseKeeper(store.heartbeat_many, interval, lock_ttl)
+            keeper = _keepers[key] = LeaseKeeper(store.claims.heartbeat_many, interval, lock_ttl)
         return keeper
 
 

@@ -192,7 +192,7 @@ def _tick(
             for invoice_id in invoice_ids_of(request.run_config)
         }
 
-    store.claim_due_invoices(limit=shape.batch_size * shape.concurrent_runs, requested_by=owners)
+    store.claims.claim_due_invoices(limit=shape.batch_size * shape.concurrent_runs, requested_by=owners)
     if not planned:
         yield SkipReason("no invoices due")
         return

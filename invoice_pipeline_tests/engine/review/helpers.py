@@ -150,10 +150,10 @@ def decided_invoice(
         json_invoice(fields.invoice_number or "", total=str(fields.payable_total), **extra),
         "json",
     )
-    invoice_id = store.store_document(content, org, f"{name}.{suffix}").invoice_id
-    lease = store.acquire(invoice_id, 1, "test-setup")
+    invoice_id = store.documents.store_document(content, org, f"{name}.{suffix}").invoice_id
+    lease = store.claims.acquire(invoice_id, 1, "test-setup")
     assert lease is not None
-    store.save_fields(lease, fields)
+    store.documents.save_fields(lease, fields)
     decision = decide_duplicate(store, lease, org, fields)
     if decision.status == "suspected":
         reasons = [
@@ -161,6 +161,6 @@ def decided_invoice(
             *(reasons or []),
         ]
     if reasons:
-        store.hold_for_review(lease, reasons)
-    store.complete(lease)
+        store.documents.hold_for_review(lease, reasons)
+    store.claims.complete(lease)
     return invoice_id

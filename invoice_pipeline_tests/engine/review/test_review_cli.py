@@ -88,7 +88,7 @@ def test_policy_show_and_set(env: dict[str, str], store: InvoiceStore) -> None:
         run_cli("review", "policy", "--org", "acme", "--auto-approve-limit", "500", env=env).returncode == 0
     )
     assert run_cli("review", "policy", "--org", "acme", "--home-currency", "EUR", env=env).returncode == 0
-    policy = store.review_policies(["acme"])["acme"]
+    policy = store.review.review_policies(["acme"])["acme"]
     assert str(policy.auto_approve_limit) == "500" and policy.home_currency == "EUR"
     cleared = run_cli("review", "policy", "--org", "acme", "--auto-approve-limit", "none", env=env)
     assert cleared.returncode == 0 and "auto-approve limit none, home currency EUR" in cleared.stdout

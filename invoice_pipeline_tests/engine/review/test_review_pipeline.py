@@ -36,14 +36,14 @@ BOB = Actor("os-user:bob", "review:bob@test:2")
 
 
 def held(store: InvoiceStore, database_url: str, content: bytes, name: str, org: str = "acme") -> object:
-    invoice_id = store.store_document(content, org, name).invoice_id
+    invoice_id = store.documents.store_document(content, org, name).invoice_id
     result = run_invoice(database_url, invoice_id)
     assert result.success, failure_messages(result)
     return invoice_id
 
 
 def reasons_of(store: InvoiceStore, invoice_id: object) -> list[str]:
-    overview = store.invoice_overview(invoice_id)  # type: ignore[arg-type]
+    overview = store.reporting.invoice_overview(invoice_id)  # type: ignore[arg-type]
     assert overview is not None
     return list(overview.review_reasons or [])
 
@@ -54,27 +54,27 @@ def test_negative_invoice_is_held_for_review_not_quarantined(
 ) -> None:
     inv = review_cases.negative_invoice(sample(f"NEG-{fmt}"))
     invoice_id = held(store, database_url, render(inv, fmt), f"negative.{fmt}")
-    state = store.invoice_state(invoice_id)  # type: ignore[arg-type]
+    state = store.documents.invoice_state(invoice_id)  # type: ignore[arg-type]
     assert state is not None and state.status == "needs_review" and state.quarantine_code is None
     (reason,) = reasons_of(store, invoice_id)
     assert reason.startswith("negative_total: payable -120.00 EUR on an invoice (type 380)")
     assert postings(database_url, invoice_id) == 0  # type: ignore[arg-type]
-    assert store.load_approval(invoice_id) is None  # type: ignore[arg-type]
+    assert store.documents.load_approval(invoice_id) is None  # type: ignore[arg-type]
 
 
 def test_french_avoir_sent_as_invoice_is_held(database_url: str, store: InvoiceStore) -> None:
     pdf = review_cases.avoir_basic_wl_pdf(sample("AV-2026-0007", seller=SELLER_FR))
     invoice_id = held(store, database_url, pdf, "avoir.pdf")
-    assert store.invoice_state(invoice_id).status == "needs_review"  # type: ignore[arg-type, union-attr]
+    assert store.documents.invoice_state(invoice_id).status == "needs_review"  # type: ignore[arg-type, union-attr]
     assert [reason_code(r) for r in reasons_of(store, invoice_id)] == ["negative_total"]
-    text = store.load_extracted_text(invoice_id)  # type: ignore[arg-type]
+    text = store.documents.load_extracted_text(invoice_id)  # type: ignore[arg-type]
     assert text is not None and "basicwl" in (text.structured or ""), "read from the embedded BASIC-WL CII"
 
 
 def test_due_before_issue_is_held(database_url: str, store: InvoiceStore) -> None:
     inv = review_cases.due_before_issue(sample("DUE-1"))
     invoice_id = held(store, database_url, render(inv, "ubl"), "due.xml")
-    assert store.invoice_state(invoice_id).status == "needs_review"  # type: ignore[arg-type, union-attr]
+    assert store.documents.invoice_state(invoice_id).status == "needs_review"  # type: ignore[arg-type, union-attr]
     (reason,) = reasons_of(store, invoice_id)
     assert reason.startswith("due_before_issue: due 2026-10-23 is 10 day(s) before issue 2026-11-02")
 
@@ -85,16 +85,18 @@ def test_approve_posts_exactly_once_through_the_pipeline(database_url: str, stor
     )
     outcome = act(store, "approve", invoice_id, ALICE, "refund agreed with the seller")  # type: ignore[arg-type]
     assert outcome.done and (outcome.from_status, outcome.to_status) == ("needs_review", "pending")
-    approval = store.load_approval(invoice_id)  # type: ignore[arg-type]
+    approval = store.documents.load_approval(invoice_id)  # type: ignore[arg-type]
     assert approval is not None and approval.decision == "approved"
     assert approval.rule == "approved by os-user:alice: refund agreed with the seller"
 
     assert run_invoice(database_url, invoice_id).success
-    state = store.invoice_state(invoice_id)  # type: ignore[arg-type]
+    state = store.documents.invoice_state(invoice_id)  # type: ignore[arg-type]
     assert state is not None and state.status == "processed"
-    posting = store.load_ledger_posting(invoice_id)  # type: ignore[arg-type]
+    posting = store.documents.load_ledger_posting(invoice_id)  # type: ignore[arg-type]
     assert posting is not None and posting.amount == Decimal("-120.00")
-    assert store.count_step_executions(invoice_id, "extract_text") == 1, "the approved run fast-forwarded"  # type: ignore[arg-type]
+    assert store.documents.count_step_executions(invoice_id, "extract_text") == 1, (
+        "the approved run fast-forwarded"
+    )  # type: ignore[arg-type]
 
     # Approving again, or running again, changes nothing.
     again = act(store, "approve", invoice_id, BOB)  # type: ignore[arg-type]
@@ -102,7 +104,7 @@ def test_approve_posts_exactly_once_through_the_pipeline(database_url: str, stor
     assert run_invoice(database_url, invoice_id).success
     assert postings(database_url, invoice_id) == 1  # type: ignore[arg-type]
 
-    (audit,) = store.review_history(invoice_id)  # type: ignore[arg-type]
+    (audit,) = store.review.review_history(invoice_id)  # type: ignore[arg-type]
     assert (audit.action, audit.actor, audit.note) == (
         "approve",
         "os-user:alice",
@@ -111,7 +113,9 @@ def test_approve_posts_exactly_once_through_the_pipeline(database_url: str, stor
     assert [reason_code(r) for r in audit.review_reasons] == ["negative_total"], (
         "the reasons live on in the audit"
     )
-    assert audit.job_id in {j.job_id for j in store.job_history(invoice_id)}, "it held the processing lock"  # type: ignore[arg-type]
+    assert audit.job_id in {j.job_id for j in store.claims.job_history(invoice_id)}, (
+        "it held the processing lock"
+    )  # type: ignore[arg-type]
 
 
 def test_reject_with_a_reason_is_never_posted(database_url: str, store: InvoiceStore) -> None:
@@ -122,22 +126,22 @@ def test_reject_with_a_reason_is_never_posted(database_url: str, store: InvoiceS
         act(store, "reject", invoice_id, ALICE, "  ")  # type: ignore[arg-type]
     outcome = act(store, "reject", invoice_id, ALICE, "wrong payment terms; asked for a corrected invoice")  # type: ignore[arg-type]
     assert outcome.done and outcome.to_status == "processed"
-    approval = store.load_approval(invoice_id)  # type: ignore[arg-type]
+    approval = store.documents.load_approval(invoice_id)  # type: ignore[arg-type]
     assert approval is not None and approval.decision == "rejected" and "wrong payment terms" in approval.rule
     assert run_invoice(database_url, invoice_id).success
     assert postings(database_url, invoice_id) == 0  # type: ignore[arg-type]
 
 
 def test_auto_approval_limit_is_per_org(database_url: str, store: InvoiceStore) -> None:
-    store.set_review_policy("strict", ReviewPolicy(auto_approve_limit=Decimal("100")), "os-user:test")
-    assert store.review_policies(["strict", "relaxed"]) == {
+    store.review.set_review_policy("strict", ReviewPolicy(auto_approve_limit=Decimal("100")), "os-user:test")
+    assert store.review.review_policies(["strict", "relaxed"]) == {
         "strict": ReviewPolicy(auto_approve_limit=Decimal("100")),
         "relaxed": ReviewPolicy(),
     }
     over = held(store, database_url, json_invoice("LIM-1", total="119.00"), "l.json", org="strict")
     assert [reason_code(r) for r in reasons_of(store, over)] == ["over_approval_limit"]
     fine = held(store, database_url, json_invoice("LIM-1", total="119.00"), "l.json", org="relaxed")
-    assert store.invoice_state(fine).status == "processed"  # type: ignore[arg-type, union-attr]
+    assert store.documents.invoice_state(fine).status == "processed"  # type: ignore[arg-type, union-attr]
     assert postings(database_url, fine) == 1  # type: ignore[arg-type]
 
 
@@ -145,7 +149,7 @@ def _suspected_pair(database_url: str, store: InvoiceStore) -> tuple[object, obj
     original = held(store, database_url, json_invoice("INV-5000", total="238.00"), "orig.json")
     # The vendor's new billing system dropped the number's prefix: a copy only by tolerance.
     copy = held(store, database_url, json_invoice("5000", total="238.00"), "copy.json")
-    decision = store.load_duplicate_decision(copy)  # type: ignore[arg-type]
+    decision = store.dedupe.load_duplicate_decision(copy)  # type: ignore[arg-type]
     assert decision is not None and decision.status == "suspected" and decision.original_id == original
     return original, copy
 
@@ -158,72 +162,79 @@ def test_confirm_duplicate_rejects_and_never_posts(database_url: str, store: Inv
     )
     outcome = act(store, "confirm_duplicate", copy, ALICE, "same invoice, new numbering")  # type: ignore[arg-type]
     assert outcome.done and outcome.to_status == "processed"
-    decision = store.load_duplicate_decision(copy)  # type: ignore[arg-type]
+    decision = store.dedupe.load_duplicate_decision(copy)  # type: ignore[arg-type]
     assert decision is not None and decision.status == "duplicate" and decision.group_id is not None
-    assert store.offending_ids("check_groups_without_one_original") == []
+    assert store.reporting.offending_ids("check_groups_without_one_original") == []
     assert run_invoice(database_url, copy).success
     assert postings(database_url, copy) == 0  # type: ignore[arg-type]
-    assert store.offending_ids("check_copies_posted") == []
+    assert store.reporting.offending_ids("check_copies_posted") == []
 
 
 def test_not_duplicate_releases_an_original_that_continues(database_url: str, store: InvoiceStore) -> None:
     original, copy = _suspected_pair(database_url, store)
     outcome = act(store, "not_duplicate", copy, BOB, "two deliveries, two invoices")  # type: ignore[arg-type]
     assert outcome.done and outcome.to_status == "pending", outcome.message
-    decision = store.load_duplicate_decision(copy)  # type: ignore[arg-type]
+    decision = store.dedupe.load_duplicate_decision(copy)  # type: ignore[arg-type]
     assert decision is not None and decision.status == "original" and decision.original_id is None
     assert run_invoice(database_url, copy).success
-    assert store.invoice_state(copy).status == "processed"  # type: ignore[arg-type, union-attr]
+    assert store.documents.invoice_state(copy).status == "processed"  # type: ignore[arg-type, union-attr]
     assert postings(database_url, copy) == 1  # type: ignore[arg-type]
     # Later copies now match it, too: it is an original like any other.
     third = held(store, database_url, json_invoice("5000", total="238.00", po_number="PO-2"), "third.json")
-    third_decision = store.load_duplicate_decision(third)  # type: ignore[arg-type]
+    third_decision = store.dedupe.load_duplicate_decision(third)  # type: ignore[arg-type]
     assert third_decision is not None and third_decision.original_id == copy
 
 
 def test_requeue_redrives_a_dead_letter(database_url: str, store: InvoiceStore) -> None:
-    invoice_id = store.store_document(json_invoice("DL-1"), "acme", "dl.json").invoice_id
+    invoice_id = store.documents.store_document(json_invoice("DL-1"), "acme", "dl.json").invoice_id
     assert not make_dead_letter(database_url, invoice_id).success
-    state = store.invoice_state(invoice_id)
+    state = store.documents.invoice_state(invoice_id)
     assert state is not None and state.status == "needs_attention"
     # Launching the pipeline on a dead letter does not redrive it: it says how to.
     by_hand = run_invoice(database_url, invoice_id)
     assert not by_hand.success and "requeue_invoices" in failure_messages(by_hand)
-    assert store.invoice_state(invoice_id).status == "needs_attention"  # type: ignore[union-attr]
+    assert store.documents.invoice_state(invoice_id).status == "needs_attention"  # type: ignore[union-attr]
     outcome = act(store, "requeue", invoice_id, ALICE, "ledger is back")
     assert outcome.done and outcome.to_status == "pending" and "redrive 1" in outcome.message
     assert sql(database_url, "SELECT attempts, redrives FROM invoices WHERE id = %s", (invoice_id,)) == [
         (0, 1)
     ]
     assert run_invoice(database_url, invoice_id).success
-    state = store.invoice_state(invoice_id)
+    state = store.documents.invoice_state(invoice_id)
     assert state is not None and state.status == "processed" and state.attempts == 1
     assert postings(database_url, invoice_id) == 1
-    assert store.count_step_executions(invoice_id, "extract_text") == 1, "the redrive fast-forwarded"
+    assert store.documents.count_step_executions(invoice_id, "extract_text") == 1, (
+        "the redrive fast-forwarded"
+    )
 
 
 def test_requeue_of_a_quarantined_invoice_reads_it_again(database_url: str, store: InvoiceStore) -> None:
-    invoice_id = store.store_document(json_invoice("Q-1", currency="XYZ"), "acme", "q.json").invoice_id
+    invoice_id = store.documents.store_document(
+        json_invoice("Q-1", currency="XYZ"), "acme", "q.json"
+    ).invoice_id
     run_invoice(database_url, invoice_id)
-    assert store.invoice_state(invoice_id).status == "quarantined"  # type: ignore[union-attr]
+    assert store.documents.invoice_state(invoice_id).status == "quarantined"  # type: ignore[union-attr]
     outcome = act(store, "requeue", invoice_id, ALICE, "currency table fixed")
     assert outcome.done and "was: unknown_currency" in outcome.message
-    assert store.load_extracted_text(invoice_id) is None and store.load_fields(invoice_id) is None
+    assert (
+        store.documents.load_extracted_text(invoice_id) is None
+        and store.documents.load_fields(invoice_id) is None
+    )
     run_invoice(database_url, invoice_id)
     # Still unusable (nothing was fixed here), but read afresh rather than fast-forwarded.
-    assert store.count_step_executions(invoice_id, "extract_text") == 2
-    assert store.invoice_state(invoice_id).status == "quarantined"  # type: ignore[union-attr]
+    assert store.documents.count_step_executions(invoice_id, "extract_text") == 2
+    assert store.documents.invoice_state(invoice_id).status == "quarantined"  # type: ignore[union-attr]
 
 
 def test_actions_refuse_what_they_do_not_apply_to_without_taking_a_lock(
     database_url: str, store: InvoiceStore
 ) -> None:
     invoice_id = held(store, database_url, json_invoice("OK-1"), "ok.json")
-    jobs = len(store.job_history(invoice_id))  # type: ignore[arg-type]
+    jobs = len(store.claims.job_history(invoice_id))  # type: ignore[arg-type]
     for action in ("approve", "reject", "not_duplicate", "confirm_duplicate", "requeue"):
         outcome = act(store, action, invoice_id, ALICE, "x")  # type: ignore[arg-type]
         assert not outcome.done and "it is processed" in outcome.message
-    assert len(store.job_history(invoice_id)) == jobs  # type: ignore[arg-type]
+    assert len(store.claims.job_history(invoice_id)) == jobs  # type: ignore[arg-type]
     nobody = act(store, "approve", "00000000-0000-0000-0000-000000000000", ALICE)
     assert not nobody.done and nobody.message == "no such invoice"
 
@@ -232,29 +243,29 @@ def test_an_action_never_races_the_lock_holder(database_url: str, store: Invoice
     invoice_id = held(
         store, database_url, render(review_cases.negative_invoice(sample("BUSY")), "ubl"), "b.xml"
     )
-    lease = store.take_review_lock(invoice_id, BOB.owner)  # type: ignore[arg-type]
+    lease = store.review.take_review_lock(invoice_id, BOB.owner)  # type: ignore[arg-type]
     assert lease is not None
     busy = act(store, "approve", invoice_id, ALICE)  # type: ignore[arg-type]
     assert not busy.done and busy.message.startswith("busy: held by job") and BOB.owner in busy.message
     # Bob's write goes through; Alice's next try finds it decided.
-    assert store.review_reject(lease, BOB.name, "not ours").done
+    assert store.review.review_reject(lease, BOB.name, "not ours").done
     late = act(store, "approve", invoice_id, ALICE)  # type: ignore[arg-type]
     assert not late.done and "it is processed" in late.message
-    assert store.current_holder(invoice_id) is None  # type: ignore[arg-type]
+    assert store.claims.current_holder(invoice_id) is None  # type: ignore[arg-type]
 
 
 def test_bulk_actions_by_filter(database_url: str, store: InvoiceStore) -> None:
     negative = review_cases.negative_invoice(sample("BULK-0"))
     ids = {
         org: [
-            store.store_document(
+            store.documents.store_document(
                 render(replace(negative, invoice_number=f"BULK-{org}-{i}"), "ubl"), org, f"{i}.xml"
             ).invoice_id
             for i in range(3)
         ]
         for org in ("north", "south")
     }
-    late = store.store_document(
+    late = store.documents.store_document(
         render(review_cases.due_before_issue(sample("BULK-D")), "ubl"), "north", "d.xml"
     )
     assert run_batch(database_url, [*ids["north"], *ids["south"], late.invoice_id]).success
@@ -273,7 +284,7 @@ def test_bulk_actions_by_filter(database_url: str, store: InvoiceStore) -> None:
         store, "reject", TargetFilter(org_id="south", reason="negative_total"), BOB, "duplicate refund"
     )
     assert len(rest) == 3 and all(o.done for o in rest)
-    queue = store.review_targets(("needs_review",))
+    queue = store.review.review_targets(("needs_review",))
     assert [t.invoice_id for t in queue] == [ids["north"][2]]
 
 

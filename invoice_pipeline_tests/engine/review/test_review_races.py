@@ -31,7 +31,7 @@ from uuid import UUID
 
 from invoice_pipeline.domain.review import ReviewPolicy
 from invoice_pipeline.engine.records import Lease
-from invoice_pipeline.engine.store import InvoiceStore
+from invoice_pipeline.engine.store import InvoiceStore, Review
 from invoice_pipeline_tests.engine.review.helpers import (
     decided_invoice,
     held_invoice,
@@ -57,12 +57,12 @@ class Result:
     took_lock: bool | None = None
 
 
-class MeetAtTheLock(InvoiceStore):
-    """The real store, except that `take_review_lock` returns only once every contender of the
-    round (the parties of `meet`) has made its attempt at the lock: the decisions overlap."""
+class ReviewMeetingAtTheLock(Review):
+    """The real review part, except that `take_review_lock` returns only once every contender of
+    the round (the parties of `meet`) has made its attempt at the lock: the decisions overlap."""
 
-    def __init__(self, database_url: str, meet: Any, **kwargs: Any) -> None:
-        super().__init__(database_url, **kwargs)
+    def __init__(self, store: InvoiceStore, meet: Any) -> None:
+        super().__init__(store.database, store.claims, store.dedupe)
         self.meet = meet
         self.took_lock: bool | None = None
 
@@ -71,6 +71,15 @@ class MeetAtTheLock(InvoiceStore):
         self.took_lock = lease is not None
         self.meet.wait(BARRIER_TIMEOUT)
         return lease
+
+
+class MeetAtTheLock(InvoiceStore):
+    """The real store, whose review part meets the round's other contenders at the lock."""
+
+    def __init__(self, database_url: str, meet: Any, **kwargs: Any) -> None:
+        super().__init__(database_url, **kwargs)
+        self.meeting = ReviewMeetingAtTheLock(self, meet)
+        self.review = self.meeting
 
 
 # -- workers (module level: the spawn start method imports them by name) -------------------------
@@ -93,9 +102,9 @@ def _review_worker(
     try:
         for i, invoice_id in enumerate(rounds):
             barrier.wait(BARRIER_TIMEOUT)
-            store.took_lock = None
+            store.meeting.took_lock = None
             outcome = act(store, action, invoice_id, actor, note)  # type: ignore[arg-type]
-            results.put(Result(i, name, outcome.done, outcome.message, actor.owner, store.took_lock))
+            results.put(Result(i, name, outcome.done, outcome.message, actor.owner, store.meeting.took_lock))
     finally:
         store.close()
 
@@ -182,10 +191,10 @@ def test_two_reviewers_approve_and_reject_at_once(database_url: str, store: Invo
         (lost,) = [r for r in results if r.round == i and not r.done]
         refused_by_the_lock(lost, done[0])
         winners[done[0].worker] += 1
-        approval = store.load_approval(invoice_id)
+        approval = store.documents.load_approval(invoice_id)
         assert approval is not None
         assert approval.decision == ("approved" if done[0].worker == "alice" else "rejected")
-        (audit,) = store.review_history(invoice_id)
+        (audit,) = store.review.review_history(invoice_id)
         assert audit.actor == f"os-user:{done[0].worker}"
     writers_held_the_lock(database_url, ids)
     print(f"winners over {ROUNDS} rounds: {dict(winners)}")
@@ -216,14 +225,14 @@ def test_two_reviewers_release_two_copies_of_one_invoice(database_url: str, stor
     assert all(r.done for r in results), [r for r in results if not r.done]
     assert all(r.took_lock for r in results), "both held their lock when they met"
     for b, c in pairs:
-        decisions = {i: store.load_duplicate_decision(i) for i in (b, c)}
+        decisions = {i: store.dedupe.load_duplicate_decision(i) for i in (b, c)}
         originals = [i for i, d in decisions.items() if d is not None and d.status == "original"]
         assert len(originals) == 1, decisions
         (other,) = {b, c} - set(originals)
         held = decisions[other]
         assert held is not None and held.status == "suspected" and held.original_id == originals[0]
-        assert store.invoice_state(other).status == "needs_review"  # type: ignore[union-attr]
-    assert store.offending_ids("check_groups_without_one_original") == []
+        assert store.documents.invoice_state(other).status == "needs_review"  # type: ignore[union-attr]
+    assert store.reporting.offending_ids("check_groups_without_one_original") == []
 
 
 def test_reviewers_and_the_pipeline_at_once_post_at_most_once(database_url: str, store: InvoiceStore) -> None:
@@ -231,12 +240,13 @@ def test_reviewers_and_the_pipeline_at_once_post_at_most_once(database_url: str,
     moment and runs freely (a held invoice is not claimed; an approved one is posted once)."""
     meet = mp.get_context("spawn").Barrier(2)
     # Held by the real pipeline: the org's approval limit is below every amount.
-    store.set_review_policy("race", ReviewPolicy(auto_approve_limit=Decimal("1")), "os-user:test")
+    store.review.set_review_policy("race", ReviewPolicy(auto_approve_limit=Decimal("1")), "os-user:test")
     ids = [
-        store.store_document(json_invoice(f"RP-{i}"), "race", f"rp{i}.json").invoice_id for i in range(ROUNDS)
+        store.documents.store_document(json_invoice(f"RP-{i}"), "race", f"rp{i}.json").invoice_id
+        for i in range(ROUNDS)
     ]
     assert run_batch(database_url, ids).success
-    assert {store.invoice_state(i).status for i in ids} == {"needs_review"}  # type: ignore[union-attr]
+    assert {store.documents.invoice_state(i).status for i in ids} == {"needs_review"}  # type: ignore[union-attr]
     rounds = [str(i) for i in ids]
     results = race(
         [
@@ -260,6 +270,6 @@ def test_reviewers_and_the_pipeline_at_once_post_at_most_once(database_url: str,
             ]
         )
         assert posted == (1 if decided == ["alice"] else 0), (decided, posted)
-        assert store.invoice_state(invoice_id).status == "processed"  # type: ignore[union-attr]
+        assert store.documents.invoice_state(invoice_id).status == "processed"  # type: ignore[union-attr]
     writers_held_the_lock(database_url, ids)
-    assert store.offending_ids("check_posted_twice") == []
+    assert store.reporting.offending_ids("check_posted_twice") == []

@@ -33,7 +33,7 @@ def process(database_url: str, store: InvoiceStore, *docs: bytes) -> list[object
     job, _ = make_jobs(pipeline_resources(database_url))
     ids = []
     for i, doc in enumerate(docs):
-        inv = store.store_document(doc, "acme", f"{i}.json").invoice_id
+        inv = store.documents.store_document(doc, "acme", f"{i}.json").invoice_id
         assert job.execute_in_process(
             run_config={"ops": {"start": {"config": {"invoice_id": str(inv)}}}}
         ).success
@@ -66,8 +66,8 @@ def results_ok(results: dict[str, tuple[bool, str]]) -> bool:
 
 def test_each_check_fails_with_the_offending_ids_when_broken(database_url: str, store: InvoiceStore) -> None:
     original, copy = process(database_url, store, json_invoice("A-1"), json_invoice("a 1"))
-    stale = store.store_document(json_invoice("S-1"), "acme", "s.json").invoice_id
-    lease = store.acquire(stale, 1)
+    stale = store.documents.store_document(json_invoice("S-1"), "acme", "s.json").invoice_id
+    lease = store.claims.acquire(stale, 1)
     assert lease is not None
     with psycopg.connect(database_url) as conn:
         # Bypass every safeguard on purpose, as a buggy migration or a hand edit could.
@@ -99,8 +99,8 @@ def test_each_check_fails_with_the_offending_ids_when_broken(database_url: str, 
 
 
 def test_stale_lock_check_names_the_job(database_url: str, store: InvoiceStore) -> None:
-    inv = store.store_document(json_invoice(), "acme", "a.json").invoice_id
-    lease = store.acquire(inv, 1)
+    inv = store.documents.store_document(json_invoice(), "acme", "a.json").invoice_id
+    lease = store.claims.acquire(inv, 1)
     assert lease is not None
     assert check_results(database_url, lock_ttl_seconds=3600)["no_stale_running_locks"] == (True, "")
     with psycopg.connect(database_url) as conn:

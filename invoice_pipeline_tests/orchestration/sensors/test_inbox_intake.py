@@ -96,7 +96,9 @@ def test_poisoned_inbox_never_stops_intake_and_every_good_file_is_planned_and_pr
     database_url: str, store: InvoiceStore, inbox: Path
 ) -> None:
     # Distinct numbers and totals: no two of them look like copies of each other.
-    waiting = store.store_document(json_invoice("W-100", total="100.00"), "acme", "waiting.json").invoice_id
+    waiting = store.documents.store_document(
+        json_invoice("W-100", total="100.00"), "acme", "waiting.json"
+    ).invoice_id
     good = {
         inbox / "loose.json": json_invoice("L-201", total="201.00"),
         inbox / "acme" / "good-1.json": json_invoice("A-302", total="302.00"),
@@ -181,7 +183,7 @@ def test_poisoned_inbox_never_stops_intake_and_every_good_file_is_planned_and_pr
     for request in first["run_requests"] + second["run_requests"]:
         assert jobs[request["job_name"]].execute_in_process(run_config=request["run_config"]).success
     for invoice_id in [str(waiting), *planned]:
-        state = store.invoice_state(invoice_id)
+        state = store.documents.invoice_state(invoice_id)
         assert state is not None and state.status == "processed", (invoice_id, state)
 
 
@@ -265,7 +267,7 @@ def test_slow_writer_is_not_ingested_until_complete_and_then_whole(
 
     (request,) = sensor.tick()
     (invoice_id,) = invoice_ids_of(request.run_config)
-    document = store.load_document(invoice_id)
+    document = store.documents.load_document(invoice_id)
     assert document is not None and document.content == content.encode(), "stored whole"
     assert (target.parent / ".ingested" / "slow.json").read_bytes() == content.encode()
 
@@ -282,14 +284,14 @@ def test_a_write_then_rename_file_is_invisible_until_renamed(
     partial.rename(inbox / "acme" / "renamed.json")
     assert sensor.tick() == []
     (request,) = sensor.tick()
-    document = store.load_document(invoice_ids_of(request.run_config)[0])
+    document = store.documents.load_document(invoice_ids_of(request.run_config)[0])
     assert document is not None and document.content == json_invoice("RENAMED")
 
 
 def test_planning_goes_on_when_intake_fails_as_a_whole(
     database_url: str, store: InvoiceStore, inbox: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    due = store.store_document(json_invoice(), "acme", "a.json").invoice_id
+    due = store.documents.store_document(json_invoice(), "acme", "a.json").invoice_id
     # An inbox the file system refuses to look at (its name is longer than any file name may
     # be): listing it fails, so intake fails as a whole; the tick does not.
     sensor = Sensor(database_url, inbox=str(inbox / ("x" * 300)))

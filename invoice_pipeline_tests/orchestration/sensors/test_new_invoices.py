@@ -34,7 +34,7 @@ def empty_inbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_one_invoice_due_gets_a_run_keyed_by_its_attempt_and_is_requested_once(
     database_url: str, store: InvoiceStore
 ) -> None:
-    a = store.store_document(json_invoice("A-1"), "acme", "a.json").invoice_id
+    a = store.documents.store_document(json_invoice("A-1"), "acme", "a.json").invoice_id
     (request,) = tick(database_url).run_requests
     assert request.run_key == f"invoice:{a}:attempt:1" and request.job_name == PROCESS_INVOICE
     assert request.tags["org_id"] == "acme" and request.tags["attempt"] == "1"
@@ -45,8 +45,8 @@ def test_one_invoice_due_gets_a_run_keyed_by_its_attempt_and_is_requested_once(
 
 def test_invoices_due_in_one_tick_share_a_run(database_url: str, store: InvoiceStore) -> None:
     """A trickle must not cost a run (a process start, ~80 event rows) per invoice."""
-    a = store.store_document(json_invoice("A-1"), "acme", "a.json").invoice_id
-    b = store.store_document(json_invoice("B-1"), "globex", "b.json").invoice_id
+    a = store.documents.store_document(json_invoice("A-1"), "acme", "a.json").invoice_id
+    b = store.documents.store_document(json_invoice("B-1"), "globex", "b.json").invoice_id
     (request,) = tick(database_url).run_requests
     assert request.job_name == PROCESS_INVOICE_BATCH and request.tags["org_ids"] == "acme,globex"
     config = request.run_config["ops"]["fan_out"]["config"]
@@ -57,7 +57,7 @@ def test_invoices_due_in_one_tick_share_a_run(database_url: str, store: InvoiceS
 def test_failed_invoice_is_requested_again_with_the_next_attempt_once_due(
     database_url: str, store: InvoiceStore
 ) -> None:
-    inv = store.store_document(json_invoice(), "acme", "a.json").invoice_id
+    inv = store.documents.store_document(json_invoice(), "acme", "a.json").invoice_id
     with psycopg.connect(database_url) as conn:
         conn.execute(
             "UPDATE invoices SET status = 'failed', attempts = 2, next_attempt_at = now() + interval '1 hour' WHERE id = %s",
@@ -73,9 +73,9 @@ def test_failed_invoice_is_requested_again_with_the_next_attempt_once_due(
 def test_running_done_and_quarantined_invoices_are_not_requested(
     database_url: str, store: InvoiceStore
 ) -> None:
-    running = store.store_document(json_invoice("R"), "acme", "r.json").invoice_id
-    done = store.store_document(json_invoice("D"), "acme", "d.json").invoice_id
-    assert store.acquire(running, 1) is not None
+    running = store.documents.store_document(json_invoice("R"), "acme", "r.json").invoice_id
+    done = store.documents.store_document(json_invoice("D"), "acme", "d.json").invoice_id
+    assert store.claims.acquire(running, 1) is not None
     with psycopg.connect(database_url) as conn:
         conn.execute("UPDATE invoices SET status = 'processed' WHERE id = %s", (done,))
     assert tick(database_url).run_requests == []
@@ -84,7 +84,10 @@ def test_running_done_and_quarantined_invoices_are_not_requested(
 def test_a_backlog_is_cut_into_even_runs_of_at_most_the_batch_size(
     database_url: str, store: InvoiceStore
 ) -> None:
-    ids = [store.store_document(json_invoice(f"N-{i}"), "acme", f"{i}.json").invoice_id for i in range(25)]
+    ids = [
+        store.documents.store_document(json_invoice(f"N-{i}"), "acme", f"{i}.json").invoice_id
+        for i in range(25)
+    ]
     data = tick(database_url, batch_size=10)
     assert [r.job_name for r in data.run_requests] == [PROCESS_INVOICE_BATCH] * 3
     assert [len(invoice_ids_of(r.run_config)) for r in data.run_requests] == [9, 9, 7]
@@ -98,7 +101,7 @@ def test_invoice_committed_out_of_order_is_not_lost(database_url: str, store: In
     with psycopg.connect(database_url) as slow:
         early = slow.execute("INSERT INTO invoices (org_id) VALUES ('acme') RETURNING id, seq").fetchone()
         assert early is not None
-        late = store.store_document(json_invoice(), "acme", "late.json").invoice_id
+        late = store.documents.store_document(json_invoice(), "acme", "late.json").invoice_id
         first = tick(database_url)
         assert [r.tags["invoice_id"] for r in first.run_requests] == [str(late)]
         slow.commit()
@@ -139,16 +142,16 @@ def test_a_file_nobody_wrote_for_a_while_is_taken_at_the_first_scan(
     os.utime(quiet, (then, then))
     (request,) = tick(database_url).run_requests
     assert not quiet.exists() and fresh.exists(), "the fresh file waits for a second scan"
-    assert store.invoice_state(request.tags["invoice_id"]) is not None
+    assert store.documents.invoice_state(request.tags["invoice_id"]) is not None
 
 
 def test_a_dead_holders_invoice_is_swept_and_requested_again_in_one_tick(
     database_url: str, store: InvoiceStore
 ) -> None:
     """Recovery by default: the sensor sweeps (cheap, every tick), not only the 5-minute schedule."""
-    inv = store.store_document(json_invoice(), "acme", "a.json").invoice_id
+    inv = store.documents.store_document(json_invoice(), "acme", "a.json").invoice_id
     (first,) = tick(database_url).run_requests
-    lease = store.acquire(inv, 1, owner="a worker that is then SIGKILLed")
+    lease = store.claims.acquire(inv, 1, owner="a worker that is then SIGKILLed")
     assert lease is not None
     assert tick(database_url, lock_ttl_seconds=30).run_requests == [], "a fresh lease is left alone"
     with psycopg.connect(database_url) as conn:  # its last heartbeat, back-dated past the TTL
@@ -158,4 +161,4 @@ def test_a_dead_holders_invoice_is_swept_and_requested_again_in_one_tick(
         )
     (retry,) = tick(database_url, lock_ttl_seconds=30).run_requests
     assert retry.run_key == f"invoice:{inv}:attempt:2" != first.run_key
-    assert [j.status for j in store.job_history(inv)] == ["failed"]
+    assert [j.status for j in store.claims.job_history(inv)] == ["failed"]

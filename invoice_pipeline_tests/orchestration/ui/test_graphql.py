@@ -61,16 +61,18 @@ def launch(gql: DagsterGraphQLClient, invoice_id: object) -> str:
 
 
 def test_launch_process_invoice_to_success(dev_server: DevServer, dev_store: InvoiceStore) -> None:
-    inv = dev_store.store_document(json_invoice("GQL-1"), "acme", "gql1.json").invoice_id
+    inv = dev_store.documents.store_document(json_invoice("GQL-1"), "acme", "gql1.json").invoice_id
     hide_from_sensor(dev_server.database_url, inv)
     gql = client(dev_server)
     run_id = launch(gql, inv)
     assert wait_terminal(gql, run_id) == DagsterRunStatus.SUCCESS
-    assert dev_store.invoice_state(inv).status == "processed"  # type: ignore[union-attr]
+    assert dev_store.documents.invoice_state(inv).status == "processed"  # type: ignore[union-attr]
 
 
 def test_reexecute_from_failure_skips_completed_steps(dev_server: DevServer, dev_store: InvoiceStore) -> None:
-    inv = dev_store.store_document(json_invoice("GQL-2", total="77.00"), "acme", "gql2.json").invoice_id
+    inv = dev_store.documents.store_document(
+        json_invoice("GQL-2", total="77.00"), "acme", "gql2.json"
+    ).invoice_id
     hide_from_sensor(dev_server.database_url, inv)
     gql = client(dev_server)
     with psycopg.connect(dev_server.database_url, autocommit=True) as conn:
@@ -82,7 +84,7 @@ def test_reexecute_from_failure_skips_completed_steps(dev_server: DevServer, dev
             assert wait_terminal(gql, parent) == DagsterRunStatus.FAILURE
         finally:
             conn.execute("ALTER TABLE ledger_postings_unavailable RENAME TO ledger_postings")  # and back
-    assert dev_store.load_ledger_posting(inv) is None
+    assert dev_store.documents.load_ledger_posting(inv) is None
     result = gql._execute(REEXECUTE, {"parentRunId": parent})["launchRunReexecution"]
     assert result["__typename"] == "LaunchRunSuccess", result
     child = result["run"]["runId"]
@@ -93,17 +95,21 @@ def test_reexecute_from_failure_skips_completed_steps(dev_server: DevServer, dev
         for s in gql._execute(STEP_STATS, {"runId": child})["runOrError"]["stepStats"]
     }
     assert set(steps) == {"process_chunk.post_to_ledger", "process_chunk.release"}, steps
-    assert dev_store.count_step_executions(inv, "extract_text") == 1, "completed steps were not re-run"
-    assert dev_store.load_ledger_posting(inv) is not None
-    state = dev_store.invoice_state(inv)
+    assert dev_store.documents.count_step_executions(inv, "extract_text") == 1, (
+        "completed steps were not re-run"
+    )
+    assert dev_store.documents.load_ledger_posting(inv) is not None
+    state = dev_store.documents.invoice_state(inv)
     assert state is not None and state.status == "processed"
-    assert [j.status for j in dev_store.job_history(inv)] == ["failed", "succeeded"]
+    assert [j.status for j in dev_store.claims.job_history(inv)] == ["failed", "succeeded"]
 
 
 def test_sensor_launches_a_run_for_a_newly_ingested_invoice(
     dev_server: DevServer, dev_store: InvoiceStore
 ) -> None:
-    inv = dev_store.store_document(json_invoice("SENSOR-1", total="12.00"), "acme", "sensor.json").invoice_id
+    inv = dev_store.documents.store_document(
+        json_invoice("SENSOR-1", total="12.00"), "acme", "sensor.json"
+    ).invoice_id
     gql = client(dev_server)
 
     def sensor_run() -> list[dict[str, str]]:
@@ -114,7 +120,7 @@ def test_sensor_launches_a_run_for_a_newly_ingested_invoice(
     )
     assert run["jobName"] == "process_invoice"
     assert wait_terminal(gql, run["runId"]) == DagsterRunStatus.SUCCESS
-    assert dev_store.invoice_state(inv).status == "processed"  # type: ignore[union-attr]
+    assert dev_store.documents.invoice_state(inv).status == "processed"  # type: ignore[union-attr]
 
 
 def test_inbox_file_becomes_a_processed_invoice_without_a_click(

@@ -43,7 +43,7 @@ def run_text(gql: DagsterGraphQLClient, run_id: str) -> str:
 
 
 def status_of(store: InvoiceStore, invoice_id: UUID) -> str:
-    state = store.invoice_state(invoice_id)
+    state = store.documents.invoice_state(invoice_id)
     return state.status if state else "gone"
 
 
@@ -51,7 +51,7 @@ def test_approve_from_the_launchpad_posts_the_held_invoice_once(
     dev_server: DevServer, dev_store: InvoiceStore
 ) -> None:
     content = render(review_cases.negative_invoice(sample("UI-NEG-1")), "ubl")
-    invoice_id = dev_store.store_document(content, "acme", "ui-negative.xml").invoice_id
+    invoice_id = dev_store.documents.store_document(content, "acme", "ui-negative.xml").invoice_id
     # The sensor processes it by itself and holds it for a person.
     wait_for(
         lambda: status_of(dev_store, invoice_id) == "needs_review",
@@ -84,14 +84,14 @@ def test_approve_from_the_launchpad_posts_the_held_invoice_once(
         what="the approved invoice to be processed",
     )
     assert postings(dev_server.database_url, invoice_id) == 1
-    (audit,) = dev_store.review_history(invoice_id)
+    (audit,) = dev_store.review.review_history(invoice_id)
     assert audit.action == "approve" and audit.actor == f"dagster-run:{run_id} (ui-test)"
 
 
 def test_dead_letter_is_not_redriven_by_process_invoice_but_by_requeue_invoices(
     dev_server: DevServer, dev_store: InvoiceStore
 ) -> None:
-    invoice_id = dev_store.store_document(
+    invoice_id = dev_store.documents.store_document(
         json_invoice("UI-DL-1", total="42.00"), "acme", "dl.json"
     ).invoice_id
     hide_from_sensor(dev_server.database_url, invoice_id)
@@ -118,14 +118,14 @@ def test_dead_letter_is_not_redriven_by_process_invoice_but_by_requeue_invoices(
         what="the sensor to process the requeued invoice",
     )
     assert postings(dev_server.database_url, invoice_id) == 1
-    (audit,) = dev_store.review_history(invoice_id)
+    (audit,) = dev_store.review.review_history(invoice_id)
     assert (audit.action, audit.from_status, audit.to_status) == ("requeue", "needs_attention", "pending")
 
 
 def test_a_refused_review_fails_its_run_with_the_reason(
     dev_server: DevServer, dev_store: InvoiceStore
 ) -> None:
-    invoice_id = dev_store.store_document(
+    invoice_id = dev_store.documents.store_document(
         json_invoice("UI-OK-1", total="10.00"), "acme", "ok.json"
     ).invoice_id
     wait_for(
@@ -147,4 +147,4 @@ def test_a_refused_review_fails_its_run_with_the_reason(
     )
     assert wait_terminal(gql, run_id) == DagsterRunStatus.FAILURE
     assert "it is processed" in run_text(gql, run_id)
-    assert dev_store.review_history(invoice_id) == []
+    assert dev_store.review.review_history(invoice_id) == []

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import date, datetime, timedelta
 from decimal import Decimal
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 from uuid import UUID
 
 import psycopg
@@ -55,7 +55,7 @@ CONTENTION_BACKOFF_S = 0.02
 
 
 class StatementBatch:
-    """The statements a chunk write's invoices queue (`StoreBase._run`), sent at its end with one
+    """The statements a chunk write's invoices queue (`Database.writer`), sent at its end with one
     `executemany` per statement, in the order each statement was first queued.
 
     Executed one by one they were most of a chunk write's cost: about 0.45 ms of client work
@@ -145,8 +145,23 @@ def idle_in_transaction_ms(lock_ttl: timedelta | None) -> int:
     return max(IDLE_IN_TRANSACTION_FLOOR_MS, min(IDLE_IN_TRANSACTION_MS, half))
 
 
-class StoreBase:
-    """The pool and the helpers every part of InvoiceStore (engine/store/__init__.py) builds on."""
+class DatabaseOptions(TypedDict, total=False):
+    """Database's keyword arguments, which InvoiceStore passes on as they are given."""
+
+    min_size: int
+    max_size: int
+    lock_ttl: timedelta | None
+    lock_timeout: timedelta
+
+
+class Database:
+    """The one pool, the heartbeat connection, and what every part of the store writes and reads
+    through: transactions, the fence, contention retries and fenced chunk writes.
+
+    Each part (engine/store/__init__.py) is built over the store's one Database and passes it
+    the text of its own queries: the statements stay with their part, the pool and the
+    protocol of a write stay here.
+    """
 
     def __init__(
         self,
@@ -199,10 +214,23 @@ class StoreBase:
                 self._heartbeat_conn = None
         self.pool.close()
 
+    def heartbeat_rows(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """`sql` on the heartbeat connection (opened here, see above), never the pool's."""
+        with self._heartbeat_lock:
+            try:
+                if self._heartbeat_conn is None or self._heartbeat_conn.closed:
+                    self._heartbeat_conn = psycopg.connect(self.database_url, **self._heartbeat_kwargs)
+                return self._heartbeat_conn.execute(sql, params).fetchall()
+            except psycopg.Error:
+                if self._heartbeat_conn is not None:
+                    self._heartbeat_conn.close()
+                    self._heartbeat_conn = None
+                raise
+
     # -- plumbing ------------------------------------------------------------------------------
 
     @contextmanager
-    def _transaction(self) -> Iterator[psycopg.Connection[Any]]:
+    def transaction(self) -> Iterator[psycopg.Connection[Any]]:
         with self.pool.connection() as conn, conn.transaction():
             yield conn
 
@@ -210,7 +238,7 @@ class StoreBase:
         with self._contention_lock:
             self.contention[what] += 1
 
-    def _retrying(self, work: Callable[[], T], what: str) -> T:
+    def retrying(self, work: Callable[[], T], what: str) -> T:
         """`work()`, again (a bounded number of times, with jittered backoff) when it lost to
         contention; the last contention error is raised. `work` must be a whole transaction."""
         for attempt in range(CONTENTION_RETRIES + 1):
@@ -228,18 +256,18 @@ class StoreBase:
                 time.sleep(CONTENTION_BACKOFF_S * 2**attempt * random.uniform(0.5, 1.5))
         raise AssertionError("unreachable")
 
-    def _retrying_or_none(self, work: Callable[[], T], what: str) -> T | None:
-        """`_retrying`, but None once contention outlasts the retries: the caller treats it as
+    def retrying_or_none(self, work: Callable[[], T], what: str) -> T | None:
+        """`retrying`, but None once contention outlasts the retries: the caller treats it as
         a bounce (not taken, busy), never as the database's failure."""
         try:
-            return self._retrying(work, what)
+            return self.retrying(work, what)
         except psycopg.Error as exc:
             if not is_contention(exc):
                 raise
             return None
 
     @contextmanager
-    def _fenced(
+    def fenced(
         self, lease: Lease, before_fence: Callable[[psycopg.Connection[Any]], None] | None = None
     ) -> Iterator[psycopg.Connection[Any]]:
         """A transaction that holds lease's invoice row and job row locked, or raises LeaseLost.
@@ -247,7 +275,7 @@ class StoreBase:
         `before_fence` runs first in the transaction: whatever it waits for (dedupe advisory
         locks), it waits holding no row, so nobody queues behind the wait.
         """
-        with self._transaction() as conn:
+        with self.transaction() as conn:
             if before_fence is not None:
                 before_fence(conn)
             row = conn.execute(
@@ -271,17 +299,21 @@ class StoreBase:
             return "no such job"
         return f"job is {row[0]}" + (f": {row[1]}" if row[1] else "")
 
-    # The helpers below take a statement's text: each part reads it from its own SQL file.
+    # The helpers below take a statement's text: each part passes it from its own SQL file.
 
-    def _one(self, conn: psycopg.Connection[Any], cls: type[T], sql: str, params: dict[str, Any]) -> T | None:
+    def fetch_one(
+        self, conn: psycopg.Connection[Any], cls: type[T], sql: str, params: dict[str, Any]
+    ) -> T | None:
         with conn.cursor(row_factory=class_row(cls)) as cur:
             return cur.execute(sql, params).fetchone()
 
-    def _all(self, conn: psycopg.Connection[Any], cls: type[T], sql: str, params: dict[str, Any]) -> list[T]:
+    def fetch_all(
+        self, conn: psycopg.Connection[Any], cls: type[T], sql: str, params: dict[str, Any]
+    ) -> list[T]:
         with conn.cursor(row_factory=class_row(cls)) as cur:
             return cur.execute(sql, params).fetchall()
 
-    def _scalar(self, sql: str, params: dict[str, Any]) -> Any:
+    def scalar(self, sql: str, params: dict[str, Any]) -> Any:
         with self.pool.connection() as conn:
             row = conn.execute(sql, params).fetchone()
             return None if row is None else row[0]
@@ -296,7 +328,7 @@ class StoreBase:
     # isolated the same way: only the invoices that still lose fail.
     # The single-invoice methods are chunks of one that raise instead of reporting.
 
-    def _write_chunk(
+    def write_chunk(
         self,
         items: Sequence[tuple[Lease, P]],
         write: Callable[[psycopg.Connection[Any], Lease, P], R],
@@ -315,7 +347,7 @@ class StoreBase:
         if not items:
             return ChunkWrite({}, {}, {})
         try:
-            return self._retrying(
+            return self.retrying(
                 lambda: self._write_chunk_once(items, write, prepare, step, before_fence),
                 f"a write of {len(items)} invoice(s)" + (f" ({step})" if step else ""),
             )
@@ -328,7 +360,7 @@ class StoreBase:
         lost: dict[UUID, str] = {}
         failed: dict[UUID, Exception] = {}
         for item in items:
-            one = self._write_chunk([item], write, prepare, step=step, before_fence=before_fence)
+            one = self.write_chunk([item], write, prepare, step=step, before_fence=before_fence)
             written |= one.written
             lost |= one.lost
             failed |= one.failed
@@ -342,7 +374,7 @@ class StoreBase:
         step: str | None,
         before_fence: Callable[[psycopg.Connection[Any], list[Lease]], None] | None = None,
     ) -> ChunkWrite[R]:
-        with self._transaction() as conn:
+        with self.transaction() as conn:
             if before_fence is not None:
                 before_fence(conn, [lease for lease, _ in items])
             rows = conn.execute(FENCE["fence_chunk"], {"job_ids": [lease.job_id for lease, _ in items]})
@@ -380,7 +412,7 @@ class StoreBase:
             return ChunkWrite(written, lost, {})
 
     @staticmethod
-    def _only(result: ChunkWrite[R], lease: Lease) -> R:
+    def only(result: ChunkWrite[R], lease: Lease) -> R:
         """The one invoice's result of a chunk of one; LeaseLost, or its error, raised."""
         if lease.invoice_id in result.lost:
             raise LeaseLost(lease.job_id, lease.invoice_id, result.lost[lease.invoice_id])
@@ -388,7 +420,7 @@ class StoreBase:
             raise result.failed[lease.invoice_id]
         return result.written[lease.invoice_id]
 
-    def _run(self, sql: str) -> Callable[[psycopg.Connection[Any], Lease, dict[str, Any]], None]:
+    def writer(self, sql: str) -> Callable[[psycopg.Connection[Any], Lease, dict[str, Any]], None]:
         """A write that is one named statement with the lease's ids and the given parameters:
         queued in the chunk write's batch (`StatementBatch`), or executed at once outside one."""
 
