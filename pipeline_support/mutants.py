@@ -366,6 +366,57 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "test_a_page_read_invoice_that_would_post_pays_its_true_seller_into_a_known_account",
     ),
     _one(
+        "parser-crash",
+        "an unexpected parser exception quarantines the file as unreadable, never crashes the stage",
+        "invoice_pipeline/documents/sandbox.py",
+        "    except Exception as exc:\n        raise unreadable(type(exc).__name__, str(exc)) from None\n",
+        "",
+        "invoice_pipeline_tests/documents/test_sandbox.py::test_an_unexpected_parser_exception_is_bad_input_not_a_retry",
+    ),
+    Sabotage(
+        "xml-entities",
+        "XML with entities is refused: no entity resolved, none let through the screen or the tree check",
+        (
+            Edit(
+                "invoice_pipeline/documents/xmlsafe.py",
+                "        resolve_entities=False,\n",
+                "        resolve_entities=True,\n",
+            ),
+            Edit("invoice_pipeline/documents/xmlsafe.py", "    _screen_raw(content)\n", ""),
+            Edit(
+                "invoice_pipeline/documents/xmlsafe.py",
+                "    dtd = tree.docinfo.internalDTD\n",
+                "    return False\n    dtd = tree.docinfo.internalDTD\n",
+            ),
+        ),
+        "invoice_pipeline_tests/documents/test_xml_security.py::test_xxe_never_discloses_a_local_file",
+    ),
+    _one(
+        "die-with-parent",
+        "a worker child dies with its parent (PR_SET_PDEATHSIG): kill -9 of a command leaves no orphan",
+        "invoice_pipeline/forked.py",
+        "        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)\n",
+        "        pass\n",
+        "invoice_pipeline_tests/test_forked.py::test_children_die_with_a_parent_killed_by_sigkill",
+    ),
+    _one(
+        "bind-loopback",
+        "the review page refuses to listen beyond loopback when nobody has to log in",
+        "invoice_pipeline/review_ui/auth.py",
+        "    if is_loopback(host):\n        return\n    if not auth.authenticates:\n",
+        "    return\n    if not auth.authenticates:\n",
+        "invoice_pipeline_tests/review_ui/test_review_ui_http.py::"
+        "test_binding_beyond_loopback_without_authentication_is_refused",
+    ),
+    _one(
+        "orphan-row-lock",
+        "the sweep row-locks the orphans it reschedules, skipping a row someone is writing",
+        "sql/queries/maintenance.sql",
+        "ORDER BY i.id\nFOR NO KEY UPDATE OF i SKIP LOCKED\n",
+        "ORDER BY i.id\n",
+        f"{LIVENESS}::test_the_sweep_skips_an_orphan_someone_is_writing_and_takes_it_at_the_next_sweep",
+    ),
+    _one(
         "layout-vendor",
         "a vendor layout reads only pages whose seller-position identifier is its vendor's (issue 37)",
         "invoice_pipeline/documents/reading/layouts.py",

@@ -483,6 +483,35 @@ def test_maintenance_never_reschedules_an_invoice_claimed_after_its_snapshot(
     assert state.status == "processing", f"a live invoice was marked {state.status}: {state.last_error}"
 
 
+def test_the_sweep_skips_an_orphan_someone_is_writing_and_takes_it_at_the_next_sweep(
+    database_url: str, stores: Callable[[str], InvoiceStore]
+) -> None:
+    """An orphan whose row another transaction holds (a review, a claim in flight) is left to the
+    next sweep, never waited for: a sweep queued behind a row lock would stall every other
+    orphan and the requests behind it. The sweeper's lock_timeout is short, so a wait would
+    show as contention (or an error), not as a slow test."""
+    store = stores("setup")
+    orphan = store.documents.store_document(json_invoice("LV-401"), "acme", "x.json").invoice_id
+    claim_chunk(store, [(orphan, None)], "dead-run", TTL)
+    assert store.maintenance.release_stale_locks(orphan, stale_after=timedelta(0)) == 1
+    sweeper = InvoiceStore(
+        named(database_url, "orphan-sweeper"), max_size=2, lock_timeout=timedelta(milliseconds=300)
+    )
+    try:
+        with psycopg.connect(database_url) as writer:
+            writer.execute("SELECT 1 FROM invoices WHERE id = %s FOR NO KEY UPDATE", (orphan,))
+            first = sweeper.maintenance.reschedule_orphans(max_attempts=5, retry_base=timedelta(0))
+            assert orphan not in [r.invoice_id for r in first], "an orphan someone is writing was rescheduled"
+            assert not sweeper.contention, (
+                f"the sweep waited for a row someone holds: {dict(sweeper.contention)}"
+            )
+            writer.rollback()
+        second = sweeper.maintenance.reschedule_orphans(max_attempts=5, retry_base=timedelta(0))
+    finally:
+        sweeper.close()
+    assert [r.invoice_id for r in second if r.invoice_id == orphan] == [orphan], "the next sweep left it"
+
+
 # -- 4. no lease without a worker ----------------------------------------------------------------
 
 
