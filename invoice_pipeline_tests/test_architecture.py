@@ -202,3 +202,108 @@ def test_the_vocabulary_check_catches_dagster_words(source: str) -> None:
 def test_the_vocabulary_check_lets_docstrings_and_plain_values_pass() -> None:
     source = '"""Driven by Dagster (orchestration/)."""\n\ndef f():\n    """The Dagster run."""\n    return "extract_text"\n'
     assert dagster_vocabulary(source) == []
+
+
+# -- no circles, no private reach (issue 39) ------------------------------------------------------
+
+ROOTS = (PACKAGE_DIR, PACKAGE_DIR.parent / "chaos")
+
+
+def module_graph(sources: dict[str, tuple[str, bool]]) -> dict[str, set[str]]:
+    """Who imports whom among `sources` (module -> (text, is_package)), imports inside
+    functions included; a module's import of its own enclosing packages is not an edge (running
+    a package's __init__ first is how Python imports a submodule, not a dependency)."""
+    graph: dict[str, set[str]] = {}
+    for module, (source, is_package) in sources.items():
+        found = {name for name in imported_names(source, module, is_package=is_package) if name in sources}
+        graph[module] = {name for name in found if name != module and not module.startswith(name + ".")}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        while work:
+            node, edges = work[-1]
+            step = next(edges, None)
+            if step is not None:
+                if step not in index:
+                    index[step] = low[step] = len(index)
+                    stack.append(step)
+                    work.append((step, iter(sorted(graph[step]))))
+                elif step in stack:
+                    low[node] = min(low[node], index[step])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    found.append(sorted(group))
+    return found
+
+
+def private_reaches(source: str, module: str, modules: set[str], *, is_package: bool = False) -> list[str]:
+    """`from other import _name` where `other` is another module of ours: a private name used
+    across a module boundary."""
+    package = module if is_package else module.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        base = package.split(".")[: len(package.split(".")) - (node.level - 1)] if node.level else []
+        target = ".".join(base + ([node.module] if node.module else []))
+        for alias in node.names:
+            private = alias.name.startswith("_") and not alias.name.startswith("__")
+            if private and target in modules and target != module:
+                found.append(f"{module} imports {target}.{alias.name}")
+    return found
+
+
+def our_sources() -> dict[str, tuple[str, bool]]:
+    sources = {}
+    for root in ROOTS:
+        for path in sorted(root.rglob("*.py")):
+            sources[module_name(path)] = (path.read_text(), path.name == "__init__.py")
+    return sources
+
+
+def test_no_module_imports_in_a_circle() -> None:
+    assert circles(module_graph(our_sources())) == []
+
+
+def test_no_module_imports_another_modules_private_name() -> None:
+    sources = our_sources()
+    found = [
+        problem
+        for module, (source, is_package) in sources.items()
+        for problem in private_reaches(source, module, set(sources), is_package=is_package)
+    ]
+    assert found == []
+
+
+def test_the_circle_and_private_checks_catch_what_they_name() -> None:
+    sources = {
+        "pkg": ("", True),
+        "pkg.a": ("def f():\n    from pkg.b import g\n", False),
+        "pkg.b": ("from pkg import c\n", False),
+        "pkg.c": ("from .a import _helper\n", False),
+        "pkg.d": ("import pkg\n", False),
+    }
+    assert circles(module_graph(sources)) == [["pkg.a", "pkg.b", "pkg.c"]]
+    assert private_reaches(*sources["pkg.c"][:1], "pkg.c", set(sources)) == ["pkg.c imports pkg.a._helper"]
