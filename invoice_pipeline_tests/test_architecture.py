@@ -307,3 +307,40 @@ def test_the_circle_and_private_checks_catch_what_they_name() -> None:
     }
     assert circles(module_graph(sources)) == [["pkg.a", "pkg.b", "pkg.c"]]
     assert private_reaches(*sources["pkg.c"][:1], "pkg.c", set(sources)) == ["pkg.c imports pkg.a._helper"]
+
+
+# A function a newcomer reads in one screen, a store part read in one sitting (issue 39).
+MAX_FUNCTION_LINES = 80
+MAX_STORE_CLASS_LINES = 400
+
+
+def too_long(source: str, module: str) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        length = (node.end_lineno or node.lineno) - node.lineno + 1 if hasattr(node, "lineno") else 0
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and length > MAX_FUNCTION_LINES:
+            found.append(f"{module}.{node.name}: {length} lines")
+        if isinstance(node, ast.ClassDef) and ".store." in f"{module}." and length > MAX_STORE_CLASS_LINES:
+            found.append(f"{module}.{node.name}: {length} lines")
+    return found
+
+
+def test_no_product_function_is_over_80_lines_and_no_store_part_over_400() -> None:
+    found = [
+        problem
+        for path in sorted(PACKAGE_DIR.rglob("*.py"))
+        for problem in too_long(path.read_text(), module_name(path))
+    ]
+    assert found == []
+
+
+def test_the_length_check_catches_a_long_function_and_a_long_store_class() -> None:
+    long_function = "def f():\n" + "    x = 1\n" * MAX_FUNCTION_LINES
+    assert too_long(long_function, "invoice_pipeline.engine.stages") == [
+        "invoice_pipeline.engine.stages.f: 81 lines"
+    ]
+    long_class = "class Part:\n" + "".join(f"    def m{i}(self):\n        pass\n" for i in range(200))
+    assert too_long(long_class, "invoice_pipeline.engine.store.claims") == [
+        "invoice_pipeline.engine.store.claims.Part: 401 lines"
+    ]
+    assert too_long(long_class, "invoice_pipeline.review_ui.app") == []

@@ -46,11 +46,20 @@ def families(snapshot: MetricsSnapshot) -> Iterator[Metric]:
     by_metric: dict[str, list[MetricTotal]] = defaultdict(list)
     for total in snapshot.totals:
         by_metric[total.metric].append(total)
+    yield from invoice_families(snapshot, by_metric)
+    yield from lease_families(snapshot, by_metric)
+    yield from ledger_families(by_metric)
+    yield from stage_histogram(by_metric["stage_seconds"])
+    yield from ocr_families(by_metric)
 
-    def counts(metric: str) -> dict[str, int]:
-        return {t.label: t.n for t in by_metric[metric]}
 
-    statuses = counts("invoices")
+def counts(by_metric: dict[str, list[MetricTotal]], metric: str) -> dict[str, int]:
+    return {t.label: t.n for t in by_metric[metric]}
+
+
+def invoice_families(snapshot: MetricsSnapshot, by_metric: dict[str, list[MetricTotal]]) -> Iterator[Metric]:
+    """Where the invoices are: by status, in flight, due, dead-lettered, held."""
+    statuses = counts(by_metric, "invoices")
     invoices = GaugeMetricFamily(f"{PREFIX}_invoices", "Invoices by status.", labels=["status"])
     for status in sorted(set(STATUSES) | set(statuses)):
         invoices.add_metric([status], statuses.get(status, 0))
@@ -95,6 +104,8 @@ def families(snapshot: MetricsSnapshot) -> Iterator[Metric]:
         value=snapshot.queue.oldest_held_seconds,
     )
 
+
+def lease_families(snapshot: MetricsSnapshot, by_metric: dict[str, list[MetricTotal]]) -> Iterator[Metric]:
     yield GaugeMetricFamily(
         f"{PREFIX}_leases_running",
         "Processing locks held (running jobs).",
@@ -104,6 +115,9 @@ def families(snapshot: MetricsSnapshot) -> Iterator[Metric]:
     swept.add_metric([], sum(t.n for t in by_metric["leases_swept"]))
     yield swept
 
+
+def ledger_families(by_metric: dict[str, list[MetricTotal]]) -> Iterator[Metric]:
+    """What was posted, and how duplicates were decided."""
     postings = CounterMetricFamily(
         f"{PREFIX}_postings", "Ledger postings, per currency.", labels=["currency"]
     )
@@ -118,7 +132,7 @@ def families(snapshot: MetricsSnapshot) -> Iterator[Metric]:
     yield postings
     yield amounts
 
-    kinds = counts("duplicate_decisions")
+    kinds = counts(by_metric, "duplicate_decisions")
     duplicates = GaugeMetricFamily(
         f"{PREFIX}_duplicate_decisions",
         "Invoices by duplicate decision: original, duplicate (exact) or suspected (held).",
@@ -128,8 +142,8 @@ def families(snapshot: MetricsSnapshot) -> Iterator[Metric]:
         duplicates.add_metric([kind], kinds.get(kind, 0))
     yield duplicates
 
-    yield from stage_histogram(by_metric["stage_seconds"])
 
+def ocr_families(by_metric: dict[str, list[MetricTotal]]) -> Iterator[Metric]:
     ocr = by_metric["ocr"]
     ocr_documents = CounterMetricFamily(f"{PREFIX}_ocr_documents", "Documents read by OCR.")
     ocr_documents.add_metric([], sum(t.n for t in ocr))
