@@ -24,7 +24,7 @@ from datetime import timedelta
 from uuid import UUID
 
 from invoice_pipeline.engine.leases import LeaseKeeper
-from invoice_pipeline.engine.records import ChunkWrite, Rescheduled
+from invoice_pipeline.engine.records import ChunkWrite, Rescheduled, describe_error
 from invoice_pipeline.engine.stages import (
     STAGES,
     Claimed,
@@ -63,10 +63,6 @@ NO_HOOKS = ChunkHooks()
 class ChunkResult:
     reports: tuple[StageReport, ...]
     finished: ChunkWrite[None]
-
-
-def describe_error(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
 
 
 def claim_chunk(

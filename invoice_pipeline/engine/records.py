@@ -380,3 +380,8 @@ class MetricsSnapshot:
     in_flight: list[InFlightCount]
     held: list[HeldCount]
     queue: QueueGauges
+
+
+def describe_error(exc: BaseException) -> str:
+    """An error as a record keeps it (a job's or invoice's last_error, a Failed outcome): its kind and message."""
+    return f"{type(exc).__name__}: {exc}"

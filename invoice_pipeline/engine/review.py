@@ -29,7 +29,7 @@ from invoice_pipeline.domain.review import REASON_CODES
 from invoice_pipeline.engine.dedupe import match_outcome
 from invoice_pipeline.engine.layouts import learn_quietly, unlearn_quietly
 from invoice_pipeline.engine.leases import LeaseLost
-from invoice_pipeline.engine.records import Lease
+from invoice_pipeline.engine.records import Lease, describe_error
 from invoice_pipeline.engine.review_records import ACTION_FROM, Action, ActionOutcome, ReviewTarget
 from invoice_pipeline.engine.store import InvoiceStore, as_uuid
 
@@ -192,7 +192,7 @@ def decide_under_lock(
         # Swept before the write (the action stalled past the lock TTL): nothing was written.
         return refused(f"the lock was lost before writing, nothing changed: {exc}", status)
     except BaseException as exc:
-        store.claims.finish(lease.job_id, "failed", f"{what} failed: {type(exc).__name__}: {exc}")
+        store.claims.finish(lease.job_id, "failed", f"{what} failed: {describe_error(exc)}")
         raise
 
 

@@ -55,6 +55,7 @@ from invoice_pipeline.engine.records import (
     Quarantine,
     VendorRegistration,
     Verdict,
+    describe_error,
 )
 from invoice_pipeline.engine.store import InvoiceStore, is_systemic
 
@@ -211,9 +212,7 @@ def run_stage(stage: Stage, env: StageEnv, chunk: Sequence[Claimed]) -> StageRep
 def unwritten(write: ChunkWrite[Any]) -> dict[UUID, Outcome]:
     """The invoices a chunk write left out: lost (the lease is gone) or failed (their data)."""
     outcomes: dict[UUID, Outcome] = {invoice_id: Lost(why) for invoice_id, why in write.lost.items()}
-    outcomes |= {
-        invoice_id: Failed(f"{type(exc).__name__}: {exc}") for invoice_id, exc in write.failed.items()
-    }
+    outcomes |= {invoice_id: Failed(describe_error(exc)) for invoice_id, exc in write.failed.items()}
     return outcomes
 
 
@@ -268,7 +267,7 @@ def each(
         except Exception as exc:
             if is_systemic(exc):
                 raise
-            problems[c.invoice_id] = Failed(f"{step or 'stage'} failed: {type(exc).__name__}: {exc}")
+            problems[c.invoice_id] = Failed(f"{step or 'stage'} failed: {describe_error(exc)}")
     return results, problems
 
 

@@ -30,8 +30,8 @@ from dagster import (
 )
 from pydantic import Field
 
-from invoice_pipeline.engine.chunk_loop import ChunkHooks, ChunkLoop, describe_error
-from invoice_pipeline.engine.records import Rescheduled
+from invoice_pipeline.engine.chunk_loop import ChunkHooks, ChunkLoop
+from invoice_pipeline.engine.records import Rescheduled, describe_error
 from invoice_pipeline.engine.runs import DEFAULT_CHUNK_SIZE, InvoiceRef, unique_refs
 from invoice_pipeline.engine.stages import (
     STAGES,
