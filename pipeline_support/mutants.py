@@ -417,6 +417,27 @@ SABOTAGES: tuple[Sabotage, ...] = (
         f"{LIVENESS}::test_the_sweep_skips_an_orphan_someone_is_writing_and_takes_it_at_the_next_sweep",
     ),
     _one(
+        "dead-run-requests",
+        "the sweep releases at once the requests of a run that died before claiming them",
+        "invoice_pipeline/engine/maintenance.py",
+        "    released = release_abandoned_requests(db, runs) if runs is not None else []\n",
+        "    released: list[Rescheduled] = []\n",
+        "invoice_pipeline_tests/test_kill_process.py::"
+        "test_kill_9_of_process_at_random_moments_strands_nothing_past_one_sweep",
+    ),
+    _one(
+        "dev-signal-handlers-first",
+        "dev installs its stop handlers before starting dagster dev, so no child inherits an ignored SIGINT",
+        "invoice_pipeline/cli/dev.py",
+        "    previous = {sig: signal.signal(sig, on_signal) for sig in stop_signals}\n"
+        "    try:\n"
+        "        proc = subprocess.Popen(command, cwd=cwd, env=env, start_new_session=True)\n",
+        "    proc = subprocess.Popen(command, cwd=cwd, env=env, start_new_session=True)\n"
+        "    previous = {sig: signal.signal(sig, on_signal) for sig in stop_signals}\n"
+        "    try:\n",
+        "invoice_pipeline_tests/test_dev_signals.py::test_dev_started_by_a_script_stops_everything_on_sigterm",
+    ),
+    _one(
         "layout-vendor",
         "a vendor layout reads only pages whose seller-position identifier is its vendor's (issue 37)",
         "invoice_pipeline/documents/reading/layouts.py",
