@@ -184,7 +184,10 @@ def review_invoices(
     description="Redrive dead letters, failed or (after a fix) quarantined invoices: attempts start over, due now."
 )
 def requeue(
-    context: OpExecutionContext, config: RequeueConfig, invoice_db: InvoiceDatabase, review_access: ReviewAccess
+    context: OpExecutionContext,
+    config: RequeueConfig,
+    invoice_db: InvoiceDatabase,
+    review_access: ReviewAccess,
 ) -> None:
     _run(context, invoice_db, review_access, "requeue", config, _filter(config, "requeue", config.status))
 

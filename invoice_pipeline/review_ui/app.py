@@ -951,7 +951,7 @@ def create_app(
     app.add_middleware(HostCheck, auth=auth)
     # Added last, so outermost: a request over its address's budget costs no Host check, no
     # session and no database read.
-    budget = budget or RequestBudget(BudgetConfig())
+    budget = RequestBudget(BudgetConfig()) if budget is None else budget
     app.add_middleware(RequestBudgetMiddleware, auth=auth, budget=budget)
     app.state.review_ui = ui
     app.state.request_budget = budget

@@ -89,9 +89,7 @@ def cmd_review_ui(args: argparse.Namespace, settings: Any) -> int:
         return 2
     store = InvoiceStore(prepare_database(settings), max_size=8, lock_ttl=settings.lock_ttl)
     try:
-        app = create_app(
-            store, auth, Path(settings.home) / "review-ui-cache", budget=RequestBudget(budget)
-        )
+        app = create_app(store, auth, Path(settings.home) / "review-ui-cache", budget=RequestBudget(budget))
         scheme = "https" if args.tls_cert else "http"
         print(
             f"Review page on {scheme}://{args.host}:{args.port}  (authentication: {auth.mode})",
@@ -103,6 +101,9 @@ def cmd_review_ui(args: argparse.Namespace, settings: Any) -> int:
             port=args.port,
             log_level="warning",
             access_log=False,
+            # The client's address is the socket's peer unless --forwarded-for says otherwise
+            # (auth.client_address): uvicorn must not rewrite it from X-Forwarded-For first.
+            proxy_headers=False,
             ssl_certfile=args.tls_cert,
             ssl_keyfile=args.tls_key,
         )

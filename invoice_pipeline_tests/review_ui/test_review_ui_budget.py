@@ -26,9 +26,7 @@ from invoice_pipeline.review_ui.budget import (
 from invoice_pipeline_tests.review_ui.conftest import serve_app
 
 
-def page(
-    store: InvoiceStore, cache: Path, budget: RequestBudget, *, forwarded_for: bool
-) -> Iterator[str]:
+def page(store: InvoiceStore, cache: Path, budget: RequestBudget, *, forwarded_for: bool) -> Iterator[str]:
     auth = AuthConfig(local_user="tester", forwarded_for=forwarded_for)
     yield from serve_app(create_app(store, auth, cache, budget=budget))
 
@@ -44,6 +42,10 @@ def get(base_url: str, path: str = "/healthz", forwarded: str | None = None) -> 
         return response.status, response.read().decode(), response.getheader("Retry-After")
     finally:
         conn.close()
+
+
+def waiter(url: str, answers: list[tuple[int, str, str | None]]) -> None:
+    answers.append(get(url))
 
 
 class Clock:
@@ -91,7 +93,7 @@ def test_waiting_requests_are_bounded_the_ninth_refused_at_once(
     for url in page(store, tmp_path / "cache", budget, forwarded_for=False):
         assert get(url)[0] == 200
         answers: list[tuple[int, str, str | None]] = []
-        waiters = [threading.Thread(target=lambda: answers.append(get(url))) for _ in range(8)]
+        waiters = [threading.Thread(target=waiter, args=(url, answers)) for _ in range(8)]
         for w in waiters:
             w.start()
         deadline = time.monotonic() + 20
