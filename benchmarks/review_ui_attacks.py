@@ -6,7 +6,8 @@ so its memory is read from /proc without this process's load generator in it.
 - **Flood**: N anonymous requests (no cookie, each on a new connection's worth of nothing: the
   page's login form) from 4 threads; the server's resident memory before, during and after.
 - **Guessing**: the p95 of a logged-in reviewer's queue page, idle, then while 4 threads guess
-  passwords at full speed. Twice: from one address (the throttle answers 429 without hashing),
+  passwords at full speed. Twice: from one address other than the reviewer's (its request
+  budget, then the login throttle, answer 429 without hashing),
   and spread over 250 loopback source addresses with random names (no throttle applies: every
   guess costs a scrypt in the bounded login pool). The guessers are processes of their own.
 - **Huge page**: a 1 KB PDF with a 3,500 mm page: what refusing its image costs (wall time, the
@@ -43,6 +44,12 @@ from pipeline_support.helpers import free_port
 PASSWORD = secrets.token_urlsafe(16)
 GUESSERS = 4
 P95_FACTOR_TARGET = 2.0
+# The page's budget (default 200 at once, then 50/s per address) would answer most of a flood
+# from one address with 429: the flood comes from 4 x 60 addresses.
+FLOOD_ADDRESSES_PER_THREAD = 60
+# The guessers' one address when not spread: not the measuring reviewer's (127.0.0.1), whose
+# requests the budget must keep serving.
+GUESSER_ADDRESS = "127.0.0.2"
 REFUSE_MS_TARGET = 2000.0
 REFUSE_MB_TARGET = 100.0
 
@@ -90,36 +97,53 @@ class _Browser:
             return e.code
 
 
-def _flood(port: int, count: int, threads: int) -> None:
-    """`count` anonymous GET /login, no cookies sent back, over keep-alive connections."""
+def _flood(port: int, count: int, threads: int) -> int:
+    """`count` anonymous GET /login, no cookies sent back, over keep-alive connections; each
+    thread's from FLOOD_ADDRESSES_PER_THREAD source addresses in turn, so that the per-address
+    request budget lets them all reach the page (what is measured is the page's memory). The
+    number answered 429."""
     per = count // threads
+    refused = [0] * threads
 
-    def one() -> None:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-        for _ in range(per):
+    def one(slot: int) -> None:
+        conns = [
+            http.client.HTTPConnection(
+                "127.0.0.1", port, timeout=60, source_address=(f"127.0.{10 + slot}.{i + 1}", 0)
+            )
+            for i in range(FLOOD_ADDRESSES_PER_THREAD)
+        ]
+        for n in range(per):
+            conn = conns[n % len(conns)]
             conn.request("GET", "/login", headers={"Host": f"127.0.0.1:{port}"})
-            conn.getresponse().read()
-        conn.close()
+            response = conn.getresponse()
+            response.read()
+            refused[slot] += response.status == 429
+        for conn in conns:
+            conn.close()
 
-    workers = [threading.Thread(target=one) for _ in range(threads)]
+    workers = [threading.Thread(target=one, args=(slot,)) for slot in range(threads)]
     for w in workers:
         w.start()
     for w in workers:
         w.join()
+    return sum(refused)
 
 
 def _guess(port: int, stop: Any, spread: bool, counts: Any, slot: int) -> None:
     """Wrong passwords as fast as the page answers; `spread`: each from another 127.0.0.x
-    address and name, so that no throttle applies. Runs in its own process (the measuring
+    address and name, so that no throttle applies; counts the guesses posted. Runs in its own process (the measuring
     client's latency must not include this one's GIL)."""
     n = 0
     while not stop.is_set():
-        source = ("127.0.0." + str(2 + (slot * 61 + n) % 250), 0) if spread else None
+        source = ("127.0.0." + str(2 + (slot * 61 + n) % 250), 0) if spread else (GUESSER_ADDRESS, 0)
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60, source_address=source)
         host = {"Host": f"127.0.0.1:{port}"}
         conn.request("GET", "/login", headers=host)
         response = conn.getresponse()
         page = response.read().decode()
+        if response.status == 429:  # the request budget: no form to post, try again at once
+            conn.close()
+            continue
         cookies = "; ".join(c.split(";", 1)[0] for c in response.headers.get_all("set-cookie") or [])
         token = re.search(r'name="csrf" value="([^"]*)"', page)
         assert token is not None
@@ -208,9 +232,11 @@ def run(ctx: BenchContext) -> BenchResult:
         _flood(port, 2_000, 4)  # warm: templates compiled, allocator settled
         rss = [_status_kb(server.pid, "VmRSS") / 1024]
         began = time.monotonic()
+        refused = 0
         for _ in range(4):
-            _flood(port, flood_n // 4, 4)
+            refused += _flood(port, flood_n // 4, 4)
             rss.append(_status_kb(server.pid, "VmRSS") / 1024)
+        ctx.log(f"flood: {refused} of {flood_n} answered 429 by the request budget")
         flood_s = time.monotonic() - began
         ctx.log(f"flood of {flood_n} in {flood_s:.0f} s; RSS {', '.join(f'{r:.1f}' for r in rss)} MB")
         figures.append(

@@ -38,6 +38,10 @@ ENV_CELERY_BROKER_HEARTBEAT = "INVOICE_PIPELINE_CELERY_BROKER_HEARTBEAT_SECONDS"
 # Launchpad approval names whoever typed a name, for any org: a production deployment sets 0 and
 # approvals go through the review page behind authentication (docs/scale-out.md).
 ENV_REVIEW_JOBS = "INVOICE_PIPELINE_REVIEW_JOBS"
+# The review page's users file (review_ui/auth.py's format). When set, a Launchpad review job's
+# reviewer must be listed in it and acts only for that entry's orgs; unset, only a local
+# deployment has Launchpad review jobs that act (orchestration/review_jobs.py).
+ENV_REVIEW_USERS = "INVOICE_PIPELINE_REVIEW_USERS"
 # Which deployment's resources a code location binds (orchestration/resources/deployments.py):
 # "local" (the default: runs with no setup) or "production".
 ENV_DEPLOYMENT = "INVOICE_PIPELINE_DEPLOYMENT"
@@ -195,6 +199,7 @@ class Settings:
     review_jobs: bool = True
     save_after: timedelta = timedelta(milliseconds=DEFAULT_SAVE_AFTER_MS)
     deployment: str = "local"
+    review_users: Path | None = None
 
     @property
     def uses_embedded_postgres(self) -> bool:
@@ -250,4 +255,5 @@ class Settings:
             review_jobs=_switch(env, ENV_REVIEW_JOBS, True),
             save_after=timedelta(milliseconds=_int(env, ENV_SAVE_AFTER_MS, DEFAULT_SAVE_AFTER_MS, minimum=0)),
             deployment=env.get(ENV_DEPLOYMENT) or "local",
+            review_users=Path(env[ENV_REVIEW_USERS]).absolute() if env.get(ENV_REVIEW_USERS) else None,
         )

@@ -63,6 +63,8 @@ def _one(name: str, mechanism: str, path: str, old: str, new: str, test: str) ->
 
 LIVENESS = "invoice_pipeline_tests/engine/test_liveness.py"
 STAGES_TESTS = "invoice_pipeline_tests/engine/test_stages.py"
+BUDGET_TESTS = "invoice_pipeline_tests/review_ui/test_review_ui_budget.py"
+LAUNCHPAD_TESTS = "invoice_pipeline_tests/orchestration/test_launchpad_reviewers.py"
 ON_CONFLICT = "ON CONFLICT (invoice_id) WHERE status = 'running' DO NOTHING"
 
 # The processing lock gone: the running-job index not unique, no ON CONFLICT on it, and no
@@ -445,6 +447,46 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "    return True\n",
         "invoice_pipeline_tests/documents/test_vendor_layouts.py::"
         "test_a_layout_is_refused_for_another_vendor_that_prints_its_vat_id_as_the_buyers_or_in_a_reference",
+    ),
+    _one(
+        "request-budget",
+        "every request to the review page spends its client address's budget first; over it: 429 (issue 41)",
+        "invoice_pipeline/review_ui/budget.py",
+        "            refused = await self.budget.admit(client_address(self.auth, HTTPConnection(scope)))\n",
+        "            refused = None\n",
+        f"{BUDGET_TESTS}::test_an_address_over_its_budget_gets_429_while_another_is_served",
+    ),
+    _one(
+        "request-tarpit",
+        "at most 8 requests per address wait for a token; the next one is refused at once (issue 41)",
+        "invoice_pipeline/review_ui/budget.py",
+        "            bucket.waiting >= self.config.max_waiting_per_address\n            or self.waiting",
+        "            self.waiting",
+        f"{BUDGET_TESTS}::test_waiting_requests_are_bounded_the_ninth_refused_at_once",
+    ),
+    _one(
+        "budget-table-bound",
+        "the review page's table of client addresses is bounded, least recently seen forgotten first (issue 41)",
+        "invoice_pipeline/review_ui/budget.py",
+        "        while len(self._buckets) > self.config.max_addresses:\n            self._buckets.popitem(last=False)\n",
+        "",
+        f"{BUDGET_TESTS}::test_the_address_table_never_exceeds_its_bound",
+    ),
+    _one(
+        "launchpad-orgs",
+        "a review or correction by someone who may not act for the invoice's org is refused (issue 41)",
+        "invoice_pipeline/engine/review.py",
+        "        return self.orgs is None or org_id in self.orgs\n",
+        "        return True\n",
+        f"{LAUNCHPAD_TESTS}::test_a_listed_reviewer_acts_only_for_their_orgs",
+    ),
+    _one(
+        "launchpad-local-only",
+        "without the review users file only a local deployment's Launchpad review runs act (issue 41)",
+        "invoice_pipeline/orchestration/review_jobs.py",
+        "    if access.deployment == LOCAL_DEPLOYMENT:\n",
+        "    if True:\n",
+        f"{LAUNCHPAD_TESTS}::test_without_a_users_file_only_a_local_deployment_approves",
     ),
 )
 

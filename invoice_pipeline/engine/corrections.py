@@ -76,6 +76,8 @@ def correct_invoice(
     state = store.documents.invoice_state(invoice_id)
     if state is None:
         return refused("no such invoice")
+    if not actor.may_act_for(state.org_id):
+        return refused(actor.not_their_org(), state.status)
     if state.status != "needs_review":
         return refused(refusal_for_status(store, invoice_id, state.status), state.status)
     policy = store.review.review_policies([state.org_id])[state.org_id]

@@ -38,15 +38,26 @@ REVIEW_OWNER_PREFIX = "review:"
 REVIEW_STATUSES = ("needs_review",)
 REQUEUE_STATUSES = ACTION_FROM["requeue"]
 # An action refused because what the person saw changed before the action took the lock.
+# An action refused because the person acting may not act for the invoice's org.
+NOT_THEIR_ORG = "not_their_org"
 DECIDED_MEANWHILE = "someone decided this meanwhile: nothing changed; look at the invoice as it is now"
 
 
 @dataclass(frozen=True)
 class Actor:
-    """Who acts: `name` goes into the audit trail, `owner` onto the processing lock."""
+    """Who acts: `name` goes into the audit trail, `owner` onto the processing lock; `orgs` the
+    orgs whose invoices they may act on (None: every org, as at a terminal; empty: none)."""
 
     name: str
     owner: str
+    orgs: tuple[str, ...] | None = None
+
+    def may_act_for(self, org_id: str) -> bool:
+        return self.orgs is None or org_id in self.orgs
+
+    def not_their_org(self) -> str:
+        """Why an action on another org's invoice is refused (which org is not said)."""
+        return f"{NOT_THEIR_ORG}: {self.name} may not act for this invoice's org; nothing changed"
 
     @classmethod
     def os_user(cls) -> Actor:
@@ -138,6 +149,8 @@ def act(
     state = store.documents.invoice_state(invoice_id)
     if state is None:
         return refused("no such invoice")
+    if not actor.may_act_for(state.org_id):
+        return refused(actor.not_their_org(), state.status)
     allowed = ACTION_FROM[action]
     if state.status not in allowed:
         return refused(

@@ -17,7 +17,7 @@ from dagster import (
 from invoice_pipeline.orchestration.assets import invariant_checks, pipeline_assets, report_assets
 from invoice_pipeline.orchestration.assets.review_queue import review_queue_assets, review_queue_checks
 from invoice_pipeline.orchestration.jobs import process_invoice, process_invoice_batch
-from invoice_pipeline.orchestration.resources import deployment
+from invoice_pipeline.orchestration.resources import ReviewAccess, deployment
 from invoice_pipeline.orchestration.review_jobs import review_jobs
 from invoice_pipeline.orchestration.schedules import sweep_stale_locks_schedule
 from invoice_pipeline.orchestration.sensors import new_invoices_sensor
@@ -72,7 +72,8 @@ def make_definitions(
                 default_status=DefaultScheduleStatus.RUNNING,
             ),
         ],
-        resources=resources,
+        # A caller that names no review access gets one that refuses every review run.
+        resources={"review_access": ReviewAccess(), **resources},
     )
 
 

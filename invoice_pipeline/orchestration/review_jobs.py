@@ -6,6 +6,11 @@ invoice under its processing lock, fenced, audited. The audit names the run
 (`dagster-run:<id>`, plus the `reviewer` name typed in the config, if any), and the lock is
 owned by the run, so the sweep reconciles a review run that died like any other.
 
+Who may act (`launchpad_actor`, fail closed): with the review page's users file
+(INVOICE_PIPELINE_REVIEW_USERS) the reviewer named in the config must be listed there and acts
+only for that entry's orgs; without one, only a local deployment's runs act. The engine refuses
+an action on another org's invoice (`not_their_org`), writing nothing.
+
 An approved or requeued invoice is due at once: the sensor launches its `process_invoice` run,
 which fast-forwards to what is left (post_to_ledger for an approval, everything for a redrive).
 A run whose invoices were all refused (busy, or in no state for the action) fails, listing why.
@@ -13,27 +18,60 @@ A run whose invoices were all refused (busy, or in no state for the action) fail
 
 from datetime import timedelta
 from enum import Enum
+from pathlib import Path
 
 from dagster import Config, Failure, MetadataValue, OpExecutionContext, in_process_executor, job, op
 from pydantic import Field
 
+from invoice_pipeline.config import ENV_REVIEW_USERS
 from invoice_pipeline.domain.fields import FIELD_NAMES
 from invoice_pipeline.engine.corrections import correct_invoice
 from invoice_pipeline.engine.review import Actor, TargetFilter, act_on, check_reason_code, statuses_for
 from invoice_pipeline.engine.review_records import Action, ActionOutcome
 from invoice_pipeline.engine.store import as_uuid
-from invoice_pipeline.orchestration.resources import InvoiceDatabase
+from invoice_pipeline.orchestration.resources import InvoiceDatabase, ReviewAccess
+from invoice_pipeline.orchestration.resources.review_access import LOCAL_DEPLOYMENT
 from invoice_pipeline.orchestration.run_requests import run_owner
+from invoice_pipeline.review_ui.auth import AuthError, load_users
 
 REVIEW_INVOICE = "review_invoice"
 REQUEUE_INVOICES = "requeue_invoices"
 CORRECT_INVOICE = "correct_invoice"
 
 
-def run_actor(run_id: str, reviewer: str | None = None) -> Actor:
+def run_actor(run_id: str, reviewer: str | None = None, orgs: tuple[str, ...] | None = None) -> Actor:
     """The run acts, under its own owner: the sweep reconciles a dead review run like any other run."""
     owner = run_owner(run_id)
-    return Actor(owner + (f" ({reviewer.strip()})" if reviewer and reviewer.strip() else ""), owner)
+    return Actor(owner + (f" ({reviewer.strip()})" if reviewer and reviewer.strip() else ""), owner, orgs)
+
+
+def launchpad_actor(run_id: str, reviewer: str, access: ReviewAccess) -> Actor:
+    """Who a Launchpad run acts as, failing closed. With the review page's users file, the
+    reviewer named in the run's config must be listed there and acts only for that entry's orgs
+    (`"orgs": []`: none); without one, only a local deployment's runs act, as its one local user.
+    The webserver has no login: nothing else tells a job who launched it."""
+    name = reviewer.strip()
+    if access.users_file:
+        try:
+            users = load_users(Path(access.users_file), passwords=False)
+        except AuthError as exc:
+            raise Failure(f"no Launchpad review can run: {exc}", allow_retries=False) from None
+        listed = users.get(name)
+        if listed is None:
+            raise Failure(
+                f"reviewer {name!r} is not in the review users file: put your name in the run's "
+                "config (reviewer), as the users file lists it, or decide on the review page",
+                allow_retries=False,
+            )
+        return run_actor(run_id, name, listed.orgs)
+    if access.deployment == LOCAL_DEPLOYMENT:
+        return run_actor(run_id, name)
+    raise Failure(
+        f"Launchpad review runs of the {access.deployment or 'unknown'} deployment need the review "
+        f"page's users file ({ENV_REVIEW_USERS}) to know who may act for which org; "
+        "decide on the review page instead",
+        allow_retries=False,
+    )
 
 
 class ReviewDecision(Enum):
@@ -91,6 +129,7 @@ def _filter(config: _Targets, action: Action, status: str | None = None) -> Targ
 def _run(
     context: OpExecutionContext,
     invoice_db: InvoiceDatabase,
+    access: ReviewAccess,
     action: Action,
     config: _Targets,
     flt: TargetFilter,
@@ -104,7 +143,7 @@ def _run(
         else:
             context.log.warning(f"{action} {o.invoice_id} refused: {o.message}")
 
-    actor = run_actor(context.run_id, config.reviewer)
+    actor = launchpad_actor(context.run_id, config.reviewer, access)
     outcomes = act_on(invoice_db.store, action, flt, actor, config.note or None, on_outcome=log)
     refused = [o for o in outcomes if not o.done]
     table = "\n".join(
@@ -132,17 +171,25 @@ def _run(
 
 @op(description="Approve, reject, or decide a suspected duplicate; each invoice under its processing lock.")
 def review_invoices(
-    context: OpExecutionContext, config: ReviewInvoiceConfig, invoice_db: InvoiceDatabase
+    context: OpExecutionContext,
+    config: ReviewInvoiceConfig,
+    invoice_db: InvoiceDatabase,
+    review_access: ReviewAccess,
 ) -> None:
     action: Action = config.decision.value
-    _run(context, invoice_db, action, config, _filter(config, action))
+    _run(context, invoice_db, review_access, action, config, _filter(config, action))
 
 
 @op(
     description="Redrive dead letters, failed or (after a fix) quarantined invoices: attempts start over, due now."
 )
-def requeue(context: OpExecutionContext, config: RequeueConfig, invoice_db: InvoiceDatabase) -> None:
-    _run(context, invoice_db, "requeue", config, _filter(config, "requeue", config.status))
+def requeue(
+    context: OpExecutionContext,
+    config: RequeueConfig,
+    invoice_db: InvoiceDatabase,
+    review_access: ReviewAccess,
+) -> None:
+    _run(context, invoice_db, review_access, "requeue", config, _filter(config, "requeue", config.status))
 
 
 @job(
@@ -196,9 +243,12 @@ class CorrectInvoiceConfig(Config):
     description="Correct fields of a held invoice under its processing lock: validated, checked for duplicates again."
 )
 def correct_fields(
-    context: OpExecutionContext, config: CorrectInvoiceConfig, invoice_db: InvoiceDatabase
+    context: OpExecutionContext,
+    config: CorrectInvoiceConfig,
+    invoice_db: InvoiceDatabase,
+    review_access: ReviewAccess,
 ) -> None:
-    actor = run_actor(context.run_id, config.reviewer)
+    actor = launchpad_actor(context.run_id, config.reviewer, review_access)
     try:
         outcome = correct_invoice(
             invoice_db.store, config.invoice_id, config.changes(), actor, config.note or None

@@ -64,12 +64,14 @@ from invoice_pipeline.review_ui.auth import (
     Sessions,
     audit_name,
     authenticate,
+    client_address,
     csrf_ok,
     host_allowed,
     log,
     proxy_user,
     unknown_user_hash,
 )
+from invoice_pipeline.review_ui.budget import BudgetConfig, RequestBudget, RequestBudgetMiddleware
 from invoice_pipeline.review_ui.pages import DrawnBox, PageRefused, PageRenderer, drawn
 from invoice_pipeline.terminal import printable, printable_json
 
@@ -242,7 +244,8 @@ class ReviewUi:
 
     def actor(self, reviewer: Reviewer) -> Actor:
         name = audit_name(self.auth, reviewer)
-        return Actor(name, f"{name}@{socket.gethostname()}:{os.getpid()}")
+        # The engine checks the org again: a page bug cannot act beyond the reviewer's orgs.
+        return Actor(name, f"{name}@{socket.gethostname()}:{os.getpid()}", reviewer.orgs)
 
     def visible(self, reviewer: Reviewer, invoice_id: str) -> ReviewInvoice | None:
         try:
@@ -270,7 +273,7 @@ class ReviewUi:
     async def _log_in(self, request: Request, ctx: Ctx, name: str, password: str) -> Response:
         """Throttled per account and address (refused before any hashing while either waits);
         the password checked in the bounded login pool, never on the event loop."""
-        address = request.client.host if request.client else "unknown"
+        address = client_address(self.auth, request)
         account = name if self.auth.account(name) is not None else None
         wait = self.throttle.wait(account, address)
         if wait > 0:
@@ -936,11 +939,20 @@ def _flash(outcome: ActionOutcome, moved: bool) -> tuple[str, str]:
 
 
 def create_app(
-    store: InvoiceStore, auth: AuthConfig, cache_dir: Path | None, renderer: PageRenderer | None = None
+    store: InvoiceStore,
+    auth: AuthConfig,
+    cache_dir: Path | None,
+    renderer: PageRenderer | None = None,
+    budget: RequestBudget | None = None,
 ) -> Starlette:
     unknown_user_hash()  # before the first login, so that one costs what every other does
     ui = ReviewUi(store, auth, renderer or PageRenderer(cache_dir))
     app = Starlette(routes=ui.routes())
     app.add_middleware(HostCheck, auth=auth)
+    # Added last, so outermost: a request over its address's budget costs no Host check, no
+    # session and no database read.
+    budget = RequestBudget(BudgetConfig()) if budget is None else budget
+    app.add_middleware(RequestBudgetMiddleware, auth=auth, budget=budget)
     app.state.review_ui = ui
+    app.state.request_budget = budget
     return app

@@ -42,7 +42,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from starlette.requests import HTTPConnection
 
 # scrypt parameters: N=2**14, r=8, p=1 (about 16 MiB and 50 ms per check on this machine's cores).
 SCRYPT_N = 2**14
@@ -225,6 +228,9 @@ class AuthConfig:
     # Served over HTTPS: by the page itself (--tls-cert/--tls-key) or by a proxy in front of it
     # (--behind-tls-proxy). Cookies are then Secure.
     tls: bool = False
+    # Believe the last X-Forwarded-For hop as the client's address when the request comes from a
+    # trusted proxy (`--forwarded-for`); off, the socket's peer is the client.
+    forwarded_for: bool = False
     _users_file: UsersFile | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -507,6 +513,21 @@ def authenticate(auth: AuthConfig, name: str, password: str) -> Reviewer | None:
         verify_password(password, unknown_user_hash())
         return None
     return account if verify_password(password, account.password_hash) else None
+
+
+def client_address(auth: AuthConfig, connection: HTTPConnection) -> str:
+    """The address a request comes from, for budgets and throttles: the socket's peer; with
+    `forwarded_for`, and only from a trusted proxy, the last X-Forwarded-For hop (the one that
+    proxy added; earlier hops are whatever the client wrote)."""
+    peer = connection.client.host if connection.client else "unknown"
+    if not auth.forwarded_for or peer not in auth.trusted_proxies:
+        return peer
+    hops = [hop.strip() for hop in connection.headers.get("x-forwarded-for", "").split(",")]
+    last = hops[-1] if hops else ""
+    try:
+        return str(ipaddress.ip_address(last))
+    except ValueError:
+        return peer
 
 
 def proxy_user(auth: AuthConfig, client_host: str | None, header_value: str | None) -> Reviewer | None:

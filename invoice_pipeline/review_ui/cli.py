@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from invoice_pipeline.config import ENV_REVIEW_USERS
 from invoice_pipeline.review_ui.auth import (
     DEFAULT_IDLE_MINUTES,
     DEFAULT_LIFETIME_HOURS,
@@ -23,10 +24,17 @@ from invoice_pipeline.review_ui.auth import (
     check_bind,
     load_users,
 )
+from invoice_pipeline.review_ui.budget import (
+    DEFAULT_BURST,
+    DEFAULT_MAX_ADDRESSES,
+    DEFAULT_RATE,
+    BudgetConfig,
+    RequestBudget,
+)
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 3100
-ENV_USERS = "INVOICE_PIPELINE_REVIEW_USERS"
+ENV_USERS = ENV_REVIEW_USERS
 ENV_PROXY_HEADER = "INVOICE_PIPELINE_REVIEW_PROXY_HEADER"
 
 
@@ -54,6 +62,13 @@ def auth_config(args: argparse.Namespace) -> AuthConfig:
         allowed_hosts=tuple(args.allowed_host or ()),
         max_sessions=args.max_sessions,
         tls=tls,
+        forwarded_for=args.forwarded_for,
+    )
+
+
+def budget_config(args: argparse.Namespace) -> BudgetConfig:
+    return BudgetConfig(
+        burst=args.request_burst, rate=args.request_rate, max_addresses=args.max_client_addresses
     )
 
 
@@ -67,13 +82,14 @@ def cmd_review_ui(args: argparse.Namespace, settings: Any) -> int:
 
     try:
         auth = auth_config(args)
+        budget = budget_config(args)
         check_bind(args.host, auth)
     except (AuthError, ValueError) as exc:
         print(f"invoice-pipeline review-ui: {exc}", file=sys.stderr)
         return 2
     store = InvoiceStore(prepare_database(settings), max_size=8, lock_ttl=settings.lock_ttl)
     try:
-        app = create_app(store, auth, Path(settings.home) / "review-ui-cache")
+        app = create_app(store, auth, Path(settings.home) / "review-ui-cache", budget=RequestBudget(budget))
         scheme = "https" if args.tls_cert else "http"
         print(
             f"Review page on {scheme}://{args.host}:{args.port}  (authentication: {auth.mode})",
@@ -85,6 +101,9 @@ def cmd_review_ui(args: argparse.Namespace, settings: Any) -> int:
             port=args.port,
             log_level="warning",
             access_log=False,
+            # The client's address is the socket's peer unless --forwarded-for says otherwise
+            # (auth.client_address): uvicorn must not rewrite it from X-Forwarded-For first.
+            proxy_headers=False,
             ssl_certfile=args.tls_cert,
             ssl_keyfile=args.tls_key,
         )
@@ -141,6 +160,30 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "--behind-tls-proxy",
         action="store_true",
         help="an HTTPS proxy in front of the page terminates TLS: cookies are Secure",
+    )
+    parser.add_argument(
+        "--request-burst",
+        type=int,
+        default=DEFAULT_BURST,
+        help=f"requests a client address may make at once (default {DEFAULT_BURST})",
+    )
+    parser.add_argument(
+        "--request-rate",
+        type=float,
+        default=DEFAULT_RATE,
+        help=f"requests per second a client address may make after its burst (default {DEFAULT_RATE:g})",
+    )
+    parser.add_argument(
+        "--max-client-addresses",
+        type=int,
+        default=DEFAULT_MAX_ADDRESSES,
+        help=f"client addresses whose budget is remembered (default {DEFAULT_MAX_ADDRESSES:,})",
+    )
+    parser.add_argument(
+        "--forwarded-for",
+        action="store_true",
+        help="the client's address is the last X-Forwarded-For hop of a --trusted-proxy request "
+        "(for budgets and login throttling behind a reverse proxy)",
     )
 
 

@@ -7,8 +7,15 @@ from pathlib import Path
 import pytest
 from dagster import EnvVar
 
-from invoice_pipeline.config import ENV_DATABASE_URL, ENV_DEPLOYMENT, ENV_INBOX, ConfigError, Settings
-from invoice_pipeline.orchestration.resources import InvoiceDatabase, deployment
+from invoice_pipeline.config import (
+    ENV_DATABASE_URL,
+    ENV_DEPLOYMENT,
+    ENV_INBOX,
+    ENV_REVIEW_USERS,
+    ConfigError,
+    Settings,
+)
+from invoice_pipeline.orchestration.resources import InvoiceDatabase, ReviewAccess, deployment
 
 URL = "postgresql://invoices@db.example:5432/invoices"
 
@@ -22,7 +29,9 @@ def invoice_db(resources: dict[str, object]) -> InvoiceDatabase:
 def test_local_is_the_default_and_needs_no_setup(tmp_path: Path) -> None:
     chosen = deployment(Settings.from_env({"INVOICE_PIPELINE_HOME": str(tmp_path)}))
     db = invoice_db(chosen.resources)
-    assert chosen.name == "local" and set(chosen.resources) == {"invoice_db", "document_reader"}
+    assert chosen.name == "local"
+    assert set(chosen.resources) == {"invoice_db", "document_reader", "review_access"}
+    assert chosen.resources["review_access"] == ReviewAccess(deployment="local", users_file="")
     # The embedded server, and the inbox under the home: nothing to set up.
     assert db.database_url is None and db.inbox_path == tmp_path / "inbox"
 
@@ -41,6 +50,11 @@ def test_the_environment_configures_the_resources_and_the_url_stays_a_variable(t
     # Dagster keeps the variable's name, never the URL and its password.
     assert db.database_url == EnvVar(ENV_DATABASE_URL)
     assert db.batch_size == 40 and db.inbox_path == tmp_path / "drop"
+    # The Launchpad review jobs' check: this deployment, and no users file.
+    assert chosen.resources["review_access"] == ReviewAccess(deployment="production", users_file="")
+    users = tmp_path / "users.json"
+    chosen = deployment(Settings.from_env(env | {ENV_REVIEW_USERS: str(users)}))
+    assert chosen.resources["review_access"] == ReviewAccess(deployment="production", users_file=str(users))
 
 
 def test_production_refuses_to_load_without_a_database_url() -> None:

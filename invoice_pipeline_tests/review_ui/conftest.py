@@ -36,7 +36,9 @@ def serve(store: InvoiceStore, auth: AuthConfig, cache: Path) -> Iterator[str]:
 
 def serve_app(app: Starlette) -> Iterator[str]:
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", proxy_headers=False)
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20

@@ -16,11 +16,16 @@ from dataclasses import dataclass
 from invoice_pipeline.config import ENV_DATABASE_URL, ENV_DEPLOYMENT, ConfigError, Settings
 from invoice_pipeline.orchestration.resources.document_reader import DocumentReader
 from invoice_pipeline.orchestration.resources.invoice_database import InvoiceDatabase
+from invoice_pipeline.orchestration.resources.review_access import ReviewAccess
 
 
 def local_resources(settings: Settings) -> dict[str, object]:
     """Runs with no setup: the embedded PostgreSQL unless INVOICE_PIPELINE_DATABASE_URL names a server."""
-    return {"invoice_db": InvoiceDatabase.from_settings(settings), "document_reader": DocumentReader()}
+    return {
+        "invoice_db": InvoiceDatabase.from_settings(settings),
+        "document_reader": DocumentReader(),
+        "review_access": ReviewAccess.from_settings(settings),
+    }
 
 
 def production_resources(settings: Settings) -> dict[str, object]:

@@ -1,0 +1,125 @@
+"""Launchpad approvals fail closed (issue 41): the real review jobs, executed in process on a
+Dagster instance over the test database, act only for the orgs the review page's users file
+gives the reviewer named in the run's config, and without a users file only in a local
+deployment."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from dagster import ExecuteInProcessResult, JobDefinition
+
+from invoice_pipeline.engine.store import InvoiceStore
+from invoice_pipeline.orchestration.definitions import make_definitions
+from invoice_pipeline.orchestration.resources import ReviewAccess
+from invoice_pipeline.orchestration.review_jobs import CORRECT_INVOICE, REVIEW_INVOICE
+from invoice_pipeline_tests.engine.review.helpers import (
+    INSTANCE,
+    failure_messages,
+    held_invoice,
+    status_and_reasons,
+)
+from invoice_pipeline_tests.factories import pipeline_resources
+
+
+def review_job(database_url: str, access: ReviewAccess, name: str = REVIEW_INVOICE) -> JobDefinition:
+    defs = make_definitions(pipeline_resources(database_url) | {"review_access": access})
+    return defs.resolve_job_def(name)
+
+
+def approve(job: JobDefinition, invoice_id: UUID, reviewer: str) -> ExecuteInProcessResult:
+    config: dict[str, Any] = {
+        "decision": "approve",
+        "invoice_ids": [str(invoice_id)],
+        "reviewer": reviewer,
+        "note": "agreed",
+    }
+    return job.execute_in_process(
+        run_config={"ops": {"review_invoices": {"config": config}}}, instance=INSTANCE, raise_on_error=False
+    )
+
+
+def users_file(path: Path) -> Path:
+    """The review page's users file in proxy form (names and orgs; no passwords needed)."""
+    path.write_text(
+        json.dumps({"ana": {"orgs": ["acme"]}, "nobody-org": {"orgs": []}, "boss": {}}), encoding="utf-8"
+    )
+    return path
+
+
+def test_a_listed_reviewer_acts_only_for_their_orgs(
+    database_url: str, store: InvoiceStore, tmp_path: Path
+) -> None:
+    acme = held_invoice(store, "acme", "LP-1", ["negative_total: payable -50.00 EUR"])
+    globex = held_invoice(store, "globex", "LP-2", ["negative_total: payable -50.00 EUR"])
+    access = ReviewAccess(deployment="local", users_file=str(users_file(tmp_path / "users.json")))
+    job = review_job(database_url, access)
+
+    other_org = approve(job, globex, "ana")
+    assert not other_org.success
+    assert "not_their_org" in failure_messages(other_org)
+    assert status_and_reasons(database_url, globex)[0] == "needs_review"
+    assert store.review.review_history(globex) == []
+
+    no_org = approve(job, acme, "nobody-org")
+    assert not no_org.success and "not_their_org" in failure_messages(no_org)
+    assert status_and_reasons(database_url, acme)[0] == "needs_review"
+
+    correct = review_job(database_url, access, CORRECT_INVOICE).execute_in_process(
+        run_config={
+            "ops": {
+                "correct_fields": {
+                    "config": {"invoice_id": str(globex), "payable_total": "50.00", "reviewer": "ana"}
+                }
+            }
+        },
+        instance=INSTANCE,
+        raise_on_error=False,
+    )
+    assert not correct.success and "not_their_org" in failure_messages(correct)
+    assert store.review.review_history(globex) == []
+
+    own_org = approve(job, acme, " ana ")
+    assert own_org.success, failure_messages(own_org)
+    assert status_and_reasons(database_url, acme)[0] != "needs_review"
+    (audit,) = store.review.review_history(acme)
+    assert audit.action == "approve" and audit.actor == f"dagster-run:{own_org.run_id} (ana)"
+
+
+def test_a_reviewer_missing_from_the_users_file_is_refused(
+    database_url: str, store: InvoiceStore, tmp_path: Path
+) -> None:
+    inv = held_invoice(store, "acme", "LP-3", ["negative_total: payable -50.00 EUR"])
+    access = ReviewAccess(deployment="local", users_file=str(users_file(tmp_path / "users.json")))
+    job = review_job(database_url, access)
+    for reviewer in ("mallory", "", "ANA"):
+        result = approve(job, inv, reviewer)
+        assert not result.success
+        assert "is not in the review users file" in failure_messages(result), reviewer
+    broken = ReviewAccess(deployment="local", users_file=str(tmp_path / "gone.json"))
+    result = approve(review_job(database_url, broken), inv, "ana")
+    assert not result.success and "no Launchpad review can run" in failure_messages(result)
+    assert status_and_reasons(database_url, inv)[0] == "needs_review"
+    assert store.review.review_history(inv) == []
+
+
+def test_without_a_users_file_only_a_local_deployment_approves(
+    database_url: str, store: InvoiceStore, tmp_path: Path
+) -> None:
+    inv = held_invoice(store, "acme", "LP-4", ["negative_total: payable -50.00 EUR"])
+    for deployment in ("production", "", "staging"):
+        result = approve(review_job(database_url, ReviewAccess(deployment=deployment)), inv, "ana")
+        assert not result.success
+        assert "need the review page's users file" in failure_messages(result), deployment
+    # A code location that names no review access at all refuses too.
+    defs = make_definitions(pipeline_resources(database_url))
+    result = approve(defs.resolve_job_def(REVIEW_INVOICE), inv, "ana")
+    assert not result.success and "need the review page's users file" in failure_messages(result)
+    assert status_and_reasons(database_url, inv)[0] == "needs_review"
+
+    local = approve(review_job(database_url, ReviewAccess(deployment="local")), inv, "me")
+    assert local.success, failure_messages(local)
+    assert status_and_reasons(database_url, inv)[0] != "needs_review"
