@@ -123,6 +123,9 @@ class Stack:
             if "configMap" in volume:
                 volume["configMap"]["name"] = self.name(volume["configMap"]["name"])
         for container in spec["containers"]:
+            # Podman 4.3 refuses a containerPort on the host's network ("PortMappings can only be
+            # used with Bridge or slirp4netns networking"); Kubernetes ignores it there.
+            container.pop("ports", None)
             container["image"] = self.images.get(container["image"]) or self.images[container["name"]]
             for source in container.get("envFrom", []):
                 source["secretRef"]["name"] = self.name(source["secretRef"]["name"])
@@ -318,7 +321,7 @@ def test_a_worker_killed_mid_chunk_leaves_every_invoice_posted_once(stack: Stack
         ).fetchall()
         taken_over_by = conn.execute(
             "SELECT DISTINCT j.owner FROM processing_jobs j WHERE j.invoice_id = ANY(%s::uuid[]) "
-            "AND j.status = 'finished' AND j.owner <> %s",
+            "AND j.status = 'succeeded' AND j.owner <> %s",
             ([s[0] for s in swept], owner),
         ).fetchall()
         still_running = conn.execute(
