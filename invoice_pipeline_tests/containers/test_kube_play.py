@@ -337,8 +337,13 @@ def test_a_worker_killed_mid_chunk_leaves_every_invoice_posted_once(stack: Stack
     assert takeover_runs
     for run_id in takeover_runs:
         assert {c.worker_pod for c in _chunks_on_workers(instance, run_id)} == {survivor}
-        run = instance.get_run_by_id(run_id)
-        assert run is not None and run.status == DagsterRunStatus.SUCCESS
+
+        def ended(run_id: str = run_id) -> Any:
+            run = instance.get_run_by_id(run_id)
+            return run if run is not None and run.is_finished else None
+
+        run = wait_for(ended, timeout=120, interval=0.5, what=f"takeover run {run_id} to end")
+        assert run.status == DagsterRunStatus.SUCCESS, run.status
     # The killed container stays dead; the other worker is still up.
     state = containers.container_state(stack.env, victim_container)
     assert state.get("Status") == "exited" and state.get("ExitCode") == 137, state
