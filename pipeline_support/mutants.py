@@ -425,6 +425,24 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "invoice_pipeline_tests/documents/test_vendor_layouts.py::"
         "test_a_layout_is_refused_for_another_vendor_that_prints_its_vat_id_as_the_buyers_or_in_a_reference",
     ),
+    _one(
+        "kube-review-jobs",
+        "the Kubernetes manifests' code server loads no Launchpad review jobs (issue 41)",
+        "deploy/kube/invoice-pipeline.yaml",
+        "the code\n            # server's setting is what removes them, the others keep to it.\n"
+        '            - name: INVOICE_PIPELINE_REVIEW_JOBS\n              value: "0"\n',
+        "the code\n            # server's setting is what removes them, the others keep to it.\n"
+        '            - name: INVOICE_PIPELINE_REVIEW_JOBS\n              value: "1"\n',
+        "invoice_pipeline_tests/test_deploy_recipe.py::test_the_manifests_run_what_the_helm_values_run",
+    ),
+    _one(
+        "kube-run-monitoring",
+        "the manifests' Dagster instance monitors runs (a celery run's deadline is enforced by it)",
+        "deploy/kube/invoice-pipeline.yaml",
+        "    run_monitoring:\n      enabled: true\n",
+        "    run_monitoring:\n      enabled: false\n",
+        "invoice_pipeline_tests/test_deploy_recipe.py::test_the_instance_config_agrees_with_the_production_one",
+    ),
 )
 
 
