@@ -351,7 +351,9 @@ def test_a_worker_killed_mid_chunk_leaves_every_invoice_posted_once(stack: Stack
         containers.container_state(stack.env, containers.pod_container(survivor, "celery")).get("Status")
         == "running"
     )
+    victim_run = instance.get_run_by_id(victim.run_id)
     print(
+        f"\nthe killed chunk's run is {victim_run.status.value if victim_run else None} (its deadline ends it)"
         f"\n{INVOICES} invoices; killed {victim.worker_pod} holding {held} lease(s) of run {victim.run_id[:8]} "
         f"{killed_at - started:.0f} s after they were stored; all posted once {finished_at - killed_at:.0f} s "
         f"after the kill, taken over by {len(takeover_runs)} run(s) on {survivor}"
