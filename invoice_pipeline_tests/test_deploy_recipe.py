@@ -188,8 +188,8 @@ def test_the_manifests_run_what_the_helm_values_run() -> None:
     (deployment,) = values["dagster-user-deployments"]["deployments"]
     image = f"{deployment['image']['repository']}:{deployment['image']['tag']}"
     pods = {**_containers(DEPLOYMENT), **_containers(KUBE / "migrate.yaml")}
-    assert set(pods) == CODE_CONTAINERS | {"migrate"}
-    assert {c["image"] for c in pods.values()} == {image}
+    assert set(pods) == CODE_CONTAINERS | {"migrate", "review", "auth-proxy"}
+    assert {c["image"] for name, c in pods.items() if name != "auth-proxy"} == {image}
     helm_env = {e["name"]: e["value"] for e in deployment["env"]}
     secrets = {s["name"] for s in deployment["envSecrets"]}
     for name in CODE_CONTAINERS:
@@ -222,3 +222,35 @@ def test_the_instance_config_agrees_with_the_production_one() -> None:
     assert {k: v for k, v in production.items() if k != "run_launcher"} == {
         k: v for k, v in instance.items() if k not in written
     }
+
+
+def test_the_manifests_review_page_is_reachable_only_through_its_authenticating_proxy() -> None:
+    """Issue 41: the review page deployed behind authentication. It listens on the pod's
+    loopback and trusts the user header from there only; the proxy is the pod's one port."""
+    from invoice_pipeline.review_ui.auth import load_users
+
+    pods = _containers(DEPLOYMENT)
+    review = pods["review"]["command"]
+    assert review[:2] == ["invoice-pipeline", "review-ui"]
+    assert review[review.index("--host") + 1] == "127.0.0.1"
+    assert "--trusted-proxy" not in review  # loopback only, the default
+    assert review[review.index("--proxy-header") + 1] == "X-Forwarded-User"
+    assert review[review.index("--allowed-host") + 1]
+    assert "ports" not in pods["review"] and pods["auth-proxy"]["ports"]
+    proxy = pods["auth-proxy"]["args"]
+    assert f"--upstream=http://127.0.0.1:{review[review.index('--port') + 1]}/" in proxy
+    assert "--pass-user-headers=true" in proxy
+    users_file = Path(review[review.index("--users") + 1])
+    mount = next(m for m in pods["review"]["volumeMounts"] if m["mountPath"] == str(users_file.parent))
+    (volume,) = [
+        d for d in _documents(DEPLOYMENT) if d["kind"] == "Deployment" and d["metadata"]["name"] == "review"
+    ]
+    (source,) = [v for v in volume["spec"]["template"]["spec"]["volumes"] if v["name"] == mount["name"]]
+    users = _config_map(source["configMap"]["name"])[users_file.name]
+    tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"review-users-{os.getpid()}.json"
+    tmp.write_text(users)
+    try:
+        assert load_users(tmp, passwords=False)  # proxy mode: names and orgs, no passwords
+    finally:
+        tmp.unlink()
+    assert "password" not in users
