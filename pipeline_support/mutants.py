@@ -443,6 +443,15 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "    run_monitoring:\n      enabled: false\n",
         "invoice_pipeline_tests/test_deploy_recipe.py::test_the_instance_config_agrees_with_the_production_one",
     ),
+    _one(
+        "kube-review-loopback",
+        "the manifests' review page listens on its pod's loopback, reachable only through the proxy",
+        "deploy/kube/invoice-pipeline.yaml",
+        'command: ["invoice-pipeline", "review-ui", "--host", "127.0.0.1", "--port", "3100",',
+        'command: ["invoice-pipeline", "review-ui", "--host", "0.0.0.0", "--port", "3100",',
+        "invoice_pipeline_tests/test_deploy_recipe.py::"
+        "test_the_manifests_review_page_is_reachable_only_through_its_authenticating_proxy",
+    ),
 )
 
 
