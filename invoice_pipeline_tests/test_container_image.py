@@ -33,15 +33,9 @@ def podman_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def image(podman_env: dict[str, str]) -> str:
-    t = time.monotonic()
-    built = containers.ensure_base_image(podman_env)
-    base_s = time.monotonic() - t
-    t = time.monotonic()
-    containers.build_image(podman_env)
-    print(
-        f"\nbase image {'built' if built else 'found'} in {base_s:.0f} s; image built in {time.monotonic() - t:.0f} s"
-    )
-    return containers.IMAGE
+    ready = containers.ready_image(podman_env)
+    print(f"\n{ready.describe()}")
+    return ready.image
 
 
 @pytest.fixture(scope="module")

@@ -136,3 +136,121 @@ def test_the_production_code_location_has_no_launchpad_approvals() -> None:
     assert approvals <= _job_names(development)
     with pytest.raises(config.ConfigError):
         config.Settings.from_env({config.ENV_REVIEW_JOBS: "false"})
+
+
+# -- the Kubernetes manifests (deploy/kube/), run by containers/test_kube_play.py ------------------
+
+KUBE = ROOT / "deploy" / "kube"
+DEPLOYMENT = KUBE / "invoice-pipeline.yaml"
+PRODUCTION_INSTANCE = ROOT / "deploy" / "dagster.production.yaml"
+BACKING = ROOT / "invoice_pipeline_tests" / "containers" / "backing.yaml"
+# Every container that loads the code location (or runs its steps) and must see the settings.
+CODE_CONTAINERS = {"code", "webserver", "daemon", "celery"}
+
+
+def _documents(path: Path) -> list[dict]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def _containers(path: Path) -> dict[str, dict]:
+    found: dict[str, dict] = {}
+    for doc in _documents(path):
+        spec = doc["spec"]["template"]["spec"] if doc["kind"] == "Deployment" else doc.get("spec", {})
+        for container in spec.get("containers", []):
+            found[container["name"]] = container
+    return found
+
+
+def _config_map(name: str) -> dict[str, str]:
+    (config_map,) = [
+        d for d in _documents(DEPLOYMENT) if d["kind"] == "ConfigMap" and d["metadata"]["name"] == name
+    ]
+    return config_map["data"]
+
+
+def test_the_manifests_pass_the_kubernetes_schemas_strictly() -> None:
+    """Offline (kubernetes-validate ships the schemas): an unknown field is an error, not ignored."""
+    import kubernetes_validate
+
+    kinds = []
+    for path in sorted(KUBE.glob("*.yaml")) + [BACKING]:
+        for doc in _documents(path):
+            kubernetes_validate.validate(doc, kubernetes_validate.latest_version(), strict=True)
+            kinds.append((path.name, doc["kind"], doc["metadata"]["name"]))
+    assert ("invoice-pipeline.yaml", "Deployment", "worker") in kinds
+    assert ("migrate.yaml", "Pod", "invoice-pipeline-migrate") in kinds
+    (worker,) = [d for d in _documents(DEPLOYMENT) if d["metadata"]["name"] == "worker"]
+    assert worker["spec"]["replicas"] == 2
+
+
+def test_the_manifests_run_what_the_helm_values_run() -> None:
+    values = yaml.safe_load(VALUES.read_text())
+    (deployment,) = values["dagster-user-deployments"]["deployments"]
+    image = f"{deployment['image']['repository']}:{deployment['image']['tag']}"
+    pods = {**_containers(DEPLOYMENT), **_containers(KUBE / "migrate.yaml")}
+    assert set(pods) == CODE_CONTAINERS | {"migrate", "review", "auth-proxy"}
+    assert {c["image"] for name, c in pods.items() if name != "auth-proxy"} == {image}
+    helm_env = {e["name"]: e["value"] for e in deployment["env"]}
+    secrets = {s["name"] for s in deployment["envSecrets"]}
+    for name in CODE_CONTAINERS:
+        env = {e["name"]: e["value"] for e in pods[name]["env"]}
+        assert {k: env.get(k) for k in helm_env} == helm_env, f"{name}: settings differ from the Helm values"
+        config.Settings.from_env(env)
+        assert config.Settings.from_env(env).review_jobs is False, name
+        assert secrets <= {s["secretRef"]["name"] for s in pods[name]["envFrom"]}, name
+    # The code server: the values' port, the celery location their comment points to.
+    code = pods["code"]["command"]
+    assert code[:3] == ["dagster", "api", "grpc"] and code[code.index("-p") + 1] == str(deployment["port"])
+    assert code[-2:] == ["-m", "invoice_pipeline.orchestration.celery_definitions"]
+    workspace = yaml.safe_load(_config_map("dagster-instance")["workspace.yaml"])
+    assert workspace["load_from"][0]["grpc_server"]["port"] == deployment["port"]
+    # The run workers: the command the values give for the celery workers, word for word.
+    comment = re.search(r"#\s+command: (\[.*?\])\n", VALUES.read_text(), re.S)
+    assert comment is not None
+    worker_command = yaml.safe_load(re.sub(r"\n#\s+", " ", comment.group(1)))
+    assert pods["celery"]["command"][: len(worker_command)] == worker_command
+
+
+def test_the_instance_config_agrees_with_the_production_one() -> None:
+    """The ConfigMap's dagster.yaml is deploy/dagster.production.yaml but for the run launcher
+    (Dagster's default here: runs in the code server's container, steps on the celery workers)."""
+    production = yaml.safe_load(PRODUCTION_INSTANCE.read_text())
+    instance = yaml.safe_load(_config_map("dagster-instance")["dagster.yaml"])
+    assert "run_launcher" not in instance
+    # Where Dagster writes may differ (the ConfigMap is read-only); nothing else.
+    written = {"local_artifact_storage", "compute_logs"}
+    assert {k: v for k, v in production.items() if k != "run_launcher"} == {
+        k: v for k, v in instance.items() if k not in written
+    }
+
+
+def test_the_manifests_review_page_is_reachable_only_through_its_authenticating_proxy() -> None:
+    """Issue 41: the review page deployed behind authentication. It listens on the pod's
+    loopback and trusts the user header from there only; the proxy is the pod's one port."""
+    from invoice_pipeline.review_ui.auth import load_users
+
+    pods = _containers(DEPLOYMENT)
+    review = pods["review"]["command"]
+    assert review[:2] == ["invoice-pipeline", "review-ui"]
+    assert review[review.index("--host") + 1] == "127.0.0.1"
+    assert "--trusted-proxy" not in review  # loopback only, the default
+    assert review[review.index("--proxy-header") + 1] == "X-Forwarded-User"
+    assert review[review.index("--allowed-host") + 1]
+    assert "ports" not in pods["review"] and pods["auth-proxy"]["ports"]
+    proxy = pods["auth-proxy"]["args"]
+    assert f"--upstream=http://127.0.0.1:{review[review.index('--port') + 1]}/" in proxy
+    assert "--pass-user-headers=true" in proxy
+    users_file = Path(review[review.index("--users") + 1])
+    mount = next(m for m in pods["review"]["volumeMounts"] if m["mountPath"] == str(users_file.parent))
+    (volume,) = [
+        d for d in _documents(DEPLOYMENT) if d["kind"] == "Deployment" and d["metadata"]["name"] == "review"
+    ]
+    (source,) = [v for v in volume["spec"]["template"]["spec"]["volumes"] if v["name"] == mount["name"]]
+    users = _config_map(source["configMap"]["name"])[users_file.name]
+    tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"review-users-{os.getpid()}.json"
+    tmp.write_text(users)
+    try:
+        assert load_users(tmp, passwords=False)  # proxy mode: names and orgs, no passwords
+    finally:
+        tmp.unlink()
+    assert "password" not in users

@@ -1,28 +1,39 @@
-"""Podman for the container tests (invoice_pipeline_tests/test_container_image.py): the base image
-built from Debian's packages (nothing can be pulled from a registry here), the product's image
-from deploy/Dockerfile, and containers run with the machine's traps avoided (see
-../shared/NOTES.md, "Learned 2026-12-03": crun and the default ulimits fail here, runc without
-default ulimits works).
+"""Podman for the container tests (invoice_pipeline_tests/test_container_image.py and
+invoice_pipeline_tests/containers/test_kube_play.py): the base image built from Debian's packages
+(nothing can be pulled from a registry here), the product's image from deploy/Dockerfile, the
+test-only PostgreSQL and redis images, podman secrets in the form `podman kube play` reads, and
+containers run with the machine's traps avoided (see ../shared/NOTES.md, "Learned 2026-12-03":
+crun and the default ulimits fail here, runc without default ulimits works).
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import json
 import os
 import shutil
 import subprocess
 import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE_IMAGE = "localhost/invoice-pipeline-base:bookworm"
 IMAGE = "localhost/invoice-pipeline:test"
-POSTGRES_CONTAINERFILE = ROOT / "invoice_pipeline_tests" / "containers" / "postgres.Containerfile"
-# Tagged by the Containerfile's content: an edited recipe is a new image, built once.
-POSTGRES_IMAGE = (
-    "localhost/invoice-pipeline-test-postgres:"
-    + hashlib.sha256(POSTGRES_CONTAINERFILE.read_bytes()).hexdigest()[:12]
-)
+TEST_CONTAINERS = ROOT / "invoice_pipeline_tests" / "containers"
+POSTGRES_CONTAINERFILE = TEST_CONTAINERS / "postgres.Containerfile"
+REDIS_CONTAINERFILE = TEST_CONTAINERS / "redis.Containerfile"
+
+
+def _tagged(repository: str, containerfile: Path) -> str:
+    """Tagged by the Containerfile's content: an edited recipe is a new image, built once."""
+    return f"{repository}:{hashlib.sha256(containerfile.read_bytes()).hexdigest()[:12]}"
+
+
+POSTGRES_IMAGE = _tagged("localhost/invoice-pipeline-test-postgres", POSTGRES_CONTAINERFILE)
+REDIS_IMAGE = _tagged("localhost/invoice-pipeline-test-redis", REDIS_CONTAINERFILE)
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 # The base: Debian's python3 (3.11 on bookworm) with venv, the libraries opencv needs for OCR,
 # and CA certificates for pip. The Dockerfile installs nothing with apt, so it builds offline
@@ -124,9 +135,9 @@ def build_image(env: dict[str, str], image: str = IMAGE) -> None:
     )
 
 
-def ensure_postgres_image(env: dict[str, str]) -> None:
-    """The test's PostgreSQL image (Debian's postgresql-15 on the base), unless podman has it."""
-    if not image_exists(env, POSTGRES_IMAGE):
+def ensure_containerfile_image(env: dict[str, str], containerfile: Path, image: str) -> None:
+    """A test-only image from its Containerfile on the Debian base, unless podman has it."""
+    if not image_exists(env, image):
         podman(
             env,
             "build",
@@ -134,8 +145,97 @@ def ensure_postgres_image(env: dict[str, str]) -> None:
             "--build-arg",
             f"BASE_IMAGE={BASE_IMAGE}",
             "-f",
-            str(POSTGRES_CONTAINERFILE),
+            str(containerfile),
             "-t",
-            POSTGRES_IMAGE,
-            str(POSTGRES_CONTAINERFILE.parent),
+            image,
+            str(containerfile.parent),
         )
+
+
+def ensure_postgres_image(env: dict[str, str]) -> None:
+    """The test's PostgreSQL image (Debian's postgresql-15 on the base), unless podman has it."""
+    ensure_containerfile_image(env, POSTGRES_CONTAINERFILE, POSTGRES_IMAGE)
+
+
+def ensure_redis_image(env: dict[str, str]) -> None:
+    """The test's celery broker (Debian's redis-server on the base), unless podman has it."""
+    ensure_containerfile_image(env, REDIS_CONTAINERFILE, REDIS_IMAGE)
+
+
+@dataclass(frozen=True)
+class ReadyImage:
+    """The product's image, built (podman's layer cache makes an unchanged checkout quick)."""
+
+    image: str
+    base_built: bool
+    base_seconds: float
+    build_seconds: float
+
+    def describe(self) -> str:
+        found = "built" if self.base_built else "found"
+        return f"base image {found} in {self.base_seconds:.0f} s; image built in {self.build_seconds:.0f} s"
+
+
+def ready_image(env: dict[str, str], image: str = IMAGE) -> ReadyImage:
+    """The base (debootstrap only when podman lacks it), then deploy/Dockerfile on it."""
+    t = time.monotonic()
+    built = ensure_base_image(env)
+    base_s = time.monotonic() - t
+    t = time.monotonic()
+    build_image(env, image)
+    return ReadyImage(image, built, base_s, time.monotonic() - t)
+
+
+# -- podman kube play ----------------------------------------------------------------------------
+
+
+def create_secret(env: dict[str, str], name: str, values: dict[str, str]) -> None:
+    """A podman secret `podman kube play` gives to `secretRef`/`secretKeyRef` as the Kubernetes
+    secret `name`. Podman 4.3 reads its data as a JSON object of base64 values (the `data` of a
+    Kubernetes Secret); a YAML Secret is refused ("not valid JSON"). Given on stdin: the values
+    never touch the disk outside podman's own secret store."""
+    data = {k: base64.b64encode(v.encode()).decode() for k, v in values.items()}
+    done = subprocess.run(
+        ["podman", "secret", "create", name, "-"],
+        input=json.dumps(data),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if done.returncode != 0:
+        raise AssertionError(f"podman secret create {name} failed: {done.stderr}")
+
+
+def remove_secret(env: dict[str, str], name: str) -> None:
+    podman(env, "secret", "rm", name, check=False, timeout=60)
+
+
+def kube_play(env: dict[str, str], manifest: Path) -> str:
+    """Start the manifest's pods (`podman kube play`); returns podman's report."""
+    return podman(env, "kube", "play", str(manifest), timeout=600).stdout
+
+
+def kube_down(env: dict[str, str], manifest: Path) -> None:
+    """Stop and remove the manifest's pods, whatever state they are in (never raises)."""
+    podman(env, "kube", "down", str(manifest), check=False, timeout=300)
+
+
+def pod_container(pod: str, container: str) -> str:
+    """The name podman gives a pod's container. A Deployment's pods are `<name>-pod-<i>`, one
+    per replica, and their host name is the pod's name."""
+    return f"{pod}-{container}"
+
+
+def container_state(env: dict[str, str], name: str) -> dict[str, object]:
+    """`podman inspect`'s State of a container (Status, ExitCode, ...); empty when it is gone."""
+    done = podman(env, "container", "inspect", name, check=False, timeout=60)
+    if done.returncode != 0:
+        return {}
+    (inspected,) = json.loads(done.stdout)
+    return dict(inspected.get("State") or {})
+
+
+def container_logs(env: dict[str, str], name: str, tail: int = 60) -> str:
+    done = podman(env, "logs", "--tail", str(tail), name, check=False, timeout=60)
+    return done.stdout + done.stderr

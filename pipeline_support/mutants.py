@@ -488,6 +488,33 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "    if True:\n",
         f"{LAUNCHPAD_TESTS}::test_without_a_users_file_only_a_local_deployment_approves",
     ),
+    _one(
+        "kube-review-jobs",
+        "the Kubernetes manifests' code server loads no Launchpad review jobs (issue 41)",
+        "deploy/kube/invoice-pipeline.yaml",
+        "the code\n            # server's setting is what removes them, the others keep to it.\n"
+        '            - name: INVOICE_PIPELINE_REVIEW_JOBS\n              value: "0"\n',
+        "the code\n            # server's setting is what removes them, the others keep to it.\n"
+        '            - name: INVOICE_PIPELINE_REVIEW_JOBS\n              value: "1"\n',
+        "invoice_pipeline_tests/test_deploy_recipe.py::test_the_manifests_run_what_the_helm_values_run",
+    ),
+    _one(
+        "kube-run-monitoring",
+        "the manifests' Dagster instance monitors runs (a celery run's deadline is enforced by it)",
+        "deploy/kube/invoice-pipeline.yaml",
+        "    run_monitoring:\n      enabled: true\n",
+        "    run_monitoring:\n      enabled: false\n",
+        "invoice_pipeline_tests/test_deploy_recipe.py::test_the_instance_config_agrees_with_the_production_one",
+    ),
+    _one(
+        "kube-review-loopback",
+        "the manifests' review page listens on its pod's loopback, reachable only through the proxy",
+        "deploy/kube/invoice-pipeline.yaml",
+        'command: ["invoice-pipeline", "review-ui", "--host", "127.0.0.1", "--port", "3100",',
+        'command: ["invoice-pipeline", "review-ui", "--host", "0.0.0.0", "--port", "3100",',
+        "invoice_pipeline_tests/test_deploy_recipe.py::"
+        "test_the_manifests_review_page_is_reachable_only_through_its_authenticating_proxy",
+    ),
 )
 
 
