@@ -11,7 +11,7 @@ its line's rank among the letterhead lines (the largest text in the top band of 
 where it sits on the page (top band, bottom band: the legal footer); how often it repeats; and
 whether the page's arithmetic (`amounts.resolve`) supports it. Only facts are hand rules here:
 value formats, date validity, VAT-id country prefixes and checksums, currency codes, symbols and
-names, and country names (an address's last line is no seller).
+names, and country names (a country alone is an address's last line, never a seller).
 """
 
 from __future__ import annotations
@@ -73,6 +73,7 @@ _TOP_BAND = 0.22
 _BOTTOM_BAND = 0.85
 # Font sizes relative to the page's median are capped here (a 60-pt logo letter is just "large").
 _MAX_SIZE_RATIO = 3.0
+_SAME_SIZE = 0.5  # points
 
 
 @dataclass(frozen=True)
@@ -145,7 +146,15 @@ class PageView:
                 continue
             here = (self.size(seg), self.geometry.bold(seg.line, seg.index) or 0.0)
             prominence[seg.line] = max(prominence.get(seg.line, here), here)
-        ranked = sorted(prominence, key=lambda line: (-prominence[line][0], -prominence[line][1], line))
+        # Sizes within half a point are one size (the same type measured by its glyphs' boxes).
+        by_size = sorted(prominence, key=lambda line: -prominence[line][0])
+        size_class: dict[int, int] = {}
+        klass, class_top = 0, prominence[by_size[0]][0] if by_size else _NO_SIZE
+        for line in by_size:
+            if class_top - prominence[line][0] > _SAME_SIZE:
+                klass, class_top = klass + 1, prominence[line][0]
+            size_class[line] = klass
+        ranked = sorted(prominence, key=lambda line: (size_class[line], -prominence[line][1], line))
         return {line: rank for rank, line in enumerate(ranked)}
 
     def size(self, seg: Segment) -> float:
@@ -459,7 +468,8 @@ _CONTACT = re.compile(r"@|www\.|https?:|\btel\b|\bfax\b|phone|t[ée]l[ée]phone|
 _NAME_ZONE = 0.45  # the top of the first page, where letterheads and address blocks are
 _NAME_ZONE_LINES = 12  # and at least this many lines of it (a short page is all top)
 # Country names as addresses end (facts: the countries whose VAT ids and languages the reader
-# knows, in those languages), folded to letters: a country alone is an address line, no seller.
+# knows, in those languages), folded to letters: a country alone is an address line, no seller
+# (as a feature it lost to the country printed twice on a domestic invoice: it is a fact, so a rule).
 COUNTRY_NAMES = frozenset(
     folded_letters(name)
     for name in (
@@ -504,12 +514,13 @@ def name_candidates(view: PageView, buyer: Any) -> Iterator[Candidate]:
             if (m := re.match(r"\s*" + LEGAL_FORM.pattern + r"\s+", part)) is not None
         ]
         for k, part, name, stripped in named:
-            if name is None or len(name) > 80 or (name, seg.line) in seen:
+            compact = folded_letters(name or "")
+            # A country alone is the last line of an address, never a company's name (a fact).
+            if name is None or len(name) > 80 or (name, seg.line) in seen or compact in COUNTRY_NAMES:
                 continue
             seen.add((name, seg.line))
             pos = text.find(part)
             letters = sum(ch.isalpha() for ch in name)
-            compact = folded_letters(name)
             features = {
                 "legal_form_before": 1.0 if stripped else 0.0,
                 "legal_form": 1.0 if LEGAL_FORM.search(name) else 0.0,
@@ -522,7 +533,6 @@ def name_candidates(view: PageView, buyer: Any) -> Iterator[Candidate]:
                 "label_like": 1.0 if looks_like_label(text) or roles_of(name) else 0.0,
                 # The candidate itself reads as a label ("Date d'échéance"), not only its segment.
                 "name_is_label": 1.0 if looks_like_label(name) or roles_of(name) else 0.0,
-                "country_name": 1.0 if compact in COUNTRY_NAMES else 0.0,
                 "very_short": 1.0 if letters <= 3 else 0.0,
                 "colon": 1.0 if ":" in text else 0.0,
                 "part": min(k, 3) / 3,
