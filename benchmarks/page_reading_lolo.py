@@ -338,7 +338,7 @@ def lolo_report() -> dict[str, Any]:
     filled = leave_one_layout_out(pages, fill_without)
     # Field by field, the way that read most of it right leave-one-layout-out without reading more
     # of it wrong than the hand reader (money fails closed: an empty field is held for a person, a
-    # wrong one may not be); between as many right, the one with fewer wrong; then the hand reader.
+    # wrong one may not be); ties go to the hand reader.
     use = {}
     for f in KEY_FIELDS:
         fair = [
@@ -346,7 +346,7 @@ def lolo_report() -> dict[str, Any]:
             for name, way in (("hand", hand), ("fill", filled), ("ranker", ranked))
             if way.per_field[f].wrong <= hand.per_field[f].wrong
         ]
-        use[f] = max(fair, key=lambda m: (m[1].per_field[f].right, -m[1].per_field[f].wrong))[0]
+        use[f] = max(fair, key=lambda m: m[1].per_field[f].right)[0]
 
     def product_without(layout: str) -> Reader:
         ranker_read = ranker_without(layout)
