@@ -269,7 +269,11 @@ def _segment_boxes(
         box = union([_word_box(w) for w in segment])
         assert box is not None
         chars = [c for w in segment for c in w.get("chars", ())]
-        bold = sum(1 for c in chars if _BOLD_FONT.search(str(c.get("fontname", "")))) / len(chars) if chars else 0.0
+        bold = (
+            sum(1 for c in chars if _BOLD_FONT.search(str(c.get("fontname", "")))) / len(chars)
+            if chars
+            else 0.0
+        )
         out.append(((round(box[0], 1), round(box[1], 1), round(box[2], 1), round(box[3], 1)), round(bold, 2)))
     return out
 

@@ -351,7 +351,9 @@ def _letterhead_with_countries(page: _PageDrawing) -> None:
         pdf.cell(80, 5, text)
     pdf.set_font("Helvetica", "", 10)
     # A domestic invoice: the buyer's country is the seller's (printed twice on the page).
-    for k, text in enumerate((f"{lab.bill_to}:", case.buyer_name, "Marktplein 7", COUNTRY_BY_LANG[case.lang])):
+    for k, text in enumerate(
+        (f"{lab.bill_to}:", case.buyer_name, "Marktplein 7", COUNTRY_BY_LANG[case.lang])
+    ):
         pdf.set_xy(buyer_x, 15 + 5 * k if plain else 45 + 6 * k)
         pdf.cell(60, 5, text)
 

@@ -8,6 +8,7 @@ import math
 from datetime import date
 from decimal import Decimal
 
+from invoice_pipeline.documents.pdf import text_layer
 from invoice_pipeline.documents.reading.candidates import (
     KEY_FIELDS,
     Candidate,
@@ -20,7 +21,6 @@ from invoice_pipeline.documents.reading.candidates import (
     vat_candidates,
     vat_checksum,
 )
-from invoice_pipeline.documents.pdf import text_layer
 from invoice_pipeline.documents.reading.ranker import FieldModel, Ranker, ranked_fields, shipped_ranker
 from invoice_pipeline.documents.reading.words import TextBoxes
 from invoice_pipeline.documents.text_fields import fields_from_text, hand_fields_from_text
@@ -131,7 +131,6 @@ def test_the_letterhead_is_the_largest_type_and_the_buyer_block_is_marked() -> N
     assert head["legal_form"] == 1.0 and head["y"] < buyer["y"]
 
 
-
 def test_a_text_layer_keeps_each_segments_bold_share_beside_its_box() -> None:
     case = page_cases(4040, 1)[0]  # a letterhead page: the seller's name set in Helvetica Bold
     layer = text_layer(page_pdf(case), ocr=False)
@@ -151,7 +150,14 @@ def test_a_text_layer_keeps_each_segments_bold_share_beside_its_box() -> None:
 
 
 def test_the_letterhead_is_ranked_by_size_and_weight_and_a_country_line_is_no_seller() -> None:
-    lines = ("Nordlicht Werkstatt", "Hafenstrasse 4", "Deutschland", "Date d'échéance", "", "Total   12,00 EUR")
+    lines = (
+        "Nordlicht Werkstatt",
+        "Hafenstrasse 4",
+        "Deutschland",
+        "Date d'échéance",
+        "",
+        "Total   12,00 EUR",
+    )
     boxes = TextBoxes(
         (
             ((40.0, 30.0, 200.0, 40.0),),  # 10 pt bold
