@@ -4,9 +4,12 @@ No training here: the shipped weights are read as the product reads them."""
 
 from __future__ import annotations
 
+import io
 import math
 from datetime import date
 from decimal import Decimal
+
+from fpdf import FPDF
 
 from invoice_pipeline.documents.pdf import text_layer
 from invoice_pipeline.documents.reading.candidates import (
@@ -25,6 +28,7 @@ from invoice_pipeline.documents.reading.ranker import FieldModel, Ranker, ranked
 from invoice_pipeline.documents.reading.words import TextBoxes
 from invoice_pipeline.documents.text_fields import fields_from_text, hand_fields_from_text
 from invoice_pipeline.samples.page_layouts import page_cases, page_pdf
+from invoice_pipeline.samples.render import FIXED_PDF_DATE
 
 
 def _view(*lines: str, boxes: TextBoxes | None = None) -> PageView:
@@ -294,3 +298,40 @@ def test_the_product_reads_each_field_as_the_shipped_weights_say() -> None:
         if ranker.models[name].use == "hand":
             assert getattr(fields, name) == getattr(hand, name)
             assert fields.sources[name] == hand.sources[name]
+
+
+def _letterhead_page() -> bytes:
+    """A German invoice whose only sign of its issuer is a bold letterhead: no legal form, no
+    seller label, no legal footer (the rules read no seller from it)."""
+    pdf = FPDF(format="A4")
+    pdf.set_creation_date(FIXED_PDF_DATE)
+    pdf.set_auto_page_break(False)
+    pdf.add_page()
+    pdf.set_font("Helvetica", "B", 18)
+    pdf.set_xy(20, 15)
+    pdf.cell(100, 8, "Nordlicht Werkstatt")
+    pdf.set_font("Helvetica", "", 10)
+    rows = [(20, 25 + 5 * k, t) for k, t in enumerate(("Hafenstrasse 4", "24103 Kiel"))]
+    rows += [(20, 50 + 6 * k, t) for k, t in enumerate(("Kundenhaus", "Marktplatz 7", "20095 Hamburg"))]
+    rows += [(110, 50, "Rechnungsnummer:   RE-2025-0417"), (110, 56, "Rechnungsdatum:   04.03.2025")]
+    rows += [(20, 85, "RECHNUNG"), (110, 110, "Nettobetrag   100,00 EUR"), (110, 116, "USt 19 %   19,00 EUR")]
+    rows += [(110, 122, "Gesamtbetrag   119,00 EUR")]
+    for x, y, text in rows:
+        pdf.set_xy(x, y)
+        pdf.cell(90, 5, text.replace("   ", " " * 12))
+    out = io.BytesIO()
+    pdf.output(out)
+    return out.getvalue()
+
+
+def test_the_shipped_weights_fill_a_seller_from_a_bold_letterhead_the_rules_leave_empty() -> None:
+    layer = text_layer(_letterhead_page(), ocr=False)
+    boxes = TextBoxes.from_structured(layer.structured)
+    assert boxes is not None and boxes.bold is not None
+    assert hand_fields_from_text(layer.text, boxes=boxes).seller_name is None
+    assert shipped_ranker().models["seller_name"].use in ("fill", "ranker")
+    fields = fields_from_text(layer.text, boxes=boxes)
+    assert fields.seller_name == "Nordlicht Werkstatt"
+    source = fields.sources["seller_name"]
+    assert source.source.endswith(":ranker") and source.page == 1 and source.box is not None
+    assert source.confidence >= shipped_ranker().models["seller_name"].min_confidence
