@@ -434,6 +434,15 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "invoice_pipeline_tests/documents/test_ranker.py::"
         "test_an_unsure_ranker_leaves_the_field_for_a_person_never_a_guess",
     ),
+    _one(
+        "ranker-country-no-seller",
+        "a country name alone (an address's last line) is never a seller-name candidate",
+        "invoice_pipeline/documents/reading/candidates.py",
+        " or (name, seg.line) in seen or compact in COUNTRY_NAMES:\n",
+        " or (name, seg.line) in seen:\n",
+        "invoice_pipeline_tests/documents/test_ranker.py::"
+        "test_the_letterhead_is_ranked_by_size_and_weight_and_a_country_line_is_no_seller",
+    ),
 )
 
 
