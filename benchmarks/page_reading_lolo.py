@@ -40,7 +40,7 @@ from invoice_pipeline.documents import BadDocument
 from invoice_pipeline.documents.pdf import text_layer
 from invoice_pipeline.documents.reading.words import TextBoxes
 from invoice_pipeline.documents.text_fields import hand_fields_from_text, looks_like_invoice
-from invoice_pipeline.samples.page_layouts import page_cases, page_pdf
+from invoice_pipeline.samples.page_layouts import TRAINING_VARIANTS, page_cases, page_pdf
 
 CORPUS = ROOT.parent / "shared" / "corpus"
 # The corpus README says these pages print no seller VAT id, though their `not_printed` does not
@@ -117,9 +117,10 @@ def corpus_pages(corpus: Path = CORPUS) -> list[LabelledPage]:
 
 
 def synthetic_pages(seed: int, count: int) -> list[LabelledPage]:
-    """Rendered pages (six languages, several layouts) with their truth: training data only."""
+    """Rendered pages (six languages, several layouts, the training-only ones too) with their
+    truth: training data only."""
     out = []
-    for case in page_cases(seed, count):
+    for case in page_cases(seed, count, TRAINING_VARIANTS):
         truth = {
             "invoice_number": case.invoice_number,
             "issue_date": case.issue_date,

@@ -33,7 +33,7 @@ from invoice_pipeline.documents.text_fields import hand_fields_from_text
 
 WEIGHTS = ROOT / "invoice_pipeline" / "documents" / "reading" / WEIGHTS_FILE
 SYNTHETIC_SEED = 4040
-SYNTHETIC_COUNT = 144  # 6 languages x 2 sides x 4 variants x 3
+SYNTHETIC_COUNT = 216  # 6 languages x 6 variants (`page_layouts.TRAINING_VARIANTS`) x 6
 # Below this share of the page's odds a field is left empty for a person: the chosen value must be
 # likelier than all the others together. Fixed by that argument, not tuned on the development set.
 MIN_CONFIDENCE = 0.5

@@ -515,6 +515,24 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "invoice_pipeline_tests/test_deploy_recipe.py::"
         "test_the_manifests_review_page_is_reachable_only_through_its_authenticating_proxy",
     ),
+    _one(
+        "ranker-unsure-unread",
+        "a ranker choice below the field's minimum confidence is no value (held for a person), never a guess",
+        "invoice_pipeline/documents/reading/ranker.py",
+        "        if share < model.min_confidence:\n",
+        "        if False:\n",
+        "invoice_pipeline_tests/documents/test_ranker.py::"
+        "test_an_unsure_ranker_leaves_the_field_for_a_person_never_a_guess",
+    ),
+    _one(
+        "ranker-country-no-seller",
+        "a country name alone (an address's last line) is never a seller-name candidate",
+        "invoice_pipeline/documents/reading/candidates.py",
+        " or (name, seg.line) in seen or compact in COUNTRY_NAMES:\n",
+        " or (name, seg.line) in seen:\n",
+        "invoice_pipeline_tests/documents/test_ranker.py::"
+        "test_the_letterhead_is_ranked_by_size_and_weight_and_a_country_line_is_no_seller",
+    ),
 )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import logging
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -254,13 +255,26 @@ def layout_text(pdf: pdfplumber.PDF, *, max_chars: int = MAX_TEXT_CHARS) -> str:
     return layout_text_and_boxes(pdf, max_chars=max_chars)[0]
 
 
-def _segment_boxes(words: list[dict[str, Any]], width: float) -> list[tuple[float, float, float, float]]:
-    """The box of each segment `_line_text` makes of these words, in the same order."""
+# A font whose name says it is heavier than regular ("Helvetica-Bold", "Lato-Black", "Inter-SemiBold").
+_BOLD_FONT = re.compile(r"bold|black|heavy", re.IGNORECASE)
+
+
+def _segment_boxes(
+    words: list[dict[str, Any]], width: float
+) -> list[tuple[tuple[float, float, float, float], float]]:
+    """The box and the bold share (of its characters, by font name) of each segment `_line_text`
+    makes of these words, in the same order."""
     out = []
     for segment in _segments(words, width):
         box = union([_word_box(w) for w in segment])
         assert box is not None
-        out.append((round(box[0], 1), round(box[1], 1), round(box[2], 1), round(box[3], 1)))
+        chars = [c for w in segment for c in w.get("chars", ())]
+        bold = (
+            sum(1 for c in chars if _BOLD_FONT.search(str(c.get("fontname", "")))) / len(chars)
+            if chars
+            else 0.0
+        )
+        out.append(((round(box[0], 1), round(box[1], 1), round(box[2], 1), round(box[3], 1)), round(bold, 2)))
     return out
 
 
@@ -271,16 +285,16 @@ def _word_box(w: dict[str, Any]) -> tuple[float, float, float, float]:
 
 def layout_text_and_boxes(
     pdf: pdfplumber.PDF, *, max_chars: int = MAX_TEXT_CHARS
-) -> tuple[str, list[list[tuple[float, float, float, float]]] | None]:
+) -> tuple[str, TextBoxes | None]:
     """Text with one line per visual line and columns kept apart by >= 3 spaces.
 
     Plain text extraction glues the sender block and the address window into one line; the
     field heuristics need to know which words belong together. Columns are clamped to the page
     and the whole text to `max_chars` (BadDocument too_complex beyond it), checked line by line
-    so an oversized text is never built.
+    so an oversized text is never built. The boxes carry each segment's bold share.
     """
     pages: list[str] = []
-    boxes: list[list[tuple[float, float, float, float]]] | None = []
+    boxes: list[list[tuple[tuple[float, float, float, float], float]]] | None = []
     total = 0
     segments = 0
     for page_index, page in enumerate(pdf.pages):
@@ -288,7 +302,9 @@ def layout_text_and_boxes(
             boxes.append([])  # the "\f" line between pages
         width = float(page.width) if math.isfinite(page.width) and page.width > 0 else MAX_PAGE_POINTS
         width = min(width, MAX_PAGE_POINTS)
-        words = page.extract_words(extra_attrs=["size"], keep_blank_chars=False, use_text_flow=False)
+        words = page.extract_words(
+            extra_attrs=["size"], keep_blank_chars=False, use_text_flow=False, return_chars=True
+        )
         words.sort(
             key=lambda w: (
                 w["top"] if math.isfinite(w["top"]) else 0.0,
@@ -322,7 +338,11 @@ def layout_text_and_boxes(
         # pdfplumber caches every page's objects on the PDF; without this a long file holds all
         # of them at once (~15 MB per dense page).
         page.close()
-    return "\n\f\n".join(pages), boxes
+    if not boxes:
+        return "\n\f\n".join(pages), None
+    return "\n\f\n".join(pages), TextBoxes(
+        tuple(tuple(b for b, _ in line) for line in boxes), tuple(tuple(w for _, w in line) for line in boxes)
+    )
 
 
 def text_layer(content: bytes, *, max_chars: int = MAX_TEXT_CHARS, ocr: bool = True) -> PdfText:
@@ -336,7 +356,7 @@ def text_layer(content: bytes, *, max_chars: int = MAX_TEXT_CHARS, ocr: bool = T
     except Exception as exc:  # pdfminer raises many unrelated types on damaged input
         raise _pdf_error(exc, "PDF text could not be read") from None
     if text.replace("\f", "").strip():
-        structured = TextBoxes(tuple(tuple(line) for line in boxes)).to_structured() if boxes else None
+        structured = boxes.to_structured() if boxes is not None else None
         return PdfText(storable_text(text), count, "pdf-text-layer", structured)
     if not ocr:
         return PdfText("", count, "pdf-text-layer")

@@ -152,6 +152,20 @@ FORMATS = ("en", "de", "fr", "ch")
 #   in the legal footer, which also carries the seller's VAT id;
 # - "heading_number": no labelled number: a bare "No. …" under the heading, the date under it.
 VARIANTS = ("letterhead", "buyer_vat", "footer_seller", "heading_number")
+# Drawn only for the ranker's training (issue 40), so the pages other benchmarks read stay the same:
+# - "plain_letterhead": the seller's name in regular body type, its address ending in a country
+#   line, the buyer's block at the right, ending in the same country (a domestic invoice);
+# - "right_letterhead": a bold letterhead at the top right, address and country under it, and
+#   the buyer's block at the left ending in a country.
+TRAINING_VARIANTS = (*VARIANTS, "plain_letterhead", "right_letterhead")
+COUNTRY_BY_LANG = {
+    "en": "United Kingdom",
+    "de": "Deutschland",
+    "fr": "France",
+    "nl": "Nederland",
+    "it": "Italia",
+    "es": "España",
+}
 
 
 def fmt_amount(value: Decimal, style: str) -> str:
@@ -223,7 +237,7 @@ _BUYERS = (
 )
 
 
-def page_cases(seed: int, count: int) -> list[PageCase]:
+def page_cases(seed: int, count: int, variants: tuple[str, ...] = VARIANTS) -> list[PageCase]:
     rng = random.Random(seed)
     out: list[PageCase] = []
     langs = tuple(PAGE_LABELS)
@@ -243,7 +257,7 @@ def page_cases(seed: int, count: int) -> list[PageCase]:
             PageCase(
                 name=f"page-{i:03d}-{lang}",
                 lang=lang,
-                layout=f"{lang}-{'right' if i % 2 else 'left'}-{VARIANTS[(i // len(langs)) % len(VARIANTS)]}",
+                layout=f"{lang}-{'right' if i % 2 else 'left'}-{variants[(i // len(langs)) % len(variants)]}",
                 invoice_number=f"{rng.choice(('INV', 'RE', 'F', 'FV', 'FA'))}-{rng.randint(2020, 2026)}-{rng.randint(1, 99999):05d}",
                 issue_date=dt.date(2025, 1, 1) + dt.timedelta(days=rng.randint(0, 300)),
                 currency=CURRENCY_BY_LANG[lang],
@@ -256,7 +270,7 @@ def page_cases(seed: int, count: int) -> list[PageCase]:
                 number_format=rng.choice(FORMATS),
                 totals_right=i % 2 == 1,
                 show_currency=rng.random() < 0.7,
-                variant=VARIANTS[(i // len(langs)) % len(VARIANTS)],
+                variant=variants[(i // len(langs)) % len(variants)],
             )
         )
     return out
@@ -302,6 +316,9 @@ class _PageDrawing:
 def _letterhead_and_address(page: _PageDrawing, grow: int) -> None:
     """The seller's letterhead (not on a footer-seller page) and the buyer's address block."""
     pdf, case, lab = page.pdf, page.case, page.labels
+    if case.variant in ("plain_letterhead", "right_letterhead"):
+        _letterhead_with_countries(page)
+        return
     if case.variant != "footer_seller":
         pdf.set_font("Helvetica", "B", 15)
         pdf.set_xy(20, 15)
@@ -316,6 +333,28 @@ def _letterhead_and_address(page: _PageDrawing, grow: int) -> None:
         address.append(f"{lab.vat}: {case.buyer_vat_id}")
     for k, text in enumerate(address):
         pdf.set_xy(20, 45 + 6 * k)
+        pdf.cell(60, 5, text)
+
+
+def _letterhead_with_countries(page: _PageDrawing) -> None:
+    """The training-only letterheads: the seller's block (plain at the left, or bold at the right)
+    and the buyer's on the other side, each address ending in its country."""
+    pdf, case, lab = page.pdf, page.case, page.labels
+    plain = case.variant == "plain_letterhead"
+    seller_x, buyer_x = (20, 110) if plain else (110, 20)
+    pdf.set_font("Helvetica", "" if plain else "B", 10 if plain else 13)
+    pdf.set_xy(seller_x, 15)
+    pdf.cell(80, 6, case.seller_name)
+    pdf.set_font("Helvetica", "", 10 if plain else 9)
+    for k, text in enumerate(("Industrieweg 4", "1234 AB Stad", COUNTRY_BY_LANG[case.lang])):
+        pdf.set_xy(seller_x, 21 + 5 * k)
+        pdf.cell(80, 5, text)
+    pdf.set_font("Helvetica", "", 10)
+    # A domestic invoice: the buyer's country is the seller's (printed twice on the page).
+    for k, text in enumerate(
+        (f"{lab.bill_to}:", case.buyer_name, "Marktplein 7", COUNTRY_BY_LANG[case.lang])
+    ):
+        pdf.set_xy(buyer_x, 15 + 5 * k if plain else 45 + 6 * k)
         pdf.cell(60, 5, text)
 
 
@@ -383,7 +422,7 @@ def _legal_footer(page: _PageDrawing) -> None:
     pdf.set_font("Helvetica", "", 7)
     pdf.set_xy(20, 270)
     pdf.cell(170, 4, f"{lab.stamp} 02.01.2019")
-    if case.variant == "letterhead" or case.variant == "heading_number":
+    if case.variant in ("letterhead", "heading_number", "plain_letterhead", "right_letterhead"):
         pdf.set_xy(20, 276)
         pdf.cell(170, 4, f"{case.seller_name} - {lab.vat}: {case.seller_vat_id}")
     else:

@@ -4,10 +4,14 @@ No training here: the shipped weights are read as the product reads them."""
 
 from __future__ import annotations
 
+import io
 import math
 from datetime import date
 from decimal import Decimal
 
+from fpdf import FPDF
+
+from invoice_pipeline.documents.pdf import text_layer
 from invoice_pipeline.documents.reading.candidates import (
     KEY_FIELDS,
     Candidate,
@@ -23,6 +27,8 @@ from invoice_pipeline.documents.reading.candidates import (
 from invoice_pipeline.documents.reading.ranker import FieldModel, Ranker, ranked_fields, shipped_ranker
 from invoice_pipeline.documents.reading.words import TextBoxes
 from invoice_pipeline.documents.text_fields import fields_from_text, hand_fields_from_text
+from invoice_pipeline.samples.page_layouts import page_cases, page_pdf
+from invoice_pipeline.samples.render import FIXED_PDF_DATE
 
 
 def _view(*lines: str, boxes: TextBoxes | None = None) -> PageView:
@@ -127,6 +133,57 @@ def test_the_letterhead_is_the_largest_type_and_the_buyer_block_is_marked() -> N
     assert buyer["buyer_near"] == 1.0 and buyer["buyer"] == 1.0 and head["buyer"] == 0.0
     assert head["buyer_near"] == 0.0
     assert head["legal_form"] == 1.0 and head["y"] < buyer["y"]
+
+
+def test_a_text_layer_keeps_each_segments_bold_share_beside_its_box() -> None:
+    case = page_cases(4040, 1)[0]  # a letterhead page: the seller's name set in Helvetica Bold
+    layer = text_layer(page_pdf(case), ocr=False)
+    boxes = TextBoxes.from_structured(layer.structured)
+    assert boxes is not None and boxes.bold is not None
+    seg = next(s for s in PageView(layer.text, boxes).doc.segs() if s.text == case.seller_name)
+    assert boxes.bold_share(seg.line, seg.index) == 1.0
+    regular = [boxes.bold_share(s.line, s.index) for s in PageView(layer.text, boxes).doc.segs()]
+    assert 0.0 in regular  # the address and the items are regular type
+    # Stored and read back the same; an older stored layer without weights still reads its boxes.
+    assert TextBoxes.from_structured(boxes.to_structured()) == boxes
+    old = TextBoxes.from_structured(TextBoxes(boxes.lines).to_structured())
+    assert old is not None and old.bold is None and old.bold_share(seg.line, seg.index) is None
+    # Weights that do not line up with the boxes are dropped, never shifted onto other segments.
+    shifted = TextBoxes(boxes.lines, boxes.bold[1:] + ((),))
+    assert TextBoxes.from_structured(shifted.to_structured()) == TextBoxes(boxes.lines)
+
+
+def test_the_letterhead_is_ranked_by_size_and_weight_and_a_country_line_is_no_seller() -> None:
+    lines = (
+        "Nordlicht Werkstatt",
+        "Hafenstrasse 4",
+        "Deutschland",
+        "Date d'échéance",
+        "",
+        "Total   12,00 EUR",
+    )
+    boxes = TextBoxes(
+        (
+            ((40.0, 30.0, 200.0, 40.0),),  # 10 pt bold
+            ((40.0, 42.0, 120.0, 52.0),),  # 10 pt regular
+            ((40.0, 54.0, 120.0, 64.0),),
+            ((40.0, 66.0, 120.0, 76.0),),
+            (),
+            ((300.0, 760.0, 340.0, 770.0), (360.0, 760.0, 420.0, 770.0)),  # the foot of the page
+        ),
+        ((1.0,), (0.0,), (0.0,), (0.0,), (), (0.0, 0.0)),
+    )
+    view = _view(*lines, boxes=boxes)
+    cands = list(name_candidates(view, None))
+    head = _one(cands, "Nordlicht Werkstatt").features
+    street = _one(cands, "Hafenstrasse 4").features
+    assert head["bold"] == 1.0 and street["bold"] == 0.0
+    assert head["letterhead"] == 1.0 and street["letterhead"] == 0.5  # same size: the bold line first
+    assert head["top_band"] == 1.0 and head["bottom_band"] == 0.0 and head["font_median_rel"] > 0
+    assert "Deutschland" not in {c.value for c in cands}  # a country alone is no company's name
+    assert _one(cands, "Date d'échéance").features["name_is_label"] == 1.0 and head["name_is_label"] == 0.0
+    total = next(c for c in amount_candidates(view) if c.value == Decimal("12.00")).features
+    assert total["bottom_band"] == 1.0 and total["letterhead"] == 0.0 and total["top_band"] == 0.0
 
 
 def test_vat_ids_are_read_after_a_tax_word_and_checked_where_the_country_has_a_public_rule() -> None:
@@ -241,3 +298,40 @@ def test_the_product_reads_each_field_as_the_shipped_weights_say() -> None:
         if ranker.models[name].use == "hand":
             assert getattr(fields, name) == getattr(hand, name)
             assert fields.sources[name] == hand.sources[name]
+
+
+def _letterhead_page() -> bytes:
+    """A German invoice whose only sign of its issuer is a bold letterhead: no legal form, no
+    seller label, no legal footer (the rules read no seller from it)."""
+    pdf = FPDF(format="A4")
+    pdf.set_creation_date(FIXED_PDF_DATE)
+    pdf.set_auto_page_break(False)
+    pdf.add_page()
+    pdf.set_font("Helvetica", "B", 18)
+    pdf.set_xy(20, 15)
+    pdf.cell(100, 8, "Nordlicht Werkstatt")
+    pdf.set_font("Helvetica", "", 10)
+    rows = [(20, 25 + 5 * k, t) for k, t in enumerate(("Hafenstrasse 4", "24103 Kiel"))]
+    rows += [(20, 50 + 6 * k, t) for k, t in enumerate(("Kundenhaus", "Marktplatz 7", "20095 Hamburg"))]
+    rows += [(110, 50, "Rechnungsnummer:   RE-2025-0417"), (110, 56, "Rechnungsdatum:   04.03.2025")]
+    rows += [(20, 85, "RECHNUNG"), (110, 110, "Nettobetrag   100,00 EUR"), (110, 116, "USt 19 %   19,00 EUR")]
+    rows += [(110, 122, "Gesamtbetrag   119,00 EUR")]
+    for x, y, text in rows:
+        pdf.set_xy(x, y)
+        pdf.cell(90, 5, text.replace("   ", " " * 12))
+    out = io.BytesIO()
+    pdf.output(out)
+    return out.getvalue()
+
+
+def test_the_shipped_weights_fill_a_seller_from_a_bold_letterhead_the_rules_leave_empty() -> None:
+    layer = text_layer(_letterhead_page(), ocr=False)
+    boxes = TextBoxes.from_structured(layer.structured)
+    assert boxes is not None and boxes.bold is not None
+    assert hand_fields_from_text(layer.text, boxes=boxes).seller_name is None
+    assert shipped_ranker().models["seller_name"].use in ("fill", "ranker")
+    fields = fields_from_text(layer.text, boxes=boxes)
+    assert fields.seller_name == "Nordlicht Werkstatt"
+    source = fields.sources["seller_name"]
+    assert source.source.endswith(":ranker") and source.page == 1 and source.box is not None
+    assert source.confidence >= shipped_ranker().models["seller_name"].min_confidence

@@ -5,17 +5,20 @@ token sequence of the field's shape is a candidate, and what the page shows abou
 numeric features for the ranker (`reading.ranker`): which labels stand left of it, before it in
 its own segment or above it in its column, and how far; the label's language-independent role
 (the dictionaries cover EN/DE/FR/NL/IT/ES); the segment's font size (the height of its box in
-the text layer: pdfplumber's glyph size) relative to the page's largest; where it sits on the
-page; how often it repeats; and whether the page's arithmetic (`amounts.resolve`) supports it. Only facts are hand rules here: value formats, date validity,
-VAT-id country prefixes and checksums, currency codes, symbols and names.
-
-Font weight is not used: the stored text layer keeps each segment's box, not its font name.
+the text layer: pdfplumber's glyph size) relative to the page's largest and to its median; its
+weight (the share of its characters in a bold font, kept beside the boxes; OCR words have none);
+its line's rank among the letterhead lines (the largest text in the top band of the first page);
+where it sits on the page (top band, bottom band: the legal footer); how often it repeats; and
+whether the page's arithmetic (`amounts.resolve`) supports it. Only facts are hand rules here:
+value formats, date validity, VAT-id country prefixes and checksums, currency codes, symbols and
+names, and country names (a country alone is an address's last line, never a seller).
 """
 
 from __future__ import annotations
 
 import math
 import re
+import statistics
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
@@ -65,6 +68,12 @@ _PAGE_W, _PAGE_H = 595.0, 842.0
 # How far up a column a label may head its value.
 _ABOVE_REACH = 3
 _NO_SIZE = 0.0
+# The top band of a page (letterheads) and its bottom band (legal footers), as shares of its height.
+_TOP_BAND = 0.22
+_BOTTOM_BAND = 0.85
+# Font sizes relative to the page's median are capped here (a 60-pt logo letter is just "large").
+_MAX_SIZE_RATIO = 3.0
+_SAME_SIZE = 0.5  # points
 
 
 @dataclass(frozen=True)
@@ -120,12 +129,33 @@ class PageView:
         self.n_lines = max(1, len(self.lines))
         self.roles = [[roles_of(s.text) for s in line] for line in self.lines]
         self.footer = footer_lines(self.lines)
-        sizes: dict[int, float] = {}
+        sizes: dict[int, list[float]] = {}
         for seg in self.doc.segs():
-            page = self.geometry.page(seg.line)
-            sizes[page] = max(sizes.get(page, _NO_SIZE), self.size(seg))
-        self.max_size = sizes
+            sizes.setdefault(self.geometry.page(seg.line), []).append(self.size(seg))
+        self.max_size = {page: max(found) for page, found in sizes.items()}
+        self.median_size = {page: statistics.median(found) for page, found in sizes.items()}
+        self.letterhead_rank = self._letterhead_ranks()
         self.flat = " \n".join(s.text for s in self.doc.segs())
+
+    def _letterhead_ranks(self) -> dict[int, int]:
+        """Each line in the top band of the first page, ranked by its largest text (then its
+        boldest, then from the top): 0 is the letterhead's most prominent line."""
+        prominence: dict[int, tuple[float, float]] = {}
+        for seg in self.doc.segs():
+            if self.geometry.page(seg.line) != 1 or self.position(seg)[1] >= _TOP_BAND:
+                continue
+            here = (self.size(seg), self.geometry.bold(seg.line, seg.index) or 0.0)
+            prominence[seg.line] = max(prominence.get(seg.line, here), here)
+        # Sizes within half a point are one size (the same type measured by its glyphs' boxes).
+        by_size = sorted(prominence, key=lambda line: -prominence[line][0])
+        size_class: dict[int, int] = {}
+        klass, class_top = 0, prominence[by_size[0]][0] if by_size else _NO_SIZE
+        for line in by_size:
+            if class_top - prominence[line][0] > _SAME_SIZE:
+                klass, class_top = klass + 1, prominence[line][0]
+            size_class[line] = klass
+        ranked = sorted(prominence, key=lambda line: (size_class[line], -prominence[line][1], line))
+        return {line: rank for rank, line in enumerate(ranked)}
 
     def size(self, seg: Segment) -> float:
         box = self.geometry.box(seg.line, seg.index)
@@ -139,15 +169,23 @@ class PageView:
         return min(seg.col / 120, 1.5), seg.line / self.n_lines
 
     def typography(self, seg: Segment) -> dict[str, float]:
-        top = self.max_size.get(self.geometry.page(seg.line), _NO_SIZE)
+        page = self.geometry.page(seg.line)
+        top = self.max_size.get(page, _NO_SIZE)
+        median = self.median_size.get(page, _NO_SIZE)
         size = self.size(seg)
         x, y = self.position(seg)
+        rank = self.letterhead_rank.get(seg.line)
         return {
             "font_rel": size / top if top else 0.0,
             "font_is_max": 1.0 if top and size >= top - 0.5 else 0.0,
+            "font_median_rel": min(size / median, _MAX_SIZE_RATIO) / _MAX_SIZE_RATIO if median else 0.0,
+            "bold": self.geometry.bold(seg.line, seg.index) or 0.0,
+            "letterhead": 1.0 / (1 + rank) if rank is not None else 0.0,
+            "top_band": 1.0 if page == 1 and y < _TOP_BAND else 0.0,
+            "bottom_band": 1.0 if y >= _BOTTOM_BAND else 0.0,
             "x": x,
             "y": y,
-            "first_page": 1.0 if self.geometry.page(seg.line) == 1 else 0.0,
+            "first_page": 1.0 if page == 1 else 0.0,
             "in_footer": 1.0 if seg.line in self.footer else 0.0,
         }
 
@@ -429,6 +467,26 @@ _NAME_ROLES = ("seller", "buyer", "buyer_ref", "heading", "legal", "number", "va
 _CONTACT = re.compile(r"@|www\.|https?:|\btel\b|\bfax\b|phone|t[ée]l[ée]phone|e-?mail|iban|bic\b", _I)
 _NAME_ZONE = 0.45  # the top of the first page, where letterheads and address blocks are
 _NAME_ZONE_LINES = 12  # and at least this many lines of it (a short page is all top)
+# Country names as addresses end (facts: the countries whose VAT ids and languages the reader
+# knows, in those languages), folded to letters: a country alone is an address line, no seller
+# (as a feature it lost to the country printed twice on a domestic invoice: it is a fact, so a rule).
+COUNTRY_NAMES = frozenset(
+    folded_letters(name)
+    for name in (
+        "France|Germany|Deutschland|Allemagne|Alemania|Germania|Duitsland|Austria|Österreich|"
+        "Autriche|Oostenrijk|Switzerland|Schweiz|Suisse|Svizzera|Suiza|Zwitserland|Belgium|"
+        "Belgien|Belgique|België|Belgio|Bélgica|Netherlands|The Netherlands|Nederland|"
+        "Niederlande|Pays-Bas|Paesi Bassi|Países Bajos|Luxembourg|Luxemburg|Lussemburgo|"
+        "Luxemburgo|Italy|Italia|Italien|Italie|Italië|Spain|España|Spanien|Espagne|Spagna|"
+        "Spanje|Portugal|Portogallo|Ireland|Irland|Irlande|Irlanda|United Kingdom|UK|"
+        "Great Britain|England|Royaume-Uni|Vereinigtes Königreich|Regno Unito|Reino Unido|"
+        "Verenigd Koninkrijk|USA|United States|United States of America|Vereinigte Staaten|"
+        "États-Unis|Stati Uniti|Estados Unidos|India|Indien|Inde|Norway|Norge|Norwegen|Norvège|"
+        "Sweden|Sverige|Schweden|Suède|Denmark|Danmark|Dänemark|Danemark|Finland|Suomi|Finnland|"
+        "Finlande|Poland|Polska|Polen|Pologne|Czech Republic|Czechia|Tschechien|Greece|"
+        "Griechenland|Grèce"
+    ).split("|")
+)
 
 
 def name_candidates(view: PageView, buyer: Any) -> Iterator[Candidate]:
@@ -454,12 +512,13 @@ def name_candidates(view: PageView, buyer: Any) -> Iterator[Candidate]:
             if (m := re.match(r"\s*" + LEGAL_FORM.pattern + r"\s+", part)) is not None
         ]
         for k, part, name, stripped in named:
-            if name is None or len(name) > 80 or (name, seg.line) in seen:
+            compact = folded_letters(name or "")
+            # A country alone is the last line of an address, never a company's name (a fact).
+            if name is None or len(name) > 80 or (name, seg.line) in seen or compact in COUNTRY_NAMES:
                 continue
             seen.add((name, seg.line))
             pos = text.find(part)
             letters = sum(ch.isalpha() for ch in name)
-            compact = folded_letters(name)
             features = {
                 "legal_form_before": 1.0 if stripped else 0.0,
                 "legal_form": 1.0 if LEGAL_FORM.search(name) else 0.0,
@@ -470,6 +529,9 @@ def name_candidates(view: PageView, buyer: Any) -> Iterator[Candidate]:
                 "all_caps": 1.0 if name.isupper() else 0.0,
                 "contact": 1.0 if _CONTACT.search(name) else 0.0,
                 "label_like": 1.0 if looks_like_label(text) or roles_of(name) else 0.0,
+                # The candidate itself reads as a label ("Date d'échéance"), not only its segment.
+                "name_is_label": 1.0 if looks_like_label(name) or roles_of(name) else 0.0,
+                "very_short": 1.0 if letters <= 3 else 0.0,
                 "colon": 1.0 if ":" in text else 0.0,
                 "part": min(k, 3) / 3,
                 "whole_segment": 1.0 if name == clean_name(text) else 0.0,

@@ -2,13 +2,15 @@
 
 The layout text (`pdf.layout_text`, `ocr`) has one visual line per text line and pages apart
 by a "\\f" line. For a text PDF, `TextBoxes` keeps the box (PDF points, origin top-left) of
-every segment of every line, stored in `ExtractedText.structured`; an older stored text
-without it still reads, only without boxes.
+every segment of every line, stored in `ExtractedText.structured`, and beside each box the share
+of the segment's characters set in a bold font (issue 40: a letterhead is often bold); an older
+stored text without them still reads, only without boxes or weights. OCR words have no weight.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,6 +19,7 @@ from typing import Any
 from ...domain.fields import Box
 
 BOXES_KEY = "pdf_text_boxes"
+BOLD_KEY = "pdf_text_bold"
 # A segment: words kept apart from the next by at least three spaces (pdf.SEGMENT_GAP).
 _SEGMENT = re.compile(r"\S+(?: {1,2}\S+)*")
 
@@ -53,24 +56,51 @@ def segments(text: str) -> list[list[Segment]]:
 
 @dataclass(frozen=True)
 class TextBoxes:
-    """Per text line, the boxes of its segments in reading order (empty for a "\\f" line)."""
+    """Per text line, the boxes of its segments in reading order (empty for a "\\f" line), and
+    when the text layer names its fonts, each segment's bold share (0 to 1) in the same order."""
 
     lines: tuple[tuple[Box, ...], ...]
+    bold: tuple[tuple[float, ...], ...] | None = None
 
     def to_structured(self) -> str:
-        return json.dumps(
-            {BOXES_KEY: [[list(b) for b in line] for line in self.lines]}, separators=(",", ":")
-        )
+        data: dict[str, Any] = {BOXES_KEY: [[list(b) for b in line] for line in self.lines]}
+        if self.bold is not None:
+            data[BOLD_KEY] = [list(line) for line in self.bold]
+        return json.dumps(data, separators=(",", ":"))
 
     @classmethod
     def from_structured(cls, structured: str | None) -> TextBoxes | None:
         if not structured or not structured.lstrip().startswith("{"):
             return None
         try:
-            data = json.loads(structured)[BOXES_KEY]
-            return cls(tuple(tuple(stored_box(b) for b in line) for line in data))
+            data = json.loads(structured)
+            lines = tuple(tuple(stored_box(b) for b in line) for line in data[BOXES_KEY])
         except (ValueError, KeyError, TypeError, IndexError):
             return None
+        return cls(lines, _stored_bold(data.get(BOLD_KEY), lines))
+
+    def bold_share(self, line: int, index: int) -> float | None:
+        """The share of a segment's characters in a bold font; None where the layer says nothing."""
+        if self.bold is None or not 0 <= line < len(self.bold):
+            return None
+        row = self.bold[line]
+        return row[index] if 0 <= index < len(row) else None
+
+
+def _stored_bold(values: Any, lines: tuple[tuple[Box, ...], ...]) -> tuple[tuple[float, ...], ...] | None:
+    """The stored bold shares, if they line up with the boxes segment for segment; else none."""
+    try:
+        bold = tuple(tuple(_share(v) for v in line) for line in values)
+    except (TypeError, ValueError):
+        return None
+    if len(bold) != len(lines) or any(len(b) != len(ln) for b, ln in zip(bold, lines, strict=True)):
+        return None
+    return bold
+
+
+def _share(value: Any) -> float:
+    share = float(value)
+    return min(max(share, 0.0), 1.0) if math.isfinite(share) else 0.0
 
 
 def stored_box(values: Sequence[Any]) -> Box:
@@ -111,3 +141,6 @@ class PageGeometry:
             return None
         row = self.boxes.lines[line]
         return row[index] if 0 <= index < len(row) else None
+
+    def bold(self, line: int, index: int) -> float | None:
+        return self.boxes.bold_share(line, index) if self.boxes is not None else None
