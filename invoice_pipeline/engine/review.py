@@ -37,9 +37,9 @@ from invoice_pipeline.engine.store import InvoiceStore, as_uuid
 REVIEW_OWNER_PREFIX = "review:"
 REVIEW_STATUSES = ("needs_review",)
 REQUEUE_STATUSES = ACTION_FROM["requeue"]
-# An action refused because what the person saw changed before the action took the lock.
 # An action refused because the person acting may not act for the invoice's org.
 NOT_THEIR_ORG = "not_their_org"
+# An action refused because what the person saw changed before the action took the lock.
 DECIDED_MEANWHILE = "someone decided this meanwhile: nothing changed; look at the invoice as it is now"
 
 
