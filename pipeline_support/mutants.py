@@ -482,11 +482,11 @@ SABOTAGES: tuple[Sabotage, ...] = (
     ),
     _one(
         "launchpad-local-only",
-        "without the review users file only a local deployment's Launchpad review runs act (issue 41)",
+        "only a local deployment's Launchpad review runs act, with or without a users file (issue 41)",
         "invoice_pipeline/orchestration/review_jobs.py",
-        "    if access.deployment == LOCAL_DEPLOYMENT:\n",
-        "    if True:\n",
-        f"{LAUNCHPAD_TESTS}::test_without_a_users_file_only_a_local_deployment_approves",
+        "    if access.deployment != LOCAL_DEPLOYMENT:\n",
+        "    if False:\n",
+        f"{LAUNCHPAD_TESTS}::test_only_a_local_deployment_approves_whatever_its_users_file",
     ),
     _one(
         "kube-review-jobs",

@@ -6,10 +6,11 @@ invoice under its processing lock, fenced, audited. The audit names the run
 (`dagster-run:<id>`, plus the `reviewer` name typed in the config, if any), and the lock is
 owned by the run, so the sweep reconciles a review run that died like any other.
 
-Who may act (`launchpad_actor`, fail closed): with the review page's users file
-(INVOICE_PIPELINE_REVIEW_USERS) the reviewer named in the config must be listed there and acts
-only for that entry's orgs; without one, only a local deployment's runs act. The engine refuses
-an action on another org's invoice (`not_their_org`), writing nothing.
+Who may act (`launchpad_actor`, fail closed): only a local deployment's runs act (the webserver
+has no login: nothing vouches for a typed name); there, with the review page's users file
+(INVOICE_PIPELINE_REVIEW_USERS), the reviewer named in the config must be listed and acts only
+for that entry's orgs. The engine refuses an action on another org's invoice (`not_their_org`),
+writing nothing.
 
 An approved or requeued invoice is due at once: the sensor launches its `process_invoice` run,
 which fast-forwards to what is left (post_to_ledger for an approval, everything for a redrive).
@@ -23,7 +24,6 @@ from pathlib import Path
 from dagster import Config, Failure, MetadataValue, OpExecutionContext, in_process_executor, job, op
 from pydantic import Field
 
-from invoice_pipeline.config import ENV_REVIEW_USERS
 from invoice_pipeline.domain.fields import FIELD_NAMES
 from invoice_pipeline.engine.corrections import correct_invoice
 from invoice_pipeline.engine.review import Actor, TargetFilter, act_on, check_reason_code, statuses_for
@@ -46,32 +46,33 @@ def run_actor(run_id: str, reviewer: str | None = None, orgs: tuple[str, ...] | 
 
 
 def launchpad_actor(run_id: str, reviewer: str, access: ReviewAccess) -> Actor:
-    """Who a Launchpad run acts as, failing closed. With the review page's users file, the
-    reviewer named in the run's config must be listed there and acts only for that entry's orgs
-    (`"orgs": []`: none); without one, only a local deployment's runs act, as its one local user.
-    The webserver has no login: nothing else tells a job who launched it."""
+    """Who a Launchpad run acts as, failing closed. The webserver has no login, so nothing vouches
+    for the name typed into a run's config: only a local (development) deployment's runs act at
+    all, whatever its users file says. There, with the review page's users file, the reviewer
+    must be listed and acts only for that entry's orgs (`"orgs": []`: none); without one, as the
+    deployment's one local user."""
+    if access.deployment != LOCAL_DEPLOYMENT:
+        raise Failure(
+            f"Launchpad review runs of the {access.deployment or 'unknown'} deployment never act: "
+            "Dagster's webserver has no login, so nothing vouches for the reviewer's name; "
+            "decide on the review page, behind its authentication",
+            allow_retries=False,
+        )
     name = reviewer.strip()
-    if access.users_file:
-        try:
-            users = load_users(Path(access.users_file), passwords=False)
-        except AuthError as exc:
-            raise Failure(f"no Launchpad review can run: {exc}", allow_retries=False) from None
-        listed = users.get(name)
-        if listed is None:
-            raise Failure(
-                f"reviewer {name!r} is not in the review users file: put your name in the run's "
-                "config (reviewer), as the users file lists it, or decide on the review page",
-                allow_retries=False,
-            )
-        return run_actor(run_id, name, listed.orgs)
-    if access.deployment == LOCAL_DEPLOYMENT:
+    if not access.users_file:
         return run_actor(run_id, name)
-    raise Failure(
-        f"Launchpad review runs of the {access.deployment or 'unknown'} deployment need the review "
-        f"page's users file ({ENV_REVIEW_USERS}) to know who may act for which org; "
-        "decide on the review page instead",
-        allow_retries=False,
-    )
+    try:
+        users = load_users(Path(access.users_file), passwords=False)
+    except AuthError as exc:
+        raise Failure(f"no Launchpad review can run: {exc}", allow_retries=False) from None
+    listed = users.get(name)
+    if listed is None:
+        raise Failure(
+            f"reviewer {name!r} is not in the review users file: put your name in the run's "
+            "config (reviewer), as the users file lists it, or decide on the review page",
+            allow_retries=False,
+        )
+    return run_actor(run_id, name, listed.orgs)
 
 
 class ReviewDecision(Enum):

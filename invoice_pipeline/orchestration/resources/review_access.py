@@ -2,9 +2,9 @@
 configured when it loaded: its deployment and the review page's users file, if any.
 
 Dagster's open-source webserver has no login, so the name typed into a run's config is all a
-job knows of the person. With a users file that name must be listed there, and acts only for
-that entry's orgs; without one only a local (development) deployment's jobs act, for its one
-local user. Anything else is refused (`launchpad_actor`)."""
+job knows of the person: only a local (development) deployment's jobs act. There, with a users
+file the name must be listed and acts only for that entry's orgs; without one, as its one local
+user. Anything else is refused (`launchpad_actor`)."""
 
 from __future__ import annotations
 
