@@ -62,8 +62,11 @@ def test_open_a_held_pdf_see_its_boxes_correct_the_total_approve_and_it_is_poste
     page.get_by_role("link", name="NW-2026-901").click()
     # The page image, with the evidence boxes drawn where the fields were read.
     page.locator("img[alt='this page 1']").wait_for()
-    # Visible is not loaded: the page is rendered on its first request.
-    page.wait_for_function("document.querySelector(\"img[alt='this page 1']\").complete")
+    # Visible is not loaded: the page is rendered on its first request. The document's load event
+    # waits for its images. (Not wait_for_function: under the page's CSP, Playwright's second
+    # poll of a string predicate is an eval the policy refuses, so it failed whenever the image
+    # was still being drawn at the first poll, as on a loaded machine.)
+    page.wait_for_load_state("load")
     assert page.evaluate("document.querySelector(\"img[alt='this page 1']\").naturalWidth") > 500
     image = page.locator("img[alt='this page 1']").bounding_box()
     tops = {}
