@@ -88,8 +88,10 @@ def test_without_forwarded_for_a_client_cannot_choose_its_budget(
 def test_waiting_requests_are_bounded_the_ninth_refused_at_once(
     database_url: str, store: InvoiceStore, tmp_path: Path
 ) -> None:
-    # One token, the next in 2 s; a request may wait 3 s: the first eight wait, the ninth does not.
-    budget = RequestBudget(BudgetConfig(burst=1, rate=0.5, max_wait_seconds=3.0))
+    # One token, the next in 10 s; a request may wait 12 s: the first eight wait, the ninth does
+    # not. (10 s, not 2: the eight must still be parked when the ninth arrives, on a loaded machine
+    # too; the next token is what would release one.)
+    budget = RequestBudget(BudgetConfig(burst=1, rate=0.1, max_wait_seconds=12.0))
     for url in page(store, tmp_path / "cache", budget, forwarded_for=False):
         assert get(url)[0] == 200
         answers: list[tuple[int, str, str | None]] = []
