@@ -206,7 +206,8 @@ def _report(result: BenchResult, prefix: str, summary: Summary, count: int) -> N
     result.notes.append(
         f"{prefix} ({count} documents): {summary.fields_correct}/{summary.fields_total} key fields; "
         f"per field {summary.per_field}; per language {summary.per_language}; per layout "
-        f"(leave-one-layout-out: no rule is fitted to any layout) {summary.per_layout}; held "
+        f"(in-sample: the rules were written after reading these pages; page_reading_lolo has the "
+        f"leave-one-layout-out figures) {summary.per_layout}; held "
         f"{summary.held} ({summary.held_reasons}); would post {summary.posted}, of which with a "
         f"wrong amount {summary.posted_wrong}; not_an_invoice {summary.not_an_invoice}"
     )

@@ -533,6 +533,16 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "invoice_pipeline_tests/documents/test_ranker.py::"
         "test_the_letterhead_is_ranked_by_size_and_weight_and_a_country_line_is_no_seller",
     ),
+    _one(
+        "printed-currency-kept",
+        "a currency the page prints but the pipeline does not take is never replaced by the "
+        "seller's VAT country (the field stays empty: held for a person)",
+        "invoice_pipeline/documents/text_fields.py",
+        "    if currency is None and printed is None and vat is not None:\n",
+        "    if currency is None and vat is not None:\n",
+        "invoice_pipeline_tests/documents/test_reading_roles.py::"
+        "test_a_printed_currency_the_pipeline_does_not_take_is_not_replaced_by_the_sellers_country",
+    ),
 )
 
 

@@ -89,11 +89,20 @@ def hand_fields_from_text(
     page.put("due_date", due, "no due date / payment term date found")
     resolution = _amounts(page)
     currency = _currency(doc, resolution)
-    page.put("currency", currency, "no currency code or symbol next to the amounts")
+    printed = None if currency is not None else _printed_currency_code(doc)
+    page.put(
+        "currency",
+        currency,
+        "no currency code or symbol next to the amounts"
+        if printed is None
+        else f"the page's currency is {printed.value!r}, which is not a currency this pipeline takes (withdrawn or unknown)",
+    )
     vat = _parties(page)
     po = labelled(doc, PO_LABELS, first_identifier)
     page.put("po_number", po, "no purchase order reference found")
-    if currency is None and vat is not None:
+    if currency is None and printed is None and vat is not None:
+        # The seller's country may stand in for a currency the page leaves out, never for one
+        # it prints (issue 40: a page in a withdrawn currency was read as its country's euro).
         _currency_of_sellers_country(page, vat, issue)
     return replace(page.collector.build(), amount_check=resolution.check)
 
@@ -234,7 +243,7 @@ def _amounts(page: _PageReading) -> Resolution:
         confidence = page.ocr_layout.locate(lines)[1] if page.ocr_layout is not None else hit.confidence
         return page.located(f.label, lines, hit.segs, round(confidence, 3))
 
-    found = find_amounts(page.text)
+    found = find_amounts(page.text, page.geometry)
     resolution = resolve(found, exempt=EXEMPT.search(page.text) is not None, source_of=amount_source)
     page.put(
         "payable_total",
@@ -273,6 +282,11 @@ def _currency(doc: TextDoc, resolution: Resolution) -> Hit[str] | None:
             code, _ = counts.most_common(1)[0]
             currency_hit = Hit(code, first_line[code], "most frequent currency next to amounts", 0.6)
     return currency_hit
+
+
+def _printed_currency_code(doc: TextDoc) -> Hit[str] | None:
+    """A three-letter code after a currency label, whether or not it is a currency we take."""
+    return labelled(doc, (CURRENCY_LABELS,), lambda t: next(iter(re.findall(r"\b[A-Z]{3}\b", t)), None))
 
 
 def _parties(page: _PageReading) -> Hit[str] | None:

@@ -11,7 +11,8 @@ from decimal import Decimal
 from invoice_pipeline.documents.reading.amounts import EXEMPT, find_amounts, resolve
 from invoice_pipeline.documents.reading.page_values import currency_of_vat_id
 from invoice_pipeline.documents.reading.parties import name_like
-from invoice_pipeline.documents.text_fields import fields_from_text
+from invoice_pipeline.documents.reading.words import TextBoxes
+from invoice_pipeline.documents.text_fields import fields_from_text, hand_fields_from_text
 from invoice_pipeline.domain.fields import FieldSource
 
 TOTALS = """
@@ -152,3 +153,64 @@ def test_each_tax_breakdown_is_summed_on_its_own() -> None:
 
     assert check(text) == (True, Decimal("571.04"))
     assert check(text.replace("63,84 €", "62,84 €"))[0] is False
+
+
+def test_a_right_aligned_total_in_larger_type_is_read_under_its_label_by_the_boxes() -> None:
+    """The layout text places a segment by where it starts, in characters of one width: a total
+    in larger type, right-aligned under its header, starts left of the header in the text though
+    its cell lies under it on the page. With the boxes the column is measured on the page."""
+    text = (
+        "Invoice number: 4711\n"
+        "Invoice date: 2024-03-01\n"
+        f"{'DUE BY':<60}TOTAL DUE\n"
+        f"{'10 May 2024':<45}€1,250.00\n"
+    )
+    boxes = TextBoxes(
+        (
+            ((40.0, 40.0, 160.0, 50.0),),
+            ((40.0, 55.0, 160.0, 65.0),),
+            ((40.0, 300.0, 90.0, 310.0), (330.0, 300.0, 390.0, 310.0)),
+            ((40.0, 315.0, 110.0, 325.0), (300.0, 313.0, 390.0, 329.0)),  # 16 pt, right-aligned
+            (),
+        )
+    )
+    assert hand_fields_from_text(text).payable_total is None  # in characters: another column
+    assert hand_fields_from_text(text, boxes=boxes).payable_total == Decimal("1250.00")
+    # Boxes that do not overlap on the page are not one column, however the text lines up.
+    apart = TextBoxes(boxes.lines[:3] + (((40.0, 315.0, 110.0, 325.0), (200.0, 315.0, 280.0, 325.0)), ()))
+    assert hand_fields_from_text(text, boxes=apart).payable_total is None
+
+
+def test_a_contact_line_is_no_sender_and_a_footer_label_is_no_seller() -> None:
+    contact = (
+        "billing@example.org | +49 30 1234567 | www.example.org\n"
+        "Nordlicht Werkstatt GmbH\n"
+        "Rechnungsnummer: R-77\n" + TOTALS
+    )
+    seller = hand_fields_from_text(contact)
+    assert seller.seller_name == "Nordlicht Werkstatt GmbH"
+    assert "legal form" in seller.sources["seller_name"].source
+    # A label whose colon stands apart from it ("Échéance      : date") heads no footer.
+    footer = (
+        "Facture n° F-12\n" + TOTALS + "\n" * 4 + "Échéance                  : 05-08-2024\n"
+        "Atelier Rive SARL\n"
+        "2, rue de la Paix, 75000 Paris\n"
+        "SARL au capital de 10 000 € - RCS Paris 123 456 789\n"
+    )
+    assert hand_fields_from_text(footer).seller_name == "Atelier Rive SARL"
+
+
+def test_a_printed_currency_the_pipeline_does_not_take_is_not_replaced_by_the_sellers_country() -> None:
+    page = (
+        "Rechnungsnummer: 4711\n"
+        "Währung                DEM\n"
+        + TOTALS.replace(" EUR", "")
+        + "Nordlicht Werkstatt GmbH - USt-IdNr. DE136695976\n"
+    )
+    withdrawn = hand_fields_from_text(page)
+    assert withdrawn.seller_vat_id == "DE136695976"
+    assert withdrawn.currency is None
+    assert "'DEM'" in (withdrawn.sources["currency"].reason or "")
+    # Printed and taken: read as printed; not printed at all: the seller's country stands in.
+    assert hand_fields_from_text(page.replace("DEM", "CHF")).currency == "CHF"
+    assert hand_fields_from_text(page.replace("Währung                DEM\n", "")).currency == "EUR"

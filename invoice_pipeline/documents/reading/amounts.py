@@ -20,7 +20,7 @@ from typing import Literal
 
 from ...domain.fields import AmountCandidate, AmountCheck, AmountRole, FieldSource
 from ...domain.validation import KNOWN_CURRENCIES
-from .words import Segment, segments
+from .words import PageGeometry, Segment, segments
 
 # What a label says an amount is. "rounding" and "other" become role "other" in the contract.
 Kind = Literal["due", "gross", "net", "tax", "prepaid", "rounding", "other"]
@@ -253,8 +253,9 @@ def _value_after(text: str) -> Decimal | None:
     return best
 
 
-def find_amounts(text: str) -> list[Found]:
-    """Every labelled amount on the page, from same-line values and totals-table columns."""
+def find_amounts(text: str, geometry: PageGeometry | None = None) -> list[Found]:
+    """Every labelled amount on the page, from same-line values and totals-table columns (the
+    columns measured on the page where `geometry` knows the boxes)."""
     lines = segments(text)
     found: list[Found] = []
     pending: list[tuple[Segment, LabelMatch]] = []
@@ -281,11 +282,13 @@ def find_amounts(text: str) -> list[Found]:
             found.append(
                 Found(match.kind, value, match.label, match.strength, seg, value_seg, match.rate_in_label)
             )
-    found.extend(_column_values(lines, pending))
+    found.extend(_column_values(lines, pending, geometry or PageGeometry(text, None)))
     return found
 
 
-def _column_values(lines: list[list[Segment]], pending: list[tuple[Segment, LabelMatch]]) -> list[Found]:
+def _column_values(
+    lines: list[list[Segment]], pending: list[tuple[Segment, LabelMatch]], geometry: PageGeometry
+) -> list[Found]:
     """Values below header labels: a row of amounts under a row of labels, or a column."""
     out: list[Found] = []
     used: set[int] = set()
@@ -316,7 +319,7 @@ def _column_values(lines: list[list[Segment]], pending: list[tuple[Segment, Labe
                 (
                     (s, v)
                     for s in row
-                    if s.overlaps(seg.col, seg.end, 3) and (v := _amount_only(s)) is not None
+                    if geometry.same_column(s, seg, 3) and (v := _amount_only(s)) is not None
                 ),
                 None,
             )

@@ -346,7 +346,7 @@ _KINDS = ("due", "gross", "net", "tax", "prepaid", "rounding", "other")
 
 
 def amount_candidates(view: PageView) -> Iterator[Candidate]:
-    found = find_amounts(view.text)
+    found = find_amounts(view.text, view.geometry)
     resolution = resolve(found, exempt=EXEMPT.search(view.text) is not None, source_of=_no_source)
     chosen = resolution.payable.amount if resolution.payable is not None else None
     largest = max((f.amount for f in found), default=Decimal(0))

@@ -883,7 +883,9 @@ def _resolved_with_layout(merging: _Merging, placed: list[Found]) -> Resolution:
     page, label = merging.page, merging.label
     taken = {(f.value_seg.line, f.value_seg.index) for f in placed}
     found = placed + [
-        f for f in find_amounts(page.text) if (f.value_seg.line, f.value_seg.index) not in taken
+        f
+        for f in find_amounts(page.text, page.geometry)
+        if (f.value_seg.line, f.value_seg.index) not in taken
     ]
     resolution = resolve(
         found,

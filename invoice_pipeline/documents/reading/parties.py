@@ -30,6 +30,8 @@ LEGAL_FORM = re.compile(
     r"|S\.L\.|Sp\.\s?z\s?o\.o\.|Pty)(?!\w)"
 )
 # Parts of a footer line: "Acme GmbH · Street 1 · 12345 City" or "Name – Street – Tel".
+# An e-mail or web address: how to reach a party, never its name.
+WEB_ADDRESS = re.compile(r"@|www\.|https?:", re.IGNORECASE)
 _PARTS = re.compile(r"\s+[●•·|∙▪]\s+|\s+[-–—]\s+|\s*\|\s*")
 # How many lines above or below a legal line its footer block reaches.
 _FOOTER_REACH = 3
@@ -58,7 +60,7 @@ def name_like(text: str) -> str | None:
         return None
     if (
         sum(ch.isalpha() for ch in text) < 3
-        or re.search(r"@|www\.|https?:", text)
+        or WEB_ADDRESS.search(text)
         or LEGAL_MARKERS.search(text)
         or len(text) > 60
         or len(text.split()) > 7
@@ -114,10 +116,16 @@ def footer_seller(lines: Sequence[Sequence[Segment]], footer: set[int]) -> Foote
     names = [
         FooterName(name, i, _fold(name) in elsewhere)
         for i in sorted(footer)
-        for seg in lines[i]
-        if (name := name_like(_PARTS.split(seg.text)[0])) is not None
+        for k, seg in enumerate(lines[i])
+        if not _labels_next(lines[i], k) and (name := name_like(_PARTS.split(seg.text)[0])) is not None
     ]
     return next((n for n in names if n.repeated), names[0] if names else None)
+
+
+def _labels_next(line: Sequence[Segment], k: int) -> bool:
+    """Whether segment `k` is a label whose colon stands apart before its value
+    ("Date d'échéance      : 05-08-2022")."""
+    return k + 1 < len(line) and line[k + 1].text.startswith(":")
 
 
 def _fold(text: str) -> str:

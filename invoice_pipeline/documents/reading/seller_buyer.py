@@ -26,7 +26,7 @@ from .labels import (
 )
 from .ocr_layout import OcrLayout
 from .page_values import vat_id_value, vat_value
-from .parties import LEGAL_FORM, LEGAL_MARKERS, footer_lines, footer_seller
+from .parties import LEGAL_FORM, LEGAL_MARKERS, WEB_ADDRESS, footer_lines, footer_seller
 
 _I = re.IGNORECASE
 _ANY_SUBLABEL = re.compile(r"^[\w .\-/]{2,30}:(?:\s|$)", _I)
@@ -50,6 +50,7 @@ def _sender_line(doc: TextDoc, limit: int) -> Seg | None:
         if (
             len(parts) >= 3
             and has_letters(parts[0])
+            and not WEB_ADDRESS.search(parts[0])  # a contact line ("info@… | +33 … | www…")
             and any(re.search(r"\d", p) for p in parts[1:])
             and not LEGAL_MARKERS.search(seg.text)
         ):

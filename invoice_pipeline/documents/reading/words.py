@@ -144,3 +144,15 @@ class PageGeometry:
 
     def bold(self, line: int, index: int) -> float | None:
         return self.boxes.bold_share(line, index) if self.boxes is not None else None
+
+    def same_column(self, seg: Segment, head: Segment, slack: int) -> bool:
+        """Whether `seg` stands under (or over) `head`, give or take `slack` of head's characters.
+
+        With both boxes known this is measured on the page: the layout text places a segment by
+        where it starts, in characters of one width, so a right-aligned amount in a larger font
+        starts further left in the text than its cell does on the page."""
+        a, b = self.box(seg.line, seg.index), self.box(head.line, head.index)
+        if a is None or b is None or not head.text:
+            return seg.overlaps(head.col, head.end, slack)
+        pad = slack * (b[2] - b[0]) / len(head.text)
+        return a[0] < b[2] + pad and a[2] > b[0] - pad
