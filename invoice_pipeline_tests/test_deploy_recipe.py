@@ -120,7 +120,9 @@ def _job_names(env: dict[str, str]) -> set[str]:
 def test_the_production_code_location_has_no_launchpad_approvals() -> None:
     """Dagster's webserver has no login: a Launchpad review job would let anyone who reaches it
     approve any org's invoice under any name. The deployed code location leaves them out
-    (issue 41); a development one (the variable unset) keeps them."""
+    (issue 41); a development one (the variable unset) keeps them. The recipe also names the
+    production deployment, in which a Launchpad review run acts for nobody, should the jobs be
+    put back."""
     from invoice_pipeline.orchestration.review_jobs import CORRECT_INVOICE, REQUEUE_INVOICES, REVIEW_INVOICE
 
     approvals = {REVIEW_INVOICE, CORRECT_INVOICE, REQUEUE_INVOICES}
@@ -130,6 +132,7 @@ def test_the_production_code_location_has_no_launchpad_approvals() -> None:
     launched = dict(v.split("=", 1) for v in values["runLauncher"]["config"]["k8sRunLauncher"]["envVars"])
     for env in (deployed, launched):
         assert config.Settings.from_env(env).review_jobs is False
+        assert config.Settings.from_env(env).deployment == "production"
     development = {k: v for k, v in os.environ.items() if k != config.ENV_REVIEW_JOBS}
     jobs = _job_names(development | {config.ENV_REVIEW_JOBS: deployed[config.ENV_REVIEW_JOBS]})
     assert "process_invoice" in jobs and not jobs & approvals

@@ -499,6 +499,16 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "invoice_pipeline_tests/test_deploy_recipe.py::test_the_manifests_run_what_the_helm_values_run",
     ),
     _one(
+        "helm-production-deployment",
+        "the Helm values' run pods name the production deployment: Launchpad review runs act for "
+        "nobody there (issue 41)",
+        "deploy/helm/values.yaml",
+        '        - "INVOICE_PIPELINE_DEPLOYMENT=production"\n',
+        "",
+        "invoice_pipeline_tests/test_deploy_recipe.py::"
+        "test_the_production_code_location_has_no_launchpad_approvals",
+    ),
+    _one(
         "kube-run-monitoring",
         "the manifests' Dagster instance monitors runs (a celery run's deadline is enforced by it)",
         "deploy/kube/invoice-pipeline.yaml",
