@@ -38,9 +38,10 @@ ENV_CELERY_BROKER_HEARTBEAT = "INVOICE_PIPELINE_CELERY_BROKER_HEARTBEAT_SECONDS"
 # Launchpad approval names whoever typed a name, for any org: a production deployment sets 0 and
 # approvals go through the review page behind authentication (docs/scale-out.md).
 ENV_REVIEW_JOBS = "INVOICE_PIPELINE_REVIEW_JOBS"
-# The review page's users file (review_ui/auth.py's format). When set, a Launchpad review job's
-# reviewer must be listed in it and acts only for that entry's orgs; unset, only a local
-# deployment has Launchpad review jobs that act (orchestration/review_jobs.py).
+# The review page's users file (review_ui/auth.py's format). Launchpad review runs act only in a
+# local deployment (nothing vouches for a name typed into a webserver with no login); there, when
+# set, a run's reviewer must be listed in it and acts only for that entry's orgs
+# (orchestration/review_jobs.py).
 ENV_REVIEW_USERS = "INVOICE_PIPELINE_REVIEW_USERS"
 # Which deployment's resources a code location binds (orchestration/resources/deployments.py):
 # "local" (the default: runs with no setup) or "production".
