@@ -64,6 +64,7 @@ def _one(name: str, mechanism: str, path: str, old: str, new: str, test: str) ->
 LIVENESS = "invoice_pipeline_tests/engine/test_liveness.py"
 STAGES_TESTS = "invoice_pipeline_tests/engine/test_stages.py"
 BUDGET_TESTS = "invoice_pipeline_tests/review_ui/test_review_ui_budget.py"
+ATTACKS_TESTS = "invoice_pipeline_tests/review_ui/test_review_ui_attacks.py"
 LAUNCHPAD_TESTS = "invoice_pipeline_tests/orchestration/test_launchpad_reviewers.py"
 ON_CONFLICT = "ON CONFLICT (invoice_id) WHERE status = 'running' DO NOTHING"
 
@@ -487,6 +488,78 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "    if access.deployment != LOCAL_DEPLOYMENT:\n",
         "    if False:\n",
         f"{LAUNCHPAD_TESTS}::test_only_a_local_deployment_approves_whatever_its_users_file",
+    ),
+    _one(
+        "review-host-check",
+        "a request whose Host is not one of the review page's names gets 400: no DNS rebinding (issue 41)",
+        "invoice_pipeline/review_ui/auth.py",
+        '    return name.rstrip(".") in auth.host_names\n',
+        "    return True\n",
+        f"{ATTACKS_TESTS}::test_a_rebound_host_name_is_refused_and_cannot_approve",
+    ),
+    _one(
+        "review-session-at-login",
+        "the review page keeps a session only for a login: an anonymous request leaves nothing (issue 41)",
+        "invoice_pipeline/review_ui/app.py",
+        '            session = Session("", self.tokens.csrf(nonce, who), now, now, reviewer, flash, transient=True)\n',
+        "            session = self.sessions.new(reviewer)\n",
+        f"{ATTACKS_TESTS}::test_anonymous_requests_leave_no_session_behind",
+    ),
+    _one(
+        "review-session-bound",
+        "the review page's sessions are bounded, a login past the bound ending the least recently seen (issue 41)",
+        "invoice_pipeline/review_ui/auth.py",
+        "                if len(self._by_id) < self.max_sessions and not self._expired(oldest, now):\n",
+        "                if not self._expired(oldest, now):\n",
+        f"{ATTACKS_TESTS}::test_sessions_are_bounded_the_least_recently_seen_going_first",
+    ),
+    _one(
+        "review-login-throttle",
+        "a login while its account or address backs off is refused (429) before any password check (issue 41)",
+        "invoice_pipeline/review_ui/app.py",
+        "        wait = self.throttle.wait(account, address)\n",
+        "        wait = 0.0\n",
+        f"{ATTACKS_TESTS}::test_password_guessing_is_throttled_and_locks_the_account",
+    ),
+    _one(
+        "review-login-lockout",
+        "ten wrong passwords in a row lock the account for 15 minutes, from any address (issue 41)",
+        "invoice_pipeline/review_ui/auth.py",
+        "                acc.until = max(acc.until, now + LOCKOUT_SECONDS)\n",
+        "",
+        f"{ATTACKS_TESTS}::test_password_guessing_is_throttled_and_locks_the_account",
+    ),
+    _one(
+        "review-page-pixels",
+        "a page image over the pipeline's 40 M pixels is refused from its size, before it is drawn (issue 41)",
+        "invoice_pipeline/review_ui/pages.py",
+        "    if width * height <= MAX_PAGE_PIXELS:\n",
+        "    if True:\n",
+        f"{ATTACKS_TESTS}::test_huge_pages_are_refused_from_their_size_and_the_refusal_shown",
+    ),
+    _one(
+        "review-proxy-unknown-user",
+        "a name the proxy sends that the users file does not list acts on no org: 403 (issue 41)",
+        "invoice_pipeline/review_ui/auth.py",
+        "    return Reviewer(name, known.orgs) if known is not None else None\n",
+        "    return Reviewer(name, known.orgs if known is not None else None)\n",
+        f"{ATTACKS_TESTS}::test_proxy_names_missing_from_the_users_file_get_403",
+    ),
+    _one(
+        "review-empty-orgs",
+        'an account with "orgs": [] sees no org in the review queue, not every org (issue 41)',
+        "invoice_pipeline/engine/review_page_records.py",
+        '            "orgs": list(self.orgs) if self.orgs is not None else None,\n',
+        '            "orgs": list(self.orgs) if self.orgs else None,\n',
+        f"{ATTACKS_TESTS}::test_an_account_with_no_orgs_sees_no_org",
+    ),
+    _one(
+        "review-users-file-change",
+        "a session whose account changed in the users file (removed, other orgs) ends when next seen (issue 41)",
+        "invoice_pipeline/review_ui/auth.py",
+        "                or session.user is None\n                or account(session.user.name) != session.user\n",
+        "                or session.user is None\n",
+        f"{ATTACKS_TESTS}::test_a_changed_users_file_ends_the_sessions_it_changed",
     ),
     _one(
         "kube-review-jobs",
