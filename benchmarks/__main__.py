@@ -45,6 +45,7 @@ BENCHMARK_MODULES = (
     "benchmarks.ocr",
     "benchmarks.page_reading",
     "benchmarks.page_reading_lolo",
+    "benchmarks.real_scans",
     "benchmarks.train_ranker",
     "benchmarks.layout_learning",
     "benchmarks.scale_out",

@@ -71,7 +71,7 @@ class LabelledPage:
         return tuple(f for f in KEY_FIELDS if f not in self.not_printed)
 
 
-def _truth(want: dict[str, Any]) -> dict[str, Any]:
+def corpus_truth(want: dict[str, Any]) -> dict[str, Any]:
     return {
         "invoice_number": want["invoice_number"],
         "issue_date": date.fromisoformat(want["issue_date"]) if want.get("issue_date") else None,
@@ -108,7 +108,7 @@ def corpus_pages(corpus: Path = CORPUS) -> list[LabelledPage]:
                 path,
                 want["layout"],
                 want["language"],
-                _truth(want),
+                corpus_truth(want),
                 not_printed=frozenset(want.get("not_printed") or ())
                 | NOT_PRINTED_PER_README.get(path, frozenset()),
             )

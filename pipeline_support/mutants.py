@@ -65,6 +65,7 @@ LIVENESS = "invoice_pipeline_tests/engine/test_liveness.py"
 STAGES_TESTS = "invoice_pipeline_tests/engine/test_stages.py"
 BUDGET_TESTS = "invoice_pipeline_tests/review_ui/test_review_ui_budget.py"
 ATTACKS_TESTS = "invoice_pipeline_tests/review_ui/test_review_ui_attacks.py"
+OCR_TESTS = "invoice_pipeline_tests/documents/test_ocr.py"
 LAUNCHPAD_TESTS = "invoice_pipeline_tests/orchestration/test_launchpad_reviewers.py"
 ON_CONFLICT = "ON CONFLICT (invoice_id) WHERE status = 'running' DO NOTHING"
 
@@ -625,6 +626,32 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "    if currency is None and vat is not None:\n",
         "invoice_pipeline_tests/documents/test_reading_roles.py::"
         "test_a_printed_currency_the_pipeline_does_not_take_is_not_replaced_by_the_sellers_country",
+    ),
+    _one(
+        "ocr-euro-substitute",
+        "a scan's euro sign, which the recogniser spells '∈' (its alphabet has no '€'), is read as "
+        "the euro (issue 40)",
+        "invoice_pipeline/documents/ocr.py",
+        'OCR_SUBSTITUTES = FULL_WIDTH_TO_ASCII | {ord("∈"): ord("€")}\n',
+        "OCR_SUBSTITUTES = FULL_WIDTH_TO_ASCII\n",
+        f"{OCR_TESTS}::test_full_width_marks_and_the_euro_the_recogniser_cannot_spell_are_read_as_printed",
+    ),
+    _one(
+        "ocr-ranker-line-confidence",
+        "on a scan the ranker offers no value from a line OCR read below the field threshold (issue 40)",
+        "invoice_pipeline/documents/reading/ranker.py",
+        "            if read < MIN_FIELD_CONFIDENCE:\n",
+        "            if False:\n",
+        f"{OCR_TESTS}::test_the_ranker_reads_scans_no_surer_than_ocr_read_the_line",
+    ),
+    _one(
+        "scan-currency-held",
+        "a currency a scan only suggests by the seller's VAT country is held for a person: OCR "
+        "cannot spell '€' or '£' (issue 40)",
+        "invoice_pipeline/domain/review.py",
+        "    if fields.currency_inferred_on_a_scan:\n",
+        "    if False:\n",
+        f"{OCR_TESTS}::test_a_currency_a_scan_only_suggests_by_the_sellers_country_is_held",
     ),
 )
 

@@ -18,7 +18,7 @@ from .errors import TOO_COMPLEX, BadDocument
 from .extracted import ExtractedText
 from .json_format import JSON_SCHEMA_PATH, decode_json_text, fields_from_json, load_invoice_json
 from .limits import DEFAULT_MAX_BYTES, MAX_PDF_PAGES, MAX_TEXT_CHARS, first_unstorable, storable_text
-from .ocr import KEY_FIELDS, METHOD, illegible, ocr_image
+from .ocr import KEY_FIELDS, METHOD, illegible, nothing_read, ocr_image
 from .reading.ocr_layout import OcrLayout
 from .reading.words import TextBoxes
 from .text_fields import fields_from_text, looks_like_invoice
@@ -175,7 +175,7 @@ def _fields(extracted: ExtractedText) -> InvoiceFields:
             # A scan of which no key field could be read (or none above the confidence threshold)
             # is unusable: quarantined as illegible. One missing some of them is a legible page:
             # validation holds it for a person, who reads them off the page (issue 37).
-            if all(getattr(fields, name) is None for name in KEY_FIELDS):
+            if nothing_read(fields):
                 raise illegible(list(KEY_FIELDS), layout)
             return fields
         if fields.invoice_number is None and fields.payable_total is None:

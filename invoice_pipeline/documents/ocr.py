@@ -41,7 +41,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..domain.fields import Box
+from ..domain.fields import Box, InvoiceFields
 from ..domain.validation import KNOWN_CURRENCIES
 from .errors import BadDocument, too_complex
 from .limits import MAX_OCR_PAGES, MAX_SCAN_PIXELS, text_too_long
@@ -377,6 +377,13 @@ def read_page(number: int, image: Image.Image) -> _PageText:
 _GLUED_CODE_AFTER = re.compile(r"(?<=\d)([A-Z]{3})\b")
 _GLUED_CODE_BEFORE = re.compile(r"\b([A-Z]{3})(?=\d)")
 _SEPARATOR_DOT = re.compile(r"\s*([·•●∙▪])\s*")
+# The recogniser's alphabet is Chinese and Latin, and it spells some colons and brackets in
+# their full-width forms ("N° de facture ：123"), which no label rule expects: folded to ASCII,
+# one character for one, so the layout's columns stay where they were.
+FULL_WIDTH_TO_ASCII = {code: code - 0xFEE0 for code in range(0xFF01, 0xFF5F)} | {0x3000: 0x20}
+# Nor has it "€" or "£": a euro sign comes out as "∈" (no invoice prints set membership), or as
+# a "C" or an "E", which could be a pound sign or a letter as well and are left as they are.
+OCR_SUBSTITUTES = FULL_WIDTH_TO_ASCII | {ord("∈"): ord("€")}
 
 
 def tidy(text: str) -> str:
@@ -393,6 +400,7 @@ def tidy(text: str) -> str:
             return found
         return f"{found} " if before else f" {found}"
 
+    text = text.translate(OCR_SUBSTITUTES)
     text = _GLUED_CODE_AFTER.sub(lambda m: code(m, False), text)
     text = _GLUED_CODE_BEFORE.sub(lambda m: code(m, True), text)
     return _SEPARATOR_DOT.sub(r" \1 ", text)
@@ -476,6 +484,11 @@ def ocr_pdf(content: bytes, *, max_chars: int, max_pages: int = MAX_OCR_PAGES) -
 
 def ocr_image(content: bytes, *, max_chars: int, max_pages: int = MAX_OCR_PAGES) -> OcrResult:
     return ocr_pages(image_pages(content, max_pages=max_pages), max_chars=max_chars)
+
+
+def nothing_read(fields: InvoiceFields) -> bool:
+    """No key field could be read (or none above the confidence threshold): the scan is unusable."""
+    return all(getattr(fields, name) is None for name in KEY_FIELDS)
 
 
 def illegible(missing: Sequence[str], layout: OcrLayout) -> BadDocument:

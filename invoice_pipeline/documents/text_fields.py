@@ -15,9 +15,10 @@ from datetime import date
 from decimal import Decimal
 from typing import Any
 
-from ..domain.fields import FieldSource, InvoiceFields
+from ..domain.fields import CURRENCY_FROM_VAT_COUNTRY, FieldSource, InvoiceFields
 from ..domain.validation import KNOWN_CURRENCIES
 from .collect import FieldCollector
+from .ocr import nothing_read
 from .reading.amounts import EXEMPT, Found, Resolution, find_amounts, resolve
 from .reading.labels import (
     CREDIT_NOTE_HEADING,
@@ -55,12 +56,15 @@ def fields_from_text(
     ocr_layout: OcrLayout | None = None,
     boxes: TextBoxes | None = None,
 ) -> InvoiceFields:
-    """The hand reader's fields, then (text PDFs) the ranker's choice for the fields it reads
-    better leave-one-layout-out (issue 40; `reading.ranker`, docs/formats.md)."""
+    """The hand reader's fields, then the ranker's choice for the fields it reads better
+    leave-one-layout-out (issue 40; `reading.ranker`, docs/formats.md), on text PDFs and scans
+    alike (`benchmarks/real_scans.py` measures it on OCR)."""
     fields = hand_fields_from_text(text, ocr=ocr, ocr_layout=ocr_layout, boxes=boxes)
-    if ocr_layout is not None:
-        return fields  # scans: the ranker is not measured on OCR output yet
-    return ranked_fields(fields, text, boxes, shipped_ranker())
+    if ocr_layout is not None and nothing_read(fields):
+        # Nothing on the scan reads as an invoice: it is quarantined as illegible. The ranker
+        # picks among an invoice's candidates; it does not make a letter into one.
+        return fields
+    return ranked_fields(fields, text, boxes, shipped_ranker(), ocr_layout)
 
 
 def hand_fields_from_text(
@@ -307,7 +311,7 @@ def _currency_of_sellers_country(page: _PageReading, vat: Hit[str], issue: Hit[d
     vat_currency = currency_of_vat_id(vat.value, issue.value if issue else None)
     if vat_currency is not None:
         source = FieldSource(
-            f"{page.kind}:from seller VAT id country {vat.value[:2].upper()}", 0.5 * page.scale
+            f"{page.kind}:{CURRENCY_FROM_VAT_COUNTRY} {vat.value[:2].upper()}", 0.5 * page.scale
         )
         page.collector.put("currency", vat_currency, source)
 

@@ -35,6 +35,9 @@ FIELD_NAMES: tuple[str, ...] = (
 # or a learnt vendor layout) rather than from structured data (XML, JSON). A page-read payable
 # total is paid only when `InvoiceFields.amount_check` confirms it.
 PAGE_SOURCES: tuple[str, ...] = ("pdf-text", "ocr", "layout:")
+# The source of a currency the page does not print, inferred from the seller's VAT id's country
+# (`documents.text_fields`), followed by the country code.
+CURRENCY_FROM_VAT_COUNTRY = "from seller VAT id country"
 
 # A box on a page in PDF points, origin top-left: (x0, top, x1, bottom).
 Box = tuple[float, float, float, float]
@@ -155,6 +158,17 @@ class InvoiceFields:
     def read_from_page(self) -> bool:
         """Any value came from the visible page: a person can read it there and correct it."""
         return any(source.from_page for source in self.sources.values())
+
+    @property
+    def currency_inferred_on_a_scan(self) -> bool:
+        """The currency is the seller's country's, on a scan: OCR cannot spell "€" or "£" (its
+        alphabet has neither), so a scan that seems to print no currency may well print one."""
+        source = self.sources.get("currency")
+        return (
+            source is not None
+            and source.source.startswith("ocr:")
+            and CURRENCY_FROM_VAT_COUNTRY in source.source
+        )
 
     @property
     def payable_from_page(self) -> bool:

@@ -173,7 +173,8 @@ def money_reasons(fields: InvoiceFields) -> list[str]:
 
     A payable total read from the page (text layer or OCR) is paid only when the page's own
     arithmetic confirms it (`AmountCheck`); and nothing is paid in an unknown currency (the
-    org's `default_currency` fills it in before this runs, when the org has one).
+    org's `default_currency` fills it in before this runs, when the org has one), nor in one a
+    scan only suggests by the seller's country.
     """
     out: list[str] = []
     check = fields.amount_check
@@ -187,6 +188,12 @@ def money_reasons(fields: InvoiceFields) -> list[str]:
             f"on the page confirms it ({why})"
             + (f"; amounts found: {shown}" if shown else "")
             + "; check the amount due on the document"
+        )
+    if fields.currency_inferred_on_a_scan:
+        out.append(
+            f"{CURRENCY_UNKNOWN}: the scan shows no currency OCR can read (it cannot spell € or £), so "
+            f"{fields.currency} is only the seller's VAT country's currency; check the currency printed on "
+            "the page, correct it if it differs, then approve"
         )
     if not fields.currency:
         out.append(

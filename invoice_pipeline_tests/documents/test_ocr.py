@@ -24,6 +24,7 @@ from invoice_pipeline.documents.detect import sniff
 from invoice_pipeline.documents.limits import MAX_OCR_PAGES
 from invoice_pipeline.documents.reading.ocr_layout import MIN_FIELD_CONFIDENCE, OcrLayout, OcrLine, OcrPage
 from invoice_pipeline.documents.sandbox import Sandbox, SandboxLimits
+from invoice_pipeline.domain.review import CURRENCY_UNKNOWN, money_reasons
 from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.samples.render import SampleInvoice, letter_pdf, render_invoice
 from invoice_pipeline.samples.scans import DEGRADATIONS, degrade, draw_invoice, encode, render_pages
@@ -134,6 +135,93 @@ def test_a_broken_image_is_unreadable_not_a_crash() -> None:
     with pytest.raises(BadDocument) as info:
         extract_text(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8)
     assert info.value.code == "unreadable_document"
+
+
+# -- what the recogniser does to real pages (issue 40) ---------------------------------------------
+
+
+def _scan_fields(text: str, weak: dict[int, float] | None = None) -> Any:
+    """The fields of OCR output `text`, each line read at 0.97 but the `weak` ones."""
+    weak = weak or {}
+    lines = text.split("\n")
+    layout = OcrLayout(
+        "test",
+        (OcrPage(1, 0, 0.0, False, len(lines), 0.1),),
+        tuple(OcrLine(1, weak.get(i, 0.97)) for i in range(len(lines))),
+    )
+    return extract_fields(ExtractedText("image", text, layout.to_structured(), ocr_module.METHOD, 1))
+
+
+def test_full_width_marks_and_the_euro_the_recogniser_cannot_spell_are_read_as_printed() -> None:
+    # The engine's alphabet is Chinese and Latin without "€": real scans came back with
+    # "n°：2023-6013" and "9,90 ∈". One character for one, so the layout's columns stay put.
+    assert ocr_module.tidy("Facture n°：2023-6013（copie）") == "Facture n°:2023-6013(copie)"
+    assert ocr_module.tidy("1.358,80 ∈") == "1.358,80 €"
+    lines = [
+        "Blanc-Conseil SARL · 12 rue des Lilas · 75011 Paris",
+        "Facture n° ：F-2026-117",
+        "Date ：03/08/2026",
+        "Total HT     1000,00 ∈",
+        "TVA 20 %      200,00 ∈",
+        "Net a payer  1200,00 ∈",
+    ]
+    fields = _scan_fields("\n".join(ocr_module.tidy(line) for line in lines))
+    assert (fields.invoice_number, fields.currency, fields.payable_total) == (
+        "F-2026-117",
+        "EUR",
+        Decimal("1200.00"),
+    )
+
+
+LETTERHEAD_ONLY = "\n".join(
+    [
+        "Blanc-Conseil",  # a letterhead without a legal form: no hand rule takes it
+        "12 rue des Lilas",
+        "75011 Paris",
+        "",
+        "                                              Facture n°: F-2026-117",
+        "                                              Date: 03/08/2026",
+        "Designation                     Quantite     Total HT",
+        "Audit                           1            1000,00 €",
+        "                                      Total HT   1000,00 €",
+        "                                      TVA 20 %    200,00 €",
+        "                                      Net a payer 1200,00 €",
+    ]
+)
+
+
+def test_the_ranker_reads_scans_no_surer_than_ocr_read_the_line() -> None:
+    fields = _scan_fields(LETTERHEAD_ONLY)
+    assert fields.seller_name == "Blanc-Conseil"
+    source = fields.sources["seller_name"]
+    assert source.source == "ocr:page 1:line 1:ranker" and source.page == 1
+    assert MIN_FIELD_CONFIDENCE <= source.confidence <= 0.97
+    # The same page with its letterhead barely legible: the ranker's pick is not offered.
+    unsure = _scan_fields(LETTERHEAD_ONLY, weak={0: 0.6})
+    assert unsure.seller_name is None
+    assert unsure.sources["seller_name"].confidence == 0.6
+    assert "below" in (unsure.sources["seller_name"].reason or "")
+
+
+def test_a_currency_a_scan_only_suggests_by_the_sellers_country_is_held() -> None:
+    text = "\n".join(
+        [
+            "Blanc-Conseil SARL · 12 rue des Lilas · 75011 Paris · TVA: FR40123456824",
+            "Facture n°: F-2026-117",
+            "Date: 03/08/2026",
+            "Total HT     1000,00",
+            "TVA 20 %      200,00",
+            "Net a payer  1200,00",
+        ]
+    )
+    scan = _scan_fields(text)
+    assert scan.currency == "EUR" and scan.currency_inferred_on_a_scan
+    assert [r for r in money_reasons(scan) if r.startswith(CURRENCY_UNKNOWN)], money_reasons(scan)
+    # The same words in a text layer, which can print "€": no currency printed is no currency
+    # printed, and the seller's country stands in for it without a hold.
+    text_pdf = extract_fields(ExtractedText("pdf", text, None, "pdf-text", 1))
+    assert text_pdf.currency == "EUR" and not text_pdf.currency_inferred_on_a_scan
+    assert not [r for r in money_reasons(text_pdf) if r.startswith(CURRENCY_UNKNOWN)]
 
 
 # -- real OCR ----------------------------------------------------------------------------------------

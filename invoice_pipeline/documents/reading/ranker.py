@@ -20,6 +20,7 @@ from typing import Any
 
 from ...domain.fields import FieldSource, InvoiceFields
 from .candidates import Candidate, page_candidates
+from .ocr_layout import MIN_FIELD_CONFIDENCE, OcrLayout
 from .words import PageGeometry, TextBoxes
 
 WEIGHTS_FILE = "ranker_weights.json"
@@ -124,10 +125,20 @@ def shipped_ranker() -> Ranker:
     return Ranker.from_json(json.loads(text))
 
 
-def ranked_fields(fields: InvoiceFields, text: str, boxes: TextBoxes | None, ranker: Ranker) -> InvoiceFields:
+def ranked_fields(
+    fields: InvoiceFields,
+    text: str,
+    boxes: TextBoxes | None,
+    ranker: Ranker,
+    ocr_layout: OcrLayout | None = None,
+) -> InvoiceFields:
     """`fields` with each field the ranker is used for (see `FieldModel.use`) replaced by its
     choice: the chosen value with its page, box and probability, or no value with the reason (the
-    pipeline then holds the invoice for a person: `field_unread`)."""
+    pipeline then holds the invoice for a person: `field_unread`).
+
+    On a scan (`ocr_layout`) the choice is no surer than OCR was of its line: the confidence is
+    the smaller of the two, and a line read below `MIN_FIELD_CONFIDENCE` offers no value, as with
+    the hand reader."""
     used = [
         name
         for name, model in ranker.models.items()
@@ -135,6 +146,7 @@ def ranked_fields(fields: InvoiceFields, text: str, boxes: TextBoxes | None, ran
     ]
     if not used:
         return fields
+    kind = "ocr" if ocr_layout is not None else "pdf-text"
     candidates = page_candidates(text, boxes, fields, used)
     geometry = PageGeometry(text, boxes)
     values: dict[str, Any] = {}
@@ -144,15 +156,24 @@ def ranked_fields(fields: InvoiceFields, text: str, boxes: TextBoxes | None, ran
         confidence = round(choice.confidence, 3)
         if choice.candidate is None:
             values[name] = None
-            sources[name] = FieldSource("pdf-text:ranker", confidence, choice.reason)
+            sources[name] = FieldSource(f"{kind}:ranker", confidence, choice.reason)
             continue
         cand = choice.candidate
-        values[name] = cand.value
+        page, reason = geometry.page(cand.line), None
+        if ocr_layout is not None:
+            page, read = ocr_layout.locate([cand.line])
+            confidence = round(min(confidence, read), 3)
+            if read < MIN_FIELD_CONFIDENCE:
+                reason = (
+                    f"OCR confidence {read:.2f} of {cand.value!r} is below {MIN_FIELD_CONFIDENCE:.2f}; "
+                    "not guessed: read it from the scan"
+                )
+        values[name] = None if reason else cand.value
         sources[name] = FieldSource(
-            f"pdf-text:page {geometry.page(cand.line)}:line {cand.line + 1}:ranker",
+            f"{kind}:page {page}:line {cand.line + 1}:ranker",
             confidence,
-            None,
-            geometry.page(cand.line),
+            reason,
+            page,
             geometry.box(cand.line, cand.index),
         )
     return replace(fields, **values, sources=sources)
