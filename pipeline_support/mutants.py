@@ -645,6 +645,23 @@ SABOTAGES: tuple[Sabotage, ...] = (
         f"{OCR_TESTS}::test_the_ranker_reads_scans_no_surer_than_ocr_read_the_line",
     ),
     _one(
+        "ocr-run-together-labels",
+        "on a scan a label the recogniser ran into the word before or after it ('comVAT:') is still "
+        "a label (issue 40)",
+        "invoice_pipeline/documents/text_fields.py",
+        "        doc = TextDoc(text, run_together=ocr)\n",
+        "        doc = TextDoc(text, run_together=False)\n",
+        f"{OCR_TESTS}::test_words_the_recogniser_ran_together_are_still_read_on_a_scan",
+    ),
+    _one(
+        "month-day-comma-year",
+        "'October 1,2023' is a date: a comma alone may part the day from the year (issue 40)",
+        "invoice_pipeline/documents/reading/page_values.py",
+        r"(\d{1,2})(?:st|nd|rd|th)?(?:,\s*|\s+)(\d{4})",
+        r"(\d{1,2})(?:st|nd|rd|th)?,?\s+(\d{4})",
+        f"{OCR_TESTS}::test_words_the_recogniser_ran_together_are_still_read_on_a_scan",
+    ),
+    _one(
         "scan-currency-held",
         "a currency a scan only suggests by the seller's VAT country is held for a person: OCR "
         "cannot spell '€' or '£' (issue 40)",

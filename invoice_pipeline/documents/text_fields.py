@@ -131,7 +131,7 @@ class _PageReading:
     def of(
         cls, text: str, *, ocr: bool, ocr_layout: OcrLayout | None, boxes: TextBoxes | None
     ) -> _PageReading:
-        doc = TextDoc(text)
+        doc = TextDoc(text, run_together=ocr)
         return cls(
             text=text,
             doc=doc,

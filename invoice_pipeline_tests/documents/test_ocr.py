@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import random
 import sys
+from datetime import date
 from decimal import Decimal
 from typing import Any
 
@@ -171,6 +172,25 @@ def test_full_width_marks_and_the_euro_the_recogniser_cannot_spell_are_read_as_p
         "EUR",
         Decimal("1200.00"),
     )
+
+
+def test_words_the_recogniser_ran_together_are_still_read_on_a_scan() -> None:
+    # Real scans at 150 dpi: "akretion.comVAT:FR86792377731", "Invoice Date: October 1,2023".
+    text = "\n".join(
+        [
+            "Akretion France SAS · 12 rue des Lilas · 75011 Paris",
+            "Invoice No: F-2026-117                    Invoice Date: October 1,2023",
+            "Total HT     1000,00 €",
+            "TVA 20 %      200,00 €",
+            "Net a payer  1200,00 €",
+            "contact@akretion.comVAT:FR86792377731",
+        ]
+    )
+    scan = _scan_fields(text)
+    assert scan.issue_date == date(2023, 10, 1)
+    assert scan.seller_vat_id == "FR86792377731"
+    # In a text layer the same characters are one word: no label inside it is read.
+    assert extract_fields(ExtractedText("pdf", text, None, "pdf-text", 1)).seller_vat_id is None
 
 
 LETTERHEAD_ONLY = "\n".join(

@@ -51,8 +51,15 @@ COLUMN_SLACK = 6
 class TextDoc:
     """A page as lines of segments (columns split where three spaces stand between them)."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, *, run_together: bool = False) -> None:
         self.lines: list[list[Seg]] = segments(text)
+        # OCR output: the recogniser drops spaces between words ("comVAT:", "InvoiceSAJ/2017").
+        self.run_together = run_together
+
+    def joined(self, before: str, after: str) -> bool:
+        """Whether two touching characters are two words run together by OCR: a small letter,
+        then a capital or a digit."""
+        return self.run_together and before.islower() and (after.isupper() or after.isdigit())
 
     def segs(self) -> Iterator[Seg]:
         for line in self.lines:
@@ -198,9 +205,11 @@ def label_hits(
     for seg in doc.segs():
         for m in rx.finditer(seg.text):
             if m.start() > 0 and seg.text[m.start() - 1].isalnum():
-                continue
+                if not doc.joined(seg.text[m.start() - 1], m.group()[0]):
+                    continue
             if m.end() < len(seg.text) and seg.text[m.end()].isalnum() and m.group()[-1].isalnum():
-                continue  # "Po" inside "Positionssumme"
+                if not doc.joined(m.group()[-1], seg.text[m.end()]):
+                    continue  # "Po" inside "Positionssumme"
             prefix = seg.text[: m.start()]
             if exclude_before is not None and exclude_before.search(prefix):
                 continue

@@ -109,7 +109,8 @@ _DATE_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     # Spaces optional: OCR often reads "19 January 2024" as "19January2024" (the month must
     # still be a known month name).
     (re.compile(r"(?<!\d)(\d{1,2})\.?\s*" + MONTH_WORD + r",?\s*(\d{4})(?!\d)"), "d_month_y"),
-    (re.compile(MONTH_WORD + r"\s*(\d{1,2})(?:st|nd|rd|th)?,?\s+(\d{4})(?!\d)"), "month_d_y"),
+    # And "October 1,2023": a comma alone may part the day from the year.
+    (re.compile(MONTH_WORD + r"\s*(\d{1,2})(?:st|nd|rd|th)?(?:,\s*|\s+)(\d{4})(?!\d)"), "month_d_y"),
 )
 
 
