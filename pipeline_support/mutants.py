@@ -662,6 +662,16 @@ SABOTAGES: tuple[Sabotage, ...] = (
         f"{OCR_TESTS}::test_words_the_recogniser_ran_together_are_still_read_on_a_scan",
     ),
     _one(
+        "instalment-due",
+        "a premium or an instalment due is the amount an insurer's or a utility's invoice asks for: "
+        "such a page is an invoice, not 'not_an_invoice' (issue 40)",
+        "invoice_pipeline/documents/reading/amounts.py",
+        "        + INSTALMENT_DUE,\n",
+        '        + "(?!)",\n',
+        "invoice_pipeline_tests/documents/test_reading_roles.py::"
+        "test_premium_notices_and_instalment_invoices_are_invoices",
+    ),
+    _one(
         "scan-currency-held",
         "a currency a scan only suggests by the seller's VAT country is held for a person: OCR "
         "cannot spell '€' or '£' (issue 40)",

@@ -12,7 +12,7 @@ from invoice_pipeline.documents.reading.amounts import EXEMPT, find_amounts, res
 from invoice_pipeline.documents.reading.page_values import currency_of_vat_id
 from invoice_pipeline.documents.reading.parties import name_like
 from invoice_pipeline.documents.reading.words import TextBoxes
-from invoice_pipeline.documents.text_fields import fields_from_text, hand_fields_from_text
+from invoice_pipeline.documents.text_fields import fields_from_text, hand_fields_from_text, looks_like_invoice
 from invoice_pipeline.domain.fields import FieldSource
 
 TOTALS = """
@@ -214,3 +214,54 @@ def test_a_printed_currency_the_pipeline_does_not_take_is_not_replaced_by_the_se
     # Printed and taken: read as printed; not printed at all: the seller's country stands in.
     assert hand_fields_from_text(page.replace("DEM", "CHF")).currency == "CHF"
     assert hand_fields_from_text(page.replace("Währung                DEM\n", "")).currency == "EUR"
+
+
+# An insurer's premium invoice, its French notice of premium due, and a utility's instalment
+# (Abschlags-) invoice: invoices, read as such, never `not_an_invoice` (issue 40). The words are
+# the document types' own, in their languages; the companies are made up.
+PREMIUM_AND_INSTALMENT_INVOICES = {
+    "de_insurance": """Nordsee Versicherung AG · Hafenweg 3 · 20457 Hamburg
+                                                   Beitragsrechnung Nr. BR-2026-0815
+                                                   Datum: 01.02.2026
+Versicherungsschein-Nr. 44 123 567
+Zeitraum 01.02.2026 - 31.01.2027
+                                       Jahresbeitrag netto          500,00 EUR
+                                       Versicherungsteuer 19 %       95,00 EUR
+                                       zu zahlender Beitrag         595,00 EUR
+""",
+    "en_premium": """Harbour Mutual Insurance Ltd · 4 Quay Street · Bristol BS1 4DJ
+                                                   Premium notice no. PN-77812
+                                                   Date: 3 March 2026
+Policy number: HM-55-1200
+                                       Annual premium               1,200.00 GBP
+                                       Insurance premium tax 12 %     144.00 GBP
+                                       Premium due                  1,344.00 GBP
+""",
+    "de_abschlag": """Stadtwerke Beispielstadt GmbH · Am Werk 1 · 12345 Beispielstadt
+                                                   Abschlagsrechnung Nr. 2026-000123
+                                                   Datum: 15.01.2026
+                                       Abschlag Strom Januar 2026    84,03 EUR
+                                       USt 19 %                      15,97 EUR
+                                       Abschlagsbetrag              100,00 EUR
+""",
+    "fr_echeance": """Mutuelle du Littoral · 8 quai des Chartrons · 33000 Bordeaux
+                                                   Avis d'échéance n° AE-2026-0042
+                                                   Date : 05/01/2026
+                                       Cotisation annuelle HT       400,00 EUR
+                                       Taxe 9 %                      36,00 EUR
+                                       Cotisation à payer           436,00 EUR
+""",
+}
+
+
+def test_premium_notices_and_instalment_invoices_are_invoices() -> None:
+    expected = {
+        "de_insurance": ("BR-2026-0815", Decimal("595.00")),
+        "en_premium": ("PN-77812", Decimal("1344.00")),
+        "de_abschlag": ("2026-000123", Decimal("100.00")),
+        "fr_echeance": ("AE-2026-0042", Decimal("436.00")),
+    }
+    for kind, text in PREMIUM_AND_INSTALMENT_INVOICES.items():
+        assert looks_like_invoice(text), kind
+        fields = fields_from_text(text)
+        assert (fields.invoice_number, fields.payable_total) == expected[kind], kind

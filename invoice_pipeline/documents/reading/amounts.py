@@ -94,6 +94,13 @@ _NOT_AN_AMOUNT = re.compile(
 _PREFIX = r"(?:[+=]\s*|plus\s+|zzgl\.?\s*|zuz[üu]gl(?:ich|\.)?\s*|dont\s+|davon\s+|incl(?:\.|uded)?\s+)?"
 _END = r"(?![\w])"
 
+# What an insurer's or a utility's invoice asks to be paid: the premium, the instalment
+# ("Abschlag" alone is a markdown, "Abschlagsbetrag" the instalment due).
+INSTALMENT_DUE = (
+    r"premium\s*(?:due|payable)|zu\s*zahlende[rn]?\s*(?:betrag|beitrag|summe)|f[äa]lliger\s*(?:betrag|beitrag)"
+    r"|abschlags(?:betrag|zahlung)|(?:cotisation|prime)\s*(?:ttc\s*)?[àa]\s*payer"
+)
+
 # (kind, pattern, strength), most specific first; matched at the start of a text segment.
 LABELS: tuple[tuple[Kind, str, float], ...] = (
     (
@@ -122,7 +129,8 @@ LABELS: tuple[tuple[Kind, str, float], ...] = (
         r"|net\s*[àa]\s*payer|montant\s*[àa]\s*payer|reste\s*[àa]\s*payer|total\s*[àa]\s*payer|solde\s*(?:[àa]\s*payer|d[ûu])?|montant\s*d[ûu]"
         r"|te\s*betalen(?:\s*bedrag)?|totaal\s*te\s*betalen|openstaand\s*bedrag|nog\s*te\s*betalen"
         r"|importe\s*a\s*pagar|total\s*a\s*pagar|importe\s*pendiente|saldo\s*pendiente"
-        r"|totale\s*da\s*pagare|importo\s*da\s*pagare|netto\s*a\s*pagare|saldo\s*da\s*pagare",
+        r"|totale\s*da\s*pagare|importo\s*da\s*pagare|netto\s*a\s*pagare|saldo\s*da\s*pagare|"
+        + INSTALMENT_DUE,
         1.0,
     ),
     (

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Generic, TypeVar
 
-from .amounts import Found
+from .amounts import INSTALMENT_DUE, Found
 from .page_values import AMOUNT, MONTH_WORD, currency_near, find_dates, first_identifier
 from .words import Segment, segments
 
@@ -81,11 +81,14 @@ NOT_THIS_DOC = re.compile(
 )
 
 NUMBER_LABELS = (
-    r"(?:invoice|bill|credit\s*note|debit\s*note)\s*(?:no\b\.?|nr\b\.?|number|num\b\.?|n[°º]|#|id\b)",
+    r"(?:invoice|bill|credit\s*note|debit\s*note|premium\s*notice)\s*(?:no\b\.?|nr\b\.?|number|num\b\.?|n[°º]|#|id\b)",
     r"(?:rechnungs|gutschrifts|beleg)-?\s*(?:nummer|nr\b\.?|no\b\.?)",
-    r"(?:handels|gutschrifts?|korrektur|schluss|storno)?rechnung\s*(?:\(\d+\)\s*)?(?:nr\b\.?|no\b\.?|nummer|#)",
+    # An insurer's premium invoice (Beitrags-, Prämienrechnung) and a partial one (Abschlags-,
+    # Teilrechnung) are invoices too.
+    r"(?:handels|gutschrifts?|korrektur|schluss|storno|abschlags|teil|beitrags|pr[äa]mien)?rechnung"
+    r"\s*(?:\(\d+\)\s*)?(?:nr\b\.?|no\b\.?|nummer|#)",
     r"(?:n[°º]|num[ée]ro|no\b\.?)\s*(?:de\s*)?(?:la\s*)?(?:facture|avoir)(?!\s*(?:associ|d['’]origine|initiale))",
-    r"(?:facture|avoir)\s*(?:n[°º]|num[ée]ro|no\b\.?)",
+    r"(?:facture|avoir|avis\s*d['’]\s*[ée]ch[ée]ance)\s*(?:n[°º]|num[ée]ro|no\b\.?)",
     r"(?:factura|fattura|factuur|faktura)\s*(?:n[°º]|n\b\.?|no\b\.?|nr\b\.?|n[úu]mero|numero|nummer)",
 )
 NUMBER_HEADING = r"^(?:invoice|rechnung|facture|factura|fattura|factuur|credit\s*note|gutschrift|avoir)\b"
@@ -144,7 +147,7 @@ def fields_labelled(label: str) -> frozenset[str]:
 PAYABLE_LABELS = (
     r"amount\s*due|total\s*due|balance\s*due|amount\s*payable|total\s*payable|due\s*payable|payable\s*amount"
     r"|zahlbetrag|zu\s*zahlen(?:der\s*betrag)?|offener\s*betrag|net\s*[àa]\s*payer|montant\s*[àa]\s*payer|reste\s*[àa]\s*payer"
-    r"|total\s*[àa]\s*payer|importe\s*a\s*pagar|totale\s*da\s*pagare|te\s*betalen",
+    r"|total\s*[àa]\s*payer|importe\s*a\s*pagar|totale\s*da\s*pagare|te\s*betalen|" + INSTALMENT_DUE,
     r"total\s*ttc|gesamtbetrag|rechnungsbetrag|bruttosumme|bruttobetrag|gesamtsumme|endbetrag|invoice\s*total"
     r"|grand\s*total|total\s*amount|total\s*incl\.?(?:uding)?\s*(?:vat|tax)|total\s*\(incl|total\s*brutto|summe\s*brutto",
 )
