@@ -672,6 +672,14 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "test_premium_notices_and_instalment_invoices_are_invoices",
     ),
     _one(
+        "ocr-legal-form-apart",
+        "on a scan a legal form run into the seller's name ('MusterGmbH') is set apart (issue 40)",
+        "invoice_pipeline/documents/text_fields.py",
+        "        fields = replace(fields, seller_name=legal_form_apart(fields.seller_name))\n",
+        "        pass\n",
+        f"{OCR_TESTS}::test_a_legal_form_the_recogniser_ran_into_the_name_is_set_apart",
+    ),
+    _one(
         "scan-currency-held",
         "a currency a scan only suggests by the seller's VAT country is held for a person: OCR "
         "cannot spell '€' or '£' (issue 40)",

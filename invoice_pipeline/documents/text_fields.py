@@ -42,6 +42,7 @@ from .reading.labels import (
 )
 from .reading.ocr_layout import MIN_FIELD_CONFIDENCE, OcrLayout
 from .reading.page_values import currency_of_vat_id, first_date, first_identifier, first_money, labelled_date
+from .reading.parties import legal_form_apart
 from .reading.ranker import ranked_fields, shipped_ranker
 from .reading.seller_buyer import fullest_spelling, parties, seller_vat
 from .reading.words import PageGeometry, TextBoxes, union
@@ -64,7 +65,10 @@ def fields_from_text(
         # Nothing on the scan reads as an invoice: it is quarantined as illegible. The ranker
         # picks among an invoice's candidates; it does not make a letter into one.
         return fields
-    return ranked_fields(fields, text, boxes, shipped_ranker(), ocr_layout)
+    fields = ranked_fields(fields, text, boxes, shipped_ranker(), ocr_layout)
+    if ocr_layout is not None and fields.seller_name:
+        fields = replace(fields, seller_name=legal_form_apart(fields.seller_name))
+    return fields
 
 
 def hand_fields_from_text(

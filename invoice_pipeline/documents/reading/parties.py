@@ -24,11 +24,22 @@ LEGAL_MARKERS = re.compile(
     _I,
 )
 # A company's legal form: what marks a name as a company's.
-LEGAL_FORM = re.compile(
-    r"(?<!\w)(GmbH|AG|KG|OHG|UG|e\.\s?K\.|Ltd\.?|Limited|LLC|L\.L\.C\.|Inc\.?|Corp\.?|Corporation|PLC|plc|LLP"
+LEGAL_FORMS = (
+    r"GmbH|AG|KG|OHG|UG|e\.\s?K\.|Ltd\.?|Limited|LLC|L\.L\.C\.|Inc\.?|Corp\.?|Corporation|PLC|plc|LLP"
     r"|SAS|SARL|S\.à\s?r\.l\.|S\.A\.S?\.?|SA|S\.p\.A\.|SpA|S\.r\.l\.|Srl|B\.V\.|BV|N\.V\.|NV|Oy|Oyj|AB|A/S|ApS|AS|ASA"
-    r"|S\.L\.|Sp\.\s?z\s?o\.o\.|Pty)(?!\w)"
+    r"|S\.L\.|Sp\.\s?z\s?o\.o\.|Pty"
 )
+LEGAL_FORM = re.compile(rf"(?<!\w)({LEGAL_FORMS})(?!\w)")
+# A legal form is a word of its own: OCR that runs it into the name ("MusterGmbH", "AcmeLtd")
+# dropped the space before it.
+_LEGAL_FORM_RUN_IN = re.compile(rf"(?<=[^\W\d_])(?<![A-Z])({LEGAL_FORMS})$")
+
+
+def legal_form_apart(name: str) -> str:
+    """`name` with a legal form that OCR ran into the word before it set apart again."""
+    return _LEGAL_FORM_RUN_IN.sub(r" \1", name)
+
+
 # Parts of a footer line: "Acme GmbH · Street 1 · 12345 City" or "Name – Street – Tel".
 # An e-mail or web address: how to reach a party, never its name.
 WEB_ADDRESS = re.compile(r"@|www\.|https?:", re.IGNORECASE)
