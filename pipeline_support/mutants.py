@@ -680,6 +680,14 @@ SABOTAGES: tuple[Sabotage, ...] = (
         f"{OCR_TESTS}::test_a_legal_form_the_recogniser_ran_into_the_name_is_set_apart",
     ),
     _one(
+        "legal-form-after-a-name",
+        "a legal form names a company only after a name: '308,500 KG' is a weight, not the seller (issue 40)",
+        "invoice_pipeline/documents/reading/seller_buyer.py",
+        "                named_company(seg.text)\n",
+        "                LEGAL_FORM.search(seg.text)\n",
+        "invoice_pipeline_tests/documents/test_reading_roles.py::test_a_weight_in_kilograms_is_no_company",
+    ),
+    _one(
         "scan-currency-held",
         "a currency a scan only suggests by the seller's VAT country is held for a person: OCR "
         "cannot spell '€' or '£' (issue 40)",

@@ -265,3 +265,17 @@ def test_premium_notices_and_instalment_invoices_are_invoices() -> None:
         assert looks_like_invoice(text), kind
         fields = fields_from_text(text)
         assert (fields.invoice_number, fields.payable_total) == expected[kind], kind
+
+
+def test_a_weight_in_kilograms_is_no_company() -> None:
+    # "KG" is a legal form after a name, and a unit after a number (a real scan read the seller
+    # as "308,500 KG").
+    text = (
+        "                                                            Rechnung Nr. 90005178\n"
+        "                                                            Datum: 07.01.2026\n"
+        "Gross Weight                308,500 KG\n"
+        "Net Weight                  308,500 KG\n" + TOTALS
+    )
+    fields = hand_fields_from_text(text)
+    assert fields.seller_name is None, fields.seller_name
+    assert fields.invoice_number == "90005178"

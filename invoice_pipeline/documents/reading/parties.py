@@ -67,7 +67,7 @@ def name_like(text: str) -> str | None:
     digit = re.search(r"\d", text)
     # A digit ends a name only after its legal form ("Halden Tools Ltd 15"); before one, the
     # digits are a street or a postcode ("1234 AB Stad" names no company).
-    if digit and not _named_company(text[: digit.start()]):
+    if digit and not named_company(text[: digit.start()]):
         return None
     if (
         sum(ch.isalpha() for ch in text) < 3
@@ -80,7 +80,7 @@ def name_like(text: str) -> str | None:
     return text
 
 
-def _named_company(text: str) -> bool:
+def named_company(text: str) -> bool:
     """Words, then a legal form: "Halden Tools Ltd"."""
     form = LEGAL_FORM.search(text)
     return form is not None and sum(ch.isalpha() for ch in text[: form.start()]) >= 3

@@ -26,7 +26,7 @@ from .labels import (
 )
 from .ocr_layout import OcrLayout
 from .page_values import vat_id_value, vat_value
-from .parties import LEGAL_FORM, LEGAL_MARKERS, WEB_ADDRESS, footer_lines, footer_seller
+from .parties import LEGAL_FORM, LEGAL_MARKERS, WEB_ADDRESS, footer_lines, footer_seller, named_company
 
 _I = re.IGNORECASE
 _ANY_SUBLABEL = re.compile(r"^[\w .\-/]{2,30}:(?:\s|$)", _I)
@@ -156,7 +156,8 @@ def parties(doc: TextDoc, top_limit: int, n_lines: int) -> tuple[Hit[str] | None
             if seg.line >= top_limit:
                 break
             if (
-                LEGAL_FORM.search(seg.text)
+                # A legal form after a name: "308,500 KG" is a weight, not a company.
+                named_company(seg.text)
                 and (buyer is None or seg.text != buyer.value)
                 and not looks_like_label(seg.text)
             ):
