@@ -634,7 +634,15 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "invoice_pipeline/documents/ocr.py",
         'OCR_SUBSTITUTES = FULL_WIDTH_TO_ASCII | {ord("∈"): ord("€")}\n',
         "OCR_SUBSTITUTES = FULL_WIDTH_TO_ASCII\n",
-        f"{OCR_TESTS}::test_full_width_marks_and_the_euro_the_recogniser_cannot_spell_are_read_as_printed",
+        f"{OCR_TESTS}::test_full_width_marks_and_signs_the_recogniser_cannot_spell_are_read_as_printed",
+    ),
+    _one(
+        "ocr-numero-sign",
+        "a scan's 'n?' before a number is the numero sign the recogniser misread (issue 40)",
+        "invoice_pipeline/documents/ocr.py",
+        '    text = _NUMERO_AS_QUESTION.sub(r"\\1°", text.translate(OCR_SUBSTITUTES))\n',
+        "    text = text.translate(OCR_SUBSTITUTES)\n",
+        f"{OCR_TESTS}::test_full_width_marks_and_signs_the_recogniser_cannot_spell_are_read_as_printed",
     ),
     _one(
         "ocr-ranker-line-confidence",

@@ -384,6 +384,9 @@ FULL_WIDTH_TO_ASCII = {code: code - 0xFEE0 for code in range(0xFF01, 0xFF5F)} | 
 # Nor has it "€" or "£": a euro sign comes out as "∈" (no invoice prints set membership), or as
 # a "C" or an "E", which could be a pound sign or a letter as well and are left as they are.
 OCR_SUBSTITUTES = FULL_WIDTH_TO_ASCII | {ord("∈"): ord("€")}
+# A small degree sign ("N° 2023-6013") is often read as "?": a question mark between an N and a
+# number asks nothing.
+_NUMERO_AS_QUESTION = re.compile(r"\b([Nn])\?(?=\s*\d|$)")
 
 
 def tidy(text: str) -> str:
@@ -400,7 +403,7 @@ def tidy(text: str) -> str:
             return found
         return f"{found} " if before else f" {found}"
 
-    text = text.translate(OCR_SUBSTITUTES)
+    text = _NUMERO_AS_QUESTION.sub(r"\1°", text.translate(OCR_SUBSTITUTES))
     text = _GLUED_CODE_AFTER.sub(lambda m: code(m, False), text)
     text = _GLUED_CODE_BEFORE.sub(lambda m: code(m, True), text)
     return _SEPARATOR_DOT.sub(r" \1 ", text)

@@ -153,11 +153,14 @@ def _scan_fields(text: str, weak: dict[int, float] | None = None) -> Any:
     return extract_fields(ExtractedText("image", text, layout.to_structured(), ocr_module.METHOD, 1))
 
 
-def test_full_width_marks_and_the_euro_the_recogniser_cannot_spell_are_read_as_printed() -> None:
+def test_full_width_marks_and_signs_the_recogniser_cannot_spell_are_read_as_printed() -> None:
     # The engine's alphabet is Chinese and Latin without "€": real scans came back with
     # "n°：2023-6013" and "9,90 ∈". One character for one, so the layout's columns stay put.
     assert ocr_module.tidy("Facture n°：2023-6013（copie）") == "Facture n°:2023-6013(copie)"
     assert ocr_module.tidy("1.358,80 ∈") == "1.358,80 €"
+    # Its small degree sign comes back as "?" ("n? 2023-6013"): between an N and a number only.
+    assert ocr_module.tidy("n? 2023-6013") == "n° 2023-6013"
+    assert ocr_module.tidy("Warum? 12") == "Warum? 12"
     lines = [
         "Blanc-Conseil SARL · 12 rue des Lilas · 75011 Paris",
         "Facture n° ：F-2026-117",
