@@ -662,6 +662,14 @@ SABOTAGES: tuple[Sabotage, ...] = (
         f"{OCR_TESTS}::test_words_the_recogniser_ran_together_are_still_read_on_a_scan",
     ),
     _one(
+        "ocr-value-run-into-label",
+        "on a scan a value run into its label ('TVAFR32812345678') is still read after it (issue 40)",
+        "invoice_pipeline/documents/reading/labels.py",
+        "                if not doc.value_joined(seg.text[m.end()]):\n",
+        "                if True:\n",
+        f"{OCR_TESTS}::test_words_the_recogniser_ran_together_are_still_read_on_a_scan",
+    ),
+    _one(
         "month-day-comma-year",
         "'October 1,2023' is a date: a comma alone may part the day from the year (issue 40)",
         "invoice_pipeline/documents/reading/page_values.py",

@@ -194,6 +194,12 @@ def test_words_the_recogniser_ran_together_are_still_read_on_a_scan() -> None:
     assert scan.seller_vat_id == "FR86792377731"
     # In a text layer the same characters are one word: no label inside it is read.
     assert extract_fields(ExtractedText("pdf", text, None, "pdf-text", 1)).seller_vat_id is None
+    # A value run into its label, and a label whose degree sign was lost.
+    for line, vat in (
+        ("SIRET81234567800019-TVAFR32812345678", "FR32812345678"),
+        ("Nintracom :FR20123589444", "FR20123589444"),
+    ):
+        assert _scan_fields(text.replace("contact@akretion.comVAT:FR86792377731", line)).seller_vat_id == vat
 
 
 def test_a_legal_form_the_recogniser_ran_into_the_name_is_set_apart() -> None:

@@ -61,6 +61,11 @@ class TextDoc:
         then a capital or a digit."""
         return self.run_together and before.islower() and (after.isupper() or after.isdigit())
 
+    def value_joined(self, after: str) -> bool:
+        """Whether a label's value may touch it (OCR: "TVAFR32812345678", "InvoiceSAJ/2017"):
+        it starts with a capital or a digit, and `value_of` still has to accept it."""
+        return self.run_together and (after.isupper() or after.isdigit())
+
     def segs(self) -> Iterator[Seg]:
         for line in self.lines:
             yield from line
@@ -155,7 +160,7 @@ VAT_LABELS = (
     r"(?:vat|tax)\s*-?\s*(?:id|no\b\.?|number|reg(?:istration)?\.?\s*(?:no\b\.?|number)?)|ust\.?\s*-?\s*id\.?\s*(?:-?\s*nr\.?)?"
     r"|ust-?idnr\.?|umsatzsteuer-?\s*id(?:entifikations)?(?:nummer|-nr\.?)?|uid(?:-nr\.?)?|n[°º]\s*(?:de\s*)?tva(?:\s*intracom\w*)?"
     r"|num[ée]ro\s*de\s*tva|tva\s*intracom\w*|p\.?\s*iva|partita\s*iva|nif|cif|btw(?:-?\s*(?:nr|nummer)\.?)?"
-    r"|mwst\.?-?\s*nr\.?|n[°º]\s*intracom\w*|vat",
+    r"|mwst\.?-?\s*nr\.?|n[°º]?\s*intracom\w*|vat",
     # Bare tax words also head amounts ("TVA 123,54"): only a well-formed VAT id counts after them.
     r"tva|btw|iva|mwst|ust|moms|dph|dic",
 )
@@ -211,7 +216,7 @@ def label_hits(
                 if not doc.joined(seg.text[m.start() - 1], m.group()[0]):
                     continue
             if m.end() < len(seg.text) and seg.text[m.end()].isalnum() and m.group()[-1].isalnum():
-                if not doc.joined(m.group()[-1], seg.text[m.end()]):
+                if not doc.value_joined(seg.text[m.end()]):
                     continue  # "Po" inside "Positionssumme"
             prefix = seg.text[: m.start()]
             if exclude_before is not None and exclude_before.search(prefix):
