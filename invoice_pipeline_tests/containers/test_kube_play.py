@@ -13,9 +13,9 @@ INVOICE_PIPELINE_BATCH_SIZE=10, so that 30 invoices make three runs of one ten-i
 spread over both workers. The secrets are made by the test (podman's secret store), never written
 to the manifests.
 
-Then: invoices are stored; once a chunk is running on a worker (Dagster's engine event names the
-celery worker, and the chunk's leases are in processing_jobs), that worker's container is killed
-with SIGKILL; its leases are back-dated past the TTL instead of waiting 30 s; the sensor's sweep
+Then: invoices are stored, the first one's text row held by the test (inserted, uncommitted); once
+a chunk waits on that row (pg_blocking_pids), its leases held, the worker running it (Dagster's
+engine event names the celery worker) has its container killed with SIGKILL and the row is let go; its leases are back-dated past the TTL instead of waiting 30 s; the sensor's sweep
 frees them and requests the invoices again, and the other worker processes them. Every invoice
 is posted exactly once, the dead worker's leases were swept, and the killed container stays dead
 (podman does not restart it: the restart policy is not applied to a killed container here).
@@ -204,7 +204,7 @@ def stack(podman_env: dict[str, str], images: dict[str, str], tmp_path: Path) ->
         stack.down()
 
 
-def _store_invoices(database_url: str) -> list[str]:
+def _store_invoices(database_url: str, count: int, first: int = 0) -> list[str]:
     from invoice_pipeline.engine.store import InvoiceStore
 
     store = InvoiceStore(database_url, max_size=1)
@@ -215,7 +215,7 @@ def _store_invoices(database_url: str) -> list[str]:
                     json_invoice(f"KUBE-{i:03d}", total=f"{100 + 7 * i}.00"), "acme", f"kube-{i:03d}.json"
                 ).invoice_id
             )
-            for i in range(INVOICES)
+            for i in range(first, first + count)
         ]
     finally:
         store.close()
@@ -281,6 +281,26 @@ def _review_page_answers_only_whom_its_proxy_names(stack: Stack) -> None:
     assert _status(page, {"X-Forwarded-User": "alice"}) == 200
 
 
+def _blocked_by(database_url: str, pid: int) -> bool:
+    """Whether some session waits for a lock the session `pid` holds."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid)))", (pid,)
+        ).fetchone()
+    return bool(row and row[0])
+
+
+def _holding_run(database_url: str, invoice_id: str) -> str | None:
+    """The run whose lease holds `invoice_id`, if one does."""
+    from invoice_pipeline.orchestration.run_requests import run_id_of
+
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute(
+            "SELECT owner FROM processing_jobs WHERE invoice_id = %s AND status = 'running'", (invoice_id,)
+        ).fetchone()
+    return run_id_of(row[0]) if row else None
+
+
 def test_a_worker_killed_mid_chunk_leaves_every_invoice_posted_once(stack: Stack) -> None:
     from dagster import DagsterRunStatus
 
@@ -288,28 +308,40 @@ def test_a_worker_killed_mid_chunk_leaves_every_invoice_posted_once(stack: Stack
 
     _review_page_answers_only_whom_its_proxy_names(stack)
     started = time.monotonic()
-    ids = _store_invoices(stack.database_url)
     instance = _instance(stack)
-
-    def chunk_running_on_a_worker() -> ChunkOnWorker | None:
-        for run in instance.get_runs():
-            if run.job_name != CELERY_JOB or run.status != DagsterRunStatus.STARTED:
-                continue
-            for chunk in _chunks_on_workers(instance, run.run_id):
-                if _running_leases(stack.database_url, run_owner(run.run_id)) > 0:
-                    return chunk
-        return None
-
-    victim = wait_for(
-        chunk_running_on_a_worker, timeout=300, interval=0.1, what="a chunk running on a worker"
-    )
-    killed_at = time.monotonic()
-    (survivor,) = [p for p in stack.worker_pods() if p != victim.worker_pod]
-    victim_container = containers.pod_container(victim.worker_pod, "celery")
-    containers.podman(stack.env, "kill", "-s", "KILL", victim_container)
-    owner = run_owner(victim.run_id)
-    held = _running_leases(stack.database_url, owner)
-    assert held > 0, "the chunk ended before the kill: not mid-chunk"
+    with psycopg.connect(stack.database_url) as holder:
+        # The first invoice's text row, inserted and not committed: the chunk that claims it waits
+        # there when it saves its texts, leases held, until the kill. So the kill lands mid-chunk
+        # whatever the machine's speed (loaded run 12 found a chunk that ended between being seen
+        # and being killed). Replica mode: no foreign-key check share-locks the invoice's row.
+        ids = _store_invoices(stack.database_url, 1)
+        holder.execute("SET session_replication_role = replica")
+        holder.execute(
+            "INSERT INTO extracted_texts (invoice_id, job_id, format, method, text)"
+            " VALUES (%s, gen_random_uuid(), 'json', 'test-holder', '')",
+            (ids[0],),
+        )
+        ids += _store_invoices(stack.database_url, INVOICES - 1, first=1)
+        holder_pid = holder.info.backend_pid
+        wait_for(
+            lambda: _blocked_by(stack.database_url, holder_pid),
+            timeout=300,
+            interval=0.1,
+            what="a chunk waiting on the held invoice",
+        )
+        run_id = _holding_run(stack.database_url, ids[0])
+        assert run_id is not None, "the waiting chunk holds no lease on the held invoice"
+        (victim, *_) = wait_for(
+            lambda: _chunks_on_workers(instance, run_id), timeout=60, interval=0.1, what="its worker"
+        )
+        killed_at = time.monotonic()
+        (survivor,) = [p for p in stack.worker_pods() if p != victim.worker_pod]
+        victim_container = containers.pod_container(victim.worker_pod, "celery")
+        containers.podman(stack.env, "kill", "-s", "KILL", victim_container)
+        owner = run_owner(victim.run_id)
+        held = _running_leases(stack.database_url, owner)
+        assert held > 0, "the chunk ended before the kill: not mid-chunk"
+        holder.rollback()  # the held row goes; whoever takes the invoice over can save its text
     # The dead worker cannot heartbeat any more: its leases are back-dated past the TTL instead of
     # waiting for it; the sensor's sweep (every tick) then frees them.
     with psycopg.connect(stack.database_url) as conn:
