@@ -86,6 +86,21 @@ def chunks_started(log: Path) -> int:
     return len(re.findall(r"work_chunk\[chunk_\d+\] - STEP_START", log.read_text(errors="replace")))
 
 
+def _hold_texts(url: str, ids: list[str]) -> psycopg.Connection[Any]:
+    """A connection holding an uncommitted text row for each invoice: a chunk that saves one
+    waits there until the connection closes. Replica mode: no foreign-key check share-locks the
+    invoice's row (the run's claim would pass a share-locked invoice over)."""
+    holder = psycopg.connect(url)
+    holder.execute("SET session_replication_role = replica")
+    with holder.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO extracted_texts (invoice_id, job_id, format, method, text)"
+            " VALUES (%s, gen_random_uuid(), 'json', 'chaos-holder', '')",
+            [(i,) for i in ids],
+        )
+    return holder
+
+
 def asym_trial(
     cluster: BrokerCluster,
     rig: CeleryRig,
@@ -103,6 +118,10 @@ def asym_trial(
     log = rig.work / f"celery-h{zombie}.log"
     url = rig.url
     ids = ingest(url, INVOICES, f"A{n}", rng)
+    # RabbitMQ: every invoice's text row held (inserted, not committed) until the cut, so the
+    # zombie's chunk still waits to save its text, its delivery unacknowledged, when the cut
+    # comes, whatever the machine's speed (a loaded run saw a one-invoice chunk end first).
+    holder = _hold_texts(url, ids) if rabbit else None
     before = chunks_started(log)
     redelivered_before = redeliveries(rig)
     # RabbitMQ: chunks of one invoice, twice as many as workers: each worker holds the chunk it
@@ -134,6 +153,8 @@ def asym_trial(
             if rabbit:
                 in_flight = rig.tasks_in_flight().get(zombie, set())
                 unacked = cluster.unacked(zombie)
+                if holder is not None:
+                    holder.close()  # the rows go: every chunk saves its text and ends
                 fig["unacked_at_cut"] = fig.get("unacked_at_cut", 0) + unacked
                 fig["cuts_with_unacked_delivery"] = fig.get("cuts_with_unacked_delivery", 0) + (unacked > 0)
             if kind == "asym_db":
@@ -177,6 +198,8 @@ def asym_trial(
             fig.setdefault("abandoned_why", []).append(f"{type(exc).__name__}: {exc}"[:200])
             stop_group(rig.coordinator)
     finally:
+        if holder is not None:
+            holder.close()
         if cut:
             (cluster.heal if kind == "asym_db" else cluster.heal_broker)(zombie)
         if sweeper is not None:
