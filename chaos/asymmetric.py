@@ -56,6 +56,7 @@ from pipeline_support.celery_cluster import (
     rabbitmq_unavailable_reason,
     stop_group,
 )
+from pipeline_support.helpers import hold_text_rows
 
 ASYM_KINDS = ("asym_db", "asym_broker")
 RABBITMQ_KINDS = ("asym_broker_rabbitmq",)
@@ -86,21 +87,6 @@ def chunks_started(log: Path) -> int:
     return len(re.findall(r"work_chunk\[chunk_\d+\] - STEP_START", log.read_text(errors="replace")))
 
 
-def _hold_texts(url: str, ids: list[str]) -> psycopg.Connection[Any]:
-    """A connection holding an uncommitted text row for each invoice: a chunk that saves one
-    waits there until the connection closes. Replica mode: no foreign-key check share-locks the
-    invoice's row (the run's claim would pass a share-locked invoice over)."""
-    holder = psycopg.connect(url)
-    holder.execute("SET session_replication_role = replica")
-    with holder.cursor() as cur:
-        cur.executemany(
-            "INSERT INTO extracted_texts (invoice_id, job_id, format, method, text)"
-            " VALUES (%s, gen_random_uuid(), 'json', 'chaos-holder', '')",
-            [(i,) for i in ids],
-        )
-    return holder
-
-
 def asym_trial(
     cluster: BrokerCluster,
     rig: CeleryRig,
@@ -121,7 +107,7 @@ def asym_trial(
     # RabbitMQ: every invoice's text row held (inserted, not committed) until the cut, so the
     # zombie's chunk still waits to save its text, its delivery unacknowledged, when the cut
     # comes, whatever the machine's speed (a loaded run saw a one-invoice chunk end first).
-    holder = _hold_texts(url, ids) if rabbit else None
+    holder = hold_text_rows(url, ids) if rabbit else None
     before = chunks_started(log)
     redelivered_before = redeliveries(rig)
     # RabbitMQ: chunks of one invoice, twice as many as workers: each worker holds the chunk it

@@ -24,6 +24,7 @@ from invoice_pipeline_tests.test_kill_process import (  # noqa: F401 (env is a f
     kill_process_when,
     scalar,
 )
+from pipeline_support.helpers import blocks_someone, hold_text_rows
 
 DOCUMENTS = 4
 LINES = 30
@@ -41,15 +42,6 @@ SAVED = "SELECT count(*) FROM extracted_texts"
 EXECUTED = "SELECT count(*) FROM step_events WHERE step = 'extract_text' AND event = 'executed'"
 
 
-def _blocked_by(url: str, pid: int) -> bool:
-    """Whether some session waits for a lock the session `pid` holds."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid)))", (pid,)
-        ).fetchone()
-    return bool(row and row[0])
-
-
 def test_a_kill_mid_chunk_keeps_what_was_read_and_rereads_only_the_rest(
     database_url: str,
     store: InvoiceStore,
@@ -64,20 +56,11 @@ def test_a_kill_mid_chunk_keeps_what_was_read_and_rereads_only_the_rest(
         for i in range(DOCUMENTS)
     ]
     held = invoices[DOCUMENTS // 2]  # the third of the chunk (claimed in the order they came in)
-    with psycopg.connect(database_url) as holder:
-        # Without foreign-key checks (replica mode: their triggers do not fire), so the held row
-        # locks nothing but its own key: a foreign-key check would share-lock the invoice's row,
-        # and the run's request (FOR UPDATE SKIP LOCKED) would then pass the invoice over.
-        holder.execute("SET session_replication_role = replica")
-        holder.execute(
-            "INSERT INTO extracted_texts (invoice_id, job_id, format, method, text)"
-            " VALUES (%s, gen_random_uuid(), 'pdf', 'test-holder', '')",
-            (held,),
-        )
+    with hold_text_rows(database_url, [str(held)]) as holder:
         holder_pid = holder.info.backend_pid
         outcome = kill_process_when(
             env | {"INVOICE_PIPELINE_SAVE_AFTER_MS": "0"},
-            lambda: _blocked_by(database_url, holder_pid),
+            lambda: blocks_someone(database_url, holder_pid),
             DOCUMENTS,
             "the first save that waits on the held document",
         )

@@ -156,3 +156,29 @@ def cli_environment(home: Path, database_url: str, **settings: str) -> Iterator[
             conn.execute(
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name + "_dagster"))
             )
+
+
+def hold_text_rows(url: str, invoice_ids: list[str]) -> psycopg.Connection[Any]:
+    """A connection holding an uncommitted `extracted_texts` row for each invoice: whoever saves
+    one of their texts waits there (up to its lock timeout, then retries) until the connection
+    rolls back or closes, its leases held. So a kill or a cut lands mid-chunk on any machine.
+    Replica mode: no foreign-key check share-locks the invoice's row (a run's claim, FOR UPDATE
+    SKIP LOCKED, would pass a share-locked invoice over)."""
+    holder = psycopg.connect(url)
+    holder.execute("SET session_replication_role = replica")
+    with holder.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO extracted_texts (invoice_id, job_id, format, method, text)"
+            " VALUES (%s, gen_random_uuid(), 'held', 'test-holder', '')",
+            [(i,) for i in invoice_ids],
+        )
+    return holder
+
+
+def blocks_someone(url: str, pid: int) -> bool:
+    """Whether some session waits for a lock the session `pid` holds."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid)))", (pid,)
+        ).fetchone()
+    return bool(row and row[0])

@@ -41,7 +41,7 @@ import yaml
 
 from pipeline_support import containers
 from pipeline_support.factories import json_invoice
-from pipeline_support.helpers import answers, free_port, wait_for
+from pipeline_support.helpers import answers, blocks_someone, free_port, hold_text_rows, wait_for
 
 REASON = containers.unavailable_reason()
 pytestmark = [pytest.mark.skipif(REASON is not None, reason=REASON or ""), pytest.mark.timeout(1200)]
@@ -281,15 +281,6 @@ def _review_page_answers_only_whom_its_proxy_names(stack: Stack) -> None:
     assert _status(page, {"X-Forwarded-User": "alice"}) == 200
 
 
-def _blocked_by(database_url: str, pid: int) -> bool:
-    """Whether some session waits for a lock the session `pid` holds."""
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid)))", (pid,)
-        ).fetchone()
-    return bool(row and row[0])
-
-
 def _holding_run(database_url: str, invoice_id: str) -> str | None:
     """The run whose lease holds `invoice_id`, if one does."""
     from invoice_pipeline.orchestration.run_requests import run_id_of
@@ -309,22 +300,15 @@ def test_a_worker_killed_mid_chunk_leaves_every_invoice_posted_once(stack: Stack
     _review_page_answers_only_whom_its_proxy_names(stack)
     started = time.monotonic()
     instance = _instance(stack)
-    with psycopg.connect(stack.database_url) as holder:
-        # The first invoice's text row, inserted and not committed: the chunk that claims it waits
-        # there when it saves its texts, leases held, until the kill. So the kill lands mid-chunk
-        # whatever the machine's speed (loaded run 12 found a chunk that ended between being seen
-        # and being killed). Replica mode: no foreign-key check share-locks the invoice's row.
-        ids = _store_invoices(stack.database_url, 1)
-        holder.execute("SET session_replication_role = replica")
-        holder.execute(
-            "INSERT INTO extracted_texts (invoice_id, job_id, format, method, text)"
-            " VALUES (%s, gen_random_uuid(), 'json', 'test-holder', '')",
-            (ids[0],),
-        )
+    # The first invoice's text row, held: the chunk that claims it waits there when it saves its
+    # texts, leases held, until the kill. So the kill lands mid-chunk whatever the machine's speed
+    # (loaded run 12 found a chunk that ended between being seen and being killed).
+    ids = _store_invoices(stack.database_url, 1)
+    with hold_text_rows(stack.database_url, ids) as holder:
         ids += _store_invoices(stack.database_url, INVOICES - 1, first=1)
         holder_pid = holder.info.backend_pid
         wait_for(
-            lambda: _blocked_by(stack.database_url, holder_pid),
+            lambda: blocks_someone(stack.database_url, holder_pid),
             timeout=300,
             interval=0.1,
             what="a chunk waiting on the held invoice",
