@@ -663,7 +663,7 @@ SABOTAGES: tuple[Sabotage, ...] = (
     ),
     _one(
         "ocr-value-run-into-label",
-        "on a scan a value run into its label ('TVAFR32812345678') is still read after it (issue 40)",
+        "on a scan a value run into its label ('TVAFR…') is still read after it (issue 40)",
         "invoice_pipeline/documents/reading/labels.py",
         "                if not doc.value_joined(seg.text[m.end()]):\n",
         "                if True:\n",
@@ -697,7 +697,7 @@ SABOTAGES: tuple[Sabotage, ...] = (
     ),
     _one(
         "legal-form-after-a-name",
-        "a legal form names a company only after a name: '308,500 KG' is a weight, not the seller (issue 40)",
+        "a legal form names a company only after a name: '412,250 KG' is a weight, not the seller (issue 40)",
         "invoice_pipeline/documents/reading/seller_buyer.py",
         "                named_company(seg.text)\n",
         "                LEGAL_FORM.search(seg.text)\n",

@@ -268,14 +268,14 @@ def test_premium_notices_and_instalment_invoices_are_invoices() -> None:
 
 
 def test_a_weight_in_kilograms_is_no_company() -> None:
-    # "KG" is a legal form after a name, and a unit after a number (a real scan read the seller
-    # as "308,500 KG").
+    # "KG" is a legal form after a name, and a unit after a number (a real scan read a weight
+    # as the seller).
     text = (
-        "                                                            Rechnung Nr. 90005178\n"
+        "                                                            Rechnung Nr. 2026-4411\n"
         "                                                            Datum: 07.01.2026\n"
-        "Gross Weight                308,500 KG\n"
-        "Net Weight                  308,500 KG\n" + TOTALS
+        "Gross Weight                412,250 KG\n"
+        "Net Weight                  398,100 KG\n" + TOTALS
     )
     fields = hand_fields_from_text(text)
     assert fields.seller_name is None, fields.seller_name
-    assert fields.invoice_number == "90005178"
+    assert fields.invoice_number == "2026-4411"

@@ -53,7 +53,7 @@ class TextDoc:
 
     def __init__(self, text: str, *, run_together: bool = False) -> None:
         self.lines: list[list[Seg]] = segments(text)
-        # OCR output: the recogniser drops spaces between words ("comVAT:", "InvoiceSAJ/2017").
+        # OCR output: the recogniser drops spaces between words ("acme.comVAT:", "TVAFR12…").
         self.run_together = run_together
 
     def joined(self, before: str, after: str) -> bool:
@@ -62,7 +62,7 @@ class TextDoc:
         return self.run_together and before.islower() and (after.isupper() or after.isdigit())
 
     def value_joined(self, after: str) -> bool:
-        """Whether a label's value may touch it (OCR: "TVAFR32812345678", "InvoiceSAJ/2017"):
+        """Whether a label's value may touch it (OCR: "TVAFR12345678901", "InvoiceINV-7"):
         it starts with a capital or a digit, and `value_of` still has to accept it."""
         return self.run_together and (after.isupper() or after.isdigit())
 
