@@ -199,7 +199,10 @@ def test_words_the_recogniser_ran_together_are_still_read_on_a_scan() -> None:
         ("SIRET12345678900011-TVAFR98765432109", "FR98765432109"),
         ("Nintracom :FR11223344556", "FR11223344556"),
     ):
-        assert _scan_fields(text.replace("contact@lilas-conseil.comVAT:FR12345678901", line)).seller_vat_id == vat
+        assert (
+            _scan_fields(text.replace("contact@lilas-conseil.comVAT:FR12345678901", line)).seller_vat_id
+            == vat
+        )
 
 
 def test_a_legal_form_the_recogniser_ran_into_the_name_is_set_apart() -> None:
