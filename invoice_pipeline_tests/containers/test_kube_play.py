@@ -15,8 +15,9 @@ to the manifests.
 
 Then: invoices are stored, the first one's text row held by the test (inserted, uncommitted); once
 a chunk waits on that row (pg_blocking_pids), its leases held, the worker running it (Dagster's
-engine event names the celery worker) has its container killed with SIGKILL and the row is let go; its leases are back-dated past the TTL instead of waiting 30 s; the sensor's sweep
-frees them and requests the invoices again, and the other worker processes them. Every invoice
+engine event names the celery worker) has its container killed with SIGKILL and the row is let
+go; its leases are back-dated past the TTL instead of waiting 30 s; the sensor's sweep frees them
+and requests the invoices again, and the other worker processes them. Every invoice
 is posted exactly once, the dead worker's leases were swept, and the killed container stays dead
 (podman does not restart it: the restart policy is not applied to a killed container here).
 
