@@ -66,6 +66,7 @@ STAGES_TESTS = "invoice_pipeline_tests/engine/test_stages.py"
 BUDGET_TESTS = "invoice_pipeline_tests/review_ui/test_review_ui_budget.py"
 ATTACKS_TESTS = "invoice_pipeline_tests/review_ui/test_review_ui_attacks.py"
 OCR_TESTS = "invoice_pipeline_tests/documents/test_ocr.py"
+GLYPH_TESTS = "invoice_pipeline_tests/documents/test_ocr_glyphs.py"
 LAUNCHPAD_TESTS = "invoice_pipeline_tests/orchestration/test_launchpad_reviewers.py"
 ON_CONFLICT = "ON CONFLICT (invoice_id) WHERE status = 'running' DO NOTHING"
 
@@ -711,6 +712,24 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "    if fields.currency_inferred_on_a_scan:\n",
         "    if False:\n",
         f"{OCR_TESTS}::test_a_currency_a_scan_only_suggests_by_the_sellers_country_is_held",
+    ),
+    _one(
+        "euro-shape-confirmed",
+        "a euro sign told by its shape on a scan is paid in only when the seller's VAT country "
+        "confirms the euro (issue 40)",
+        "invoice_pipeline/documents/text_fields.py",
+        '    if vat is not None and currency_of_vat_id(vat.value, issue.value if issue else None) == "EUR":\n',
+        "    if vat is not None:\n",
+        f"{GLYPH_TESTS}::test_a_euro_told_by_its_shape_posts_only_when_the_sellers_country_confirms_it",
+    ),
+    _one(
+        "euro-shape-margin",
+        "a glyph is called a euro sign only when it looks more like one than like any rival by a "
+        "margin (issue 40)",
+        "invoice_pipeline/documents/ocr_glyphs.py",
+        "        return self.euro >= EURO_MIN_SCORE and self.euro >= self.rival_score + EURO_MARGIN\n",
+        "        return self.euro >= EURO_MIN_SCORE - 0.2\n",
+        f"{GLYPH_TESTS}::test_a_euro_sign_is_told_from_everything_else_that_ends_an_amount",
     ),
 )
 

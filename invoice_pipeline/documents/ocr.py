@@ -45,6 +45,7 @@ from ..domain.fields import Box, InvoiceFields
 from ..domain.validation import KNOWN_CURRENCIES
 from .errors import BadDocument, too_complex
 from .limits import MAX_OCR_PAGES, MAX_SCAN_PIXELS, text_too_long
+from .ocr_glyphs import restore_euro
 from .reading.ocr_layout import OcrLayout, OcrLine, OcrPage
 
 if TYPE_CHECKING:
@@ -264,11 +265,20 @@ class _Word:
     height: float
     text: str
     score: float
+    euro_by_shape: bool = False
+
+
+@dataclass(frozen=True)
+class _Line:
+    text: str  # layout text
+    score: float  # the weakest word's
+    boxes: tuple[Box, ...]  # one per segment
+    euro_by_shape: bool  # a word's euro sign was put back by `ocr_glyphs`
 
 
 @dataclass(frozen=True)
 class _PageText:
-    lines: tuple[tuple[str, float, tuple[Box, ...]], ...]  # (layout text, weakest score, segment boxes)
+    lines: tuple[_Line, ...]
     page: OcrPage
 
 
@@ -346,11 +356,13 @@ def read_page(number: int, image: Image.Image) -> _PageText:
     skew = _skew_degrees(boxes)
     words: list[_Word] = []
     if boxes:
-        recognised, _ = eng.text_rec(eng.get_crop_img_list(page, boxes))
+        crops = eng.get_crop_img_list(page, boxes)
+        recognised, _ = eng.text_rec(crops)
         height, width = page.shape[:2]
         slope = math.tan(math.radians(skew))
-        for box, rec in zip(boxes, recognised, strict=True):
-            text, score = tidy(str(rec[0]).strip()), float(rec[1])
+        for box, crop, rec in zip(boxes, crops, recognised, strict=True):
+            read, score = tidy(str(rec[0]).strip()), float(rec[1])
+            text = restore_euro(read, crop)
             if not text:
                 continue
             xs = [float(p[0]) for p in box]
@@ -359,7 +371,7 @@ def read_page(number: int, image: Image.Image) -> _PageText:
             # a label and its value, 10 cm apart, on different lines.
             xc = (min(xs) + max(xs)) / 2
             yc = (min(ys) + max(ys)) / 2 - (xc - width / 2) * slope
-            words.append(_Word(min(xs), max(xs), yc, _edge_lengths(box)[1], text, score))
+            words.append(_Word(min(xs), max(xs), yc, _edge_lengths(box)[1], text, score, text != read))
         lines = tuple(_layout_lines(words, float(width), prepared.points_per_pixel))
     else:
         lines = ()
@@ -409,9 +421,7 @@ def tidy(text: str) -> str:
     return _SEPARATOR_DOT.sub(r" \1 ", text)
 
 
-def _layout_lines(
-    words: Sequence[_Word], page_width: float, points_per_pixel: float
-) -> Iterator[tuple[str, float, tuple[Box, ...]]]:
+def _layout_lines(words: Sequence[_Word], page_width: float, points_per_pixel: float) -> Iterator[_Line]:
     """Rows of words as layout text (segments apart by SEGMENT_GAP), each with its segments' boxes."""
     if not words:
         return
@@ -442,7 +452,7 @@ def _layout_lines(
                 groups.append([word])
             prev = word
         boxes = tuple(_box(g, points_per_pixel) for g in groups)
-        yield out.rstrip(), min(w.score for w in row), boxes
+        yield _Line(out.rstrip(), min(w.score for w in row), boxes, any(w.euro_by_shape for w in row))
 
 
 def _box(words: Sequence[_Word], points_per_pixel: float) -> Box:
@@ -470,8 +480,10 @@ def ocr_pages(pages: Iterator[Image.Image], *, max_chars: int) -> OcrResult:
         infos.append(page.page)
         if texts:
             lines.append(None)  # the "\f" line between pages
-        page_lines = [text for text, _, _ in page.lines]
-        lines.extend(OcrLine(number, round(score, 4), boxes) for _, score, boxes in page.lines)
+        page_lines = [line.text for line in page.lines]
+        lines.extend(
+            OcrLine(number, round(line.score, 4), line.boxes, line.euro_by_shape) for line in page.lines
+        )
         text = "\n".join(page_lines)
         total += len(text) + 3
         if total > max_chars:

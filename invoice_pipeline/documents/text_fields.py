@@ -15,7 +15,13 @@ from datetime import date
 from decimal import Decimal
 from typing import Any
 
-from ..domain.fields import CURRENCY_FROM_VAT_COUNTRY, FieldSource, InvoiceFields
+from ..domain.fields import (
+    CURRENCY_FROM_VAT_COUNTRY,
+    EURO_BY_SHAPE,
+    EURO_CONFIRMED,
+    FieldSource,
+    InvoiceFields,
+)
 from ..domain.validation import KNOWN_CURRENCIES
 from .collect import FieldCollector
 from .ocr import nothing_read
@@ -98,6 +104,9 @@ def hand_fields_from_text(
     resolution = _amounts(page)
     currency = _currency(doc, resolution)
     printed = None if currency is not None else _printed_currency_code(doc)
+    vat = _parties(page)
+    if currency is not None and _euro_by_shape(page, currency):
+        currency = _euro_confirmed(currency, vat, issue)
     page.put(
         "currency",
         currency,
@@ -105,7 +114,6 @@ def hand_fields_from_text(
         if printed is None
         else f"the page's currency is {printed.value!r}, which is not a currency this pipeline takes (withdrawn or unknown)",
     )
-    vat = _parties(page)
     po = labelled(doc, PO_LABELS, first_identifier)
     page.put("po_number", po, "no purchase order reference found")
     if currency is None and printed is None and vat is not None:
@@ -290,6 +298,26 @@ def _currency(doc: TextDoc, resolution: Resolution) -> Hit[str] | None:
             code, _ = counts.most_common(1)[0]
             currency_hit = Hit(code, first_line[code], "most frequent currency next to amounts", 0.6)
     return currency_hit
+
+
+def _euro_by_shape(page: _PageReading, currency: Hit[str]) -> bool:
+    """The euro the currency was read from is a sign OCR put back from its shape (`ocr_glyphs`)."""
+    if page.ocr_layout is None or currency.value != "EUR":
+        return False
+    lines = page.ocr_layout.lines
+    read_from = [currency.line] if currency.value_line is None else [currency.line, currency.value_line]
+    return any(
+        0 <= i < len(lines) and (line := lines[i]) is not None and line.euro_by_shape for i in read_from
+    )
+
+
+def _euro_confirmed(currency: Hit[str], vat: Hit[str] | None, issue: Hit[date] | None) -> Hit[str]:
+    """A euro told by its shape, said so in its source; confirmed when the seller's VAT country's
+    currency is the euro too (else `InvoiceFields.currency_inferred_on_a_scan` holds it)."""
+    why = EURO_BY_SHAPE
+    if vat is not None and currency_of_vat_id(vat.value, issue.value if issue else None) == "EUR":
+        why = f"{EURO_BY_SHAPE}, {EURO_CONFIRMED} {vat.value[:2].upper()}"
+    return replace(currency, label=f"{currency.label} ({why})")
 
 
 def _printed_currency_code(doc: TextDoc) -> Hit[str] | None:

@@ -38,6 +38,10 @@ PAGE_SOURCES: tuple[str, ...] = ("pdf-text", "ocr", "layout:")
 # The source of a currency the page does not print, inferred from the seller's VAT id's country
 # (`documents.text_fields`), followed by the country code.
 CURRENCY_FROM_VAT_COUNTRY = "from seller VAT id country"
+# A scan's euro sign the recogniser could not spell, put back from its shape (`ocr_glyphs`); a
+# currency read from it is held unless the seller's VAT country's currency is the euro too.
+EURO_BY_SHAPE = "euro sign told by its shape"
+EURO_CONFIRMED = "confirmed by the seller's VAT country"
 
 # A box on a page in PDF points, origin top-left: (x0, top, x1, bottom).
 Box = tuple[float, float, float, float]
@@ -161,14 +165,15 @@ class InvoiceFields:
 
     @property
     def currency_inferred_on_a_scan(self) -> bool:
-        """The currency is the seller's country's, on a scan: OCR cannot spell "€" or "£" (its
-        alphabet has neither), so a scan that seems to print no currency may well print one."""
+        """The currency is only suggested, on a scan: OCR cannot spell "€" or "£" (its alphabet
+        has neither), so the currency is either the seller's country's (a scan that seems to print
+        none may well print one) or a euro sign told by its shape that the seller's country does
+        not confirm."""
         source = self.sources.get("currency")
-        return (
-            source is not None
-            and source.source.startswith("ocr:")
-            and CURRENCY_FROM_VAT_COUNTRY in source.source
-        )
+        if source is None or not source.source.startswith("ocr:"):
+            return False
+        text = source.source
+        return CURRENCY_FROM_VAT_COUNTRY in text or (EURO_BY_SHAPE in text and EURO_CONFIRMED not in text)
 
     @property
     def payable_from_page(self) -> bool:

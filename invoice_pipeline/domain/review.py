@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from datetime import date, timedelta
 from decimal import Decimal
 
-from .fields import FieldSource, InvoiceFields
+from .fields import EURO_BY_SHAPE, FieldSource, InvoiceFields
 from .identity import BANK_DETAILS_CHANGED, VENDOR_UNCONFIRMED
 from .validation import ValidationProblem
 
@@ -190,10 +190,17 @@ def money_reasons(fields: InvoiceFields) -> list[str]:
             + "; check the amount due on the document"
         )
     if fields.currency_inferred_on_a_scan:
+        source = fields.sources["currency"].source
+        why = (
+            f"a sign beside the amounts looks like a euro sign, which OCR cannot spell, and the seller's "
+            f"VAT country does not confirm {fields.currency}"
+            if EURO_BY_SHAPE in source
+            else f"the scan shows no currency OCR can read (it cannot spell € or £), so {fields.currency} "
+            "is only the seller's VAT country's currency"
+        )
         out.append(
-            f"{CURRENCY_UNKNOWN}: the scan shows no currency OCR can read (it cannot spell € or £), so "
-            f"{fields.currency} is only the seller's VAT country's currency; check the currency printed on "
-            "the page, correct it if it differs, then approve"
+            f"{CURRENCY_UNKNOWN}: {why}; check the currency printed on the page, correct it if it differs, "
+            "then approve"
         )
     if not fields.currency:
         out.append(

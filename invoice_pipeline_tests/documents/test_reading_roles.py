@@ -198,6 +198,10 @@ def test_a_contact_line_is_no_sender_and_a_footer_label_is_no_seller() -> None:
         "SARL au capital de 10 000 € - RCS Paris 123 456 789\n"
     )
     assert hand_fields_from_text(footer).seller_name == "Atelier Rive SARL"
+    # Nor does one whose colon OCR lost: a name is followed by an address, not by a date or a sum.
+    for label, value in (("Date decheance", "05-08-2024"), ("Montant TTC", "1.200,00")):
+        lost_colon = footer.replace("Échéance                  : 05-08-2024", f"{label}        {value}")
+        assert hand_fields_from_text(lost_colon).seller_name == "Atelier Rive SARL", label
 
 
 def test_a_printed_currency_the_pipeline_does_not_take_is_not_replaced_by_the_sellers_country() -> None:

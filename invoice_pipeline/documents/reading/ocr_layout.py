@@ -40,6 +40,9 @@ class OcrLine:
     page: int
     confidence: float
     boxes: tuple[Box, ...] = ()
+    # A euro sign on this line was put back from its shape (`ocr_glyphs`): the recogniser
+    # cannot spell it, so the line's text alone would show no currency.
+    euro_by_shape: bool = False
 
 
 @dataclass(frozen=True)
@@ -60,10 +63,7 @@ class OcrLayout:
                 "ocr": {
                     "engine": self.engine,
                     "pages": [p.__dict__ for p in self.pages],
-                    "lines": [
-                        None if ln is None else [ln.page, ln.confidence, [list(b) for b in ln.boxes]]
-                        for ln in self.lines
-                    ],
+                    "lines": [None if ln is None else _stored(ln) for ln in self.lines],
                 }
             }
         )
@@ -95,6 +95,11 @@ class OcrLayout:
         return (known[0].page, min(ln.confidence for ln in known))
 
 
+def _stored(line: OcrLine) -> list[Any]:
+    out: list[Any] = [line.page, line.confidence, [list(b) for b in line.boxes]]
+    return [*out, True] if line.euro_by_shape else out
+
+
 def _line(stored: Sequence[Any]) -> OcrLine:
     boxes = tuple(stored_box(b) for b in stored[2]) if len(stored) > 2 else ()
-    return OcrLine(int(stored[0]), float(stored[1]), boxes)
+    return OcrLine(int(stored[0]), float(stored[1]), boxes, len(stored) > 3 and stored[3] is True)

@@ -12,6 +12,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .page_values import first_date, first_money
 from .words import Segment
 
 _I = re.IGNORECASE
@@ -134,9 +135,17 @@ def footer_seller(lines: Sequence[Sequence[Segment]], footer: set[int]) -> Foote
 
 
 def _labels_next(line: Sequence[Segment], k: int) -> bool:
-    """Whether segment `k` is a label whose colon stands apart before its value
-    ("Date d'échéance      : 05-08-2022")."""
-    return k + 1 < len(line) and line[k + 1].text.startswith(":")
+    """Whether segment `k` is a label whose value stands apart after it: after a colon
+    ("Date d'échéance      : 05-08-2022"), or a date or an amount alone, where OCR lost the
+    colon ("Date decheance      05-08-2022"). A name is followed by an address, not by a date
+    or a sum."""
+    if k + 1 >= len(line):
+        return False
+    value = line[k + 1].text
+    if value.startswith(":"):
+        return True
+    alone = value.strip(" :")
+    return len(alone.split()) <= 3 and (first_date(alone) is not None or first_money(alone) is not None)
 
 
 def _fold(text: str) -> str:
