@@ -145,6 +145,31 @@ def idle_in_transaction_ms(lock_ttl: timedelta | None) -> int:
     return max(IDLE_IN_TRANSACTION_FLOOR_MS, min(IDLE_IN_TRANSACTION_MS, half))
 
 
+class _DiagnosedPool(ConnectionPool):
+    """A pool whose timeout says what it held when it gave up: every connection busy (work
+    piling up, or a leak) reads differently from none opened (the server, or connecting)."""
+
+    def getconn(self, timeout: float | None = None) -> psycopg.Connection[Any]:
+        try:
+            return super().getconn(timeout)
+        except PoolTimeout as exc:
+            raise PoolTimeout(f"{exc}; the pool then: {pool_state(self.get_stats())}") from exc
+
+
+def pool_state(stats: dict[str, int]) -> str:
+    """psycopg_pool's counters (`get_stats`, which leaves out the zero ones) as one sentence."""
+
+    def n(key: str) -> int:
+        return stats.get(key, 0)
+
+    return (
+        f"{n('pool_size')} of {n('pool_max')} connections (open or being opened), "
+        f"{n('pool_available')} idle, {n('requests_waiting')} requests waiting; "
+        f"{n('connections_num')} attempts to connect, {n('connections_errors')} failed, "
+        f"{n('connections_lost')} connections lost"
+    )
+
+
 class DatabaseOptions(TypedDict, total=False):
     """Database's keyword arguments, which InvoiceStore passes on as they are given."""
 
@@ -188,7 +213,7 @@ class Database:
         self._heartbeat_kwargs = self._connect_kwargs | {
             "options": f"{options} -c statement_timeout={beat_ms}"
         }
-        self.pool = ConnectionPool(
+        self.pool = _DiagnosedPool(
             database_url,
             min_size=min_size,
             max_size=max_size,
