@@ -714,6 +714,15 @@ SABOTAGES: tuple[Sabotage, ...] = (
         f"{OCR_TESTS}::test_a_currency_a_scan_only_suggests_by_the_sellers_country_is_held",
     ),
     _one(
+        "ocr-legal-marker-run-together",
+        "on a scan a legal footer's marker run into its number ('SIRET1234…') still marks the "
+        "footer, so the issuer is not taken from the buyer's window (issue 40)",
+        "invoice_pipeline/documents/reading/parties.py",
+        "    markers = _LEGAL_MARKERS_RUN_TOGETHER if run_together else LEGAL_MARKERS\n",
+        "    markers = LEGAL_MARKERS\n",
+        f"{OCR_TESTS}::test_a_legal_footer_whose_markers_ran_into_their_numbers_still_names_the_issuer",
+    ),
+    _one(
         "euro-shape-confirmed",
         "a euro sign told by its shape on a scan is paid in only when the seller's VAT country "
         "confirms the euro (issue 40)",

@@ -218,6 +218,34 @@ def test_a_legal_form_the_recogniser_ran_into_the_name_is_set_apart() -> None:
     assert _scan_fields(text).seller_name == "Fjordlys AS"
 
 
+def test_a_legal_footer_whose_markers_ran_into_their_numbers_still_names_the_issuer() -> None:
+    # The buyer's window prints a company with a legal form and its VAT id; the issuer's name
+    # stands only in its legal footer, which small print ran together ("SIRET1234…", "APE5510Z").
+    text = "\n".join(
+        [
+            "Maison Vermeil",
+            "8 quai des Tanneurs",
+            "69002 Lyon",
+            "                                             Orbeval SARL",
+            "                                             14 rue Pasteur",
+            "                                             75008 Paris",
+            "                                             TVA:FR55123456789",
+            "                                             Facture n° 2026-0412",
+            "                                             Date: 03/08/2026",
+            "Total HT     1000,00 €",
+            "TVA 20 %      200,00 €",
+            "Net a payer  1200,00 €",
+            "",
+            "Maison Vermeil",
+            "8,quaidesTanneurs-69002Lyon",
+            "SASaucapital de50000E-SIRET98765432100017-APE5510Z-TVAFR66987654321",
+        ]
+    )
+    scan = _scan_fields(text)
+    assert (scan.seller_name, scan.seller_vat_id) == ("Maison Vermeil", "FR66987654321")
+    assert "legal footer" in scan.sources["seller_name"].source
+
+
 LETTERHEAD_ONLY = "\n".join(
     [
         "Blanc-Conseil",  # a letterhead without a legal form: no hand rule takes it

@@ -18,12 +18,15 @@ from .words import Segment
 _I = re.IGNORECASE
 
 # Registration and legal-identity words a legal footer prints (EN, DE, FR, NL, IT, ES).
-LEGAL_MARKERS = re.compile(
-    r"(?<!\w)(?:capital|SIRET|SIREN|R\.?\s?C\.?\s?S|APE|NAF|HRB|HRA|Amtsgericht|Registergericht|Handelsregister"
+_LEGAL_MARKER_WORDS = (
+    r"capital|SIRET|SIREN|R\.?\s?C\.?\s?S|APE|NAF|HRB|HRA|Amtsgericht|Registergericht|Handelsregister"
     r"|Gesch[äa]ftsf[üu]hr\w*|Sitz\s*der\s*Gesellschaft|registered\s*(?:office|in|number)|company\s*(?:no|number|reg\w*)"
-    r"|KvK|Kamer\s*van\s*Koophandel|REA|capitale\s*sociale|Registro\s*Mercantil|CIF|N\.?I\.?F)(?!\w)",
-    _I,
+    r"|KvK|Kamer\s*van\s*Koophandel|REA|capitale\s*sociale|Registro\s*Mercantil|CIF|N\.?I\.?F"
 )
+LEGAL_MARKERS = re.compile(rf"(?<!\w)(?:{_LEGAL_MARKER_WORDS})(?!\w)", _I)
+# OCR drops the space after a marker ("SIRET12345682400016", "APE5510Z", "R.C.SParis"): on a scan
+# a capital or a digit right after it still ends it, a small letter does not ("Capitaine").
+_LEGAL_MARKERS_RUN_TOGETHER = re.compile(rf"(?<!\w)(?i:{_LEGAL_MARKER_WORDS})(?![a-z])")
 # A company's legal form: what marks a name as a company's.
 LEGAL_FORMS = (
     r"GmbH|AG|KG|OHG|UG|e\.\s?K\.|Ltd\.?|Limited|LLC|L\.L\.C\.|Inc\.?|Corp\.?|Corporation|PLC|plc|LLP"
@@ -87,18 +90,20 @@ def named_company(text: str) -> bool:
     return form is not None and sum(ch.isalpha() for ch in text[: form.start()]) >= 3
 
 
-def footer_lines(lines: Sequence[Sequence[Segment]]) -> set[int]:
+def footer_lines(lines: Sequence[Sequence[Segment]], *, run_together: bool = False) -> set[int]:
     """The foot-of-page lines that print the issuer's legal identity, with their block.
 
     The block is the run of printed lines around a legal line (up to `_FOOTER_REACH` either
     way) that no empty line interrupts: the footer is set apart from the body above it.
+    `run_together` (OCR output): a marker run into what follows it still counts.
     """
+    markers = _LEGAL_MARKERS_RUN_TOGETHER if run_together else LEGAL_MARKERS
     page_starts = [0] + [i + 1 for i, line in enumerate(lines) if any("\f" in s.text for s in line)]
     out: set[int] = set()
     for start, end in zip(page_starts, [*page_starts[1:], len(lines)], strict=True):
         printed = [i for i in range(start, end) if lines[i] and not any("\f" in s.text for s in lines[i])]
         for i in printed[-max(4, int(len(printed) * _FOOT_SHARE)) :]:
-            if not any(LEGAL_MARKERS.search(s.text) for s in lines[i]):
+            if not any(markers.search(s.text) for s in lines[i]):
                 continue
             out.add(i)
             for step in (-1, 1):

@@ -148,7 +148,7 @@ def parties(doc: TextDoc, top_limit: int, n_lines: int) -> tuple[Hit[str] | None
     seller = seller or _role_block_name(doc, SELLER_ROLE, n_lines)
     buyer = _name_below_sender(doc, sender) if sender is not None else None
     buyer = buyer or _role_block_name(doc, BUYER_ROLE, n_lines)
-    footer = footer_lines(doc.lines)
+    footer = footer_lines(doc.lines, run_together=doc.run_together)
     if seller is None and (owner := footer_seller(doc.lines, footer)) is not None:
         seller = Hit(owner.name, owner.line, "legal footer", 0.7 if owner.repeated else 0.55)
     if seller is None:
