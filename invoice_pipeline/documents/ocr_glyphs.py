@@ -154,34 +154,65 @@ def _normalised(image: Any) -> Any:
     return small / norm if norm else small
 
 
+# The PDF standard fonts the templates are drawn in: sans, serif and mono, regular and bold.
+_FACES = ("Helvetica", "Helvetica-Bold", "Times-Roman", "Times-Bold", "Courier", "Courier-Bold")
+_CELL = 40  # points per character cell
+_POINT_SIZE = 28
+_SCALE = 2  # pixels per point when drawn
+
+
+def _template_pdf(chars: str) -> bytes:
+    """One page: a row per face, a cell per character, in WinAnsi (where "€" is 0x80).
+
+    Written by hand rather than with fpdf2, whose import alone costs 0.6 s, and the OCR worker
+    that needs the templates is a fresh process for every scan."""
+    width, height = _CELL * (len(chars) + 1), _CELL * (len(_FACES) + 1)
+    codes = chars.encode("cp1252")
+    stream = "".join(
+        f"BT /F{row} {_POINT_SIZE} Tf {_CELL * col + 8} {height - _CELL * (row + 1)} Td <{code:02X}> Tj ET\n"
+        for row in range(len(_FACES))
+        for col, code in enumerate(codes)
+    ).encode("ascii")
+    fonts = " ".join(f"/F{i} {5 + i} 0 R" for i in range(len(_FACES)))
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 {width} {height}] "
+        f"/Resources << /Font << {fonts} >> >> /Contents 4 0 R >>".encode("ascii"),
+        b"<< /Length " + str(len(stream)).encode("ascii") + b" >>\nstream\n" + stream + b"endstream",
+        *(
+            f"<< /Type /Font /Subtype /Type1 /BaseFont /{face} /Encoding /WinAnsiEncoding >>".encode("ascii")
+            for face in _FACES
+        ),
+    ]
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += f"{number} 0 obj\n".encode("ascii") + body + b"\nendobj\n"
+    xref = len(out)
+    out += f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n".encode("ascii")
+    out += b"".join(f"{offset:010d} 00000 n \n".encode("ascii") for offset in offsets)
+    out += f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode("ascii")
+    return bytes(out)
+
+
 @functools.lru_cache(maxsize=1)
 def _templates() -> dict[str, list[Any]]:
-    """Each character of EURO + RIVALS drawn by pdfium in Helvetica, Times and Courier, regular
-    and bold (the PDF standard fonts, built into pdfium), cut out and normalised like a glyph."""
+    """Each character of EURO + RIVALS drawn by pdfium in the six standard faces (built into
+    pdfium: no font on the machine is needed), cut out and normalised like a glyph."""
     import numpy as np
     import pypdfium2 as pdfium
-    from fpdf import FPDF
 
     chars = EURO + RIVALS
-    families = [(family, style) for family in ("helvetica", "times", "courier") for style in ("", "B")]
-    cell = 40
-    pdf = FPDF(unit="pt", format=(cell * (len(chars) + 1), cell * (len(families) + 1)))
-    # The standard fonts' WinAnsi encoding has "€" (0x80); fpdf2 writes Latin-1 unless told.
-    pdf.core_fonts_encoding = "windows-1252"
-    pdf.add_page()
-    for row, (family, style) in enumerate(families):
-        pdf.set_font(family, style, 28)
-        for col, ch in enumerate(chars):
-            pdf.text(cell * col + 8, cell * (row + 1), ch)
-    scale = 2
-    page = pdfium.PdfDocument(bytes(pdf.output()))[0]
-    ink = np.asarray(page.render(scale=scale).to_pil().convert("L")) < 128
+    page = pdfium.PdfDocument(_template_pdf(chars))[0]
+    ink = np.asarray(page.render(scale=_SCALE).to_pil().convert("L")) < 128
     out: dict[str, list[Any]] = {}
-    for row in range(len(families)):
+    for row in range(len(_FACES)):
         for col, ch in enumerate(chars):
             # From the row above's baseline to just below this row's (where "$" ends).
-            top, left = (cell * row + 4) * scale, cell * col * scale
-            box = ink[top : top + (cell + 4) * scale, left : left + cell * scale]
+            top, left = (_CELL * row + 4) * _SCALE, _CELL * col * _SCALE
+            box = ink[top : top + (_CELL + 4) * _SCALE, left : left + _CELL * _SCALE]
             ys, xs = np.nonzero(box)
             if len(xs):
                 glyph = box[ys.min() : ys.max() + 1, xs.min() : xs.max() + 1].astype(np.float32)
