@@ -393,8 +393,9 @@ _SEPARATOR_DOT = re.compile(r"\s*([·•●∙▪])\s*")
 # their full-width forms ("N° de facture ：123"), which no label rule expects: folded to ASCII,
 # one character for one, so the layout's columns stay where they were.
 FULL_WIDTH_TO_ASCII = {code: code - 0xFEE0 for code in range(0xFF01, 0xFF5F)} | {0x3000: 0x20}
-# Nor has it "€" or "£": a euro sign comes out as "∈" (no invoice prints set membership), or as
-# a "C" or an "E", which could be a pound sign or a letter as well and are left as they are.
+# Nor has it "€" (its pound sign is the full-width "￡", folded above): a euro sign comes out as
+# "∈" (no invoice prints set membership), or as a "C", an "E" or nothing, which only the glyph's
+# shape tells apart (`ocr_glyphs.restore_euro`).
 OCR_SUBSTITUTES = FULL_WIDTH_TO_ASCII | {ord("∈"): ord("€")}
 # A small degree sign ("N° 2023-6013") is often read as "?": a question mark between an N and a
 # number asks nothing.

@@ -172,7 +172,7 @@ class _PageReading:
         if hit is None:
             self.collector.miss(name, FieldSource(self.kind, 0.0, reason))
             return
-        lines = [hit.line] if hit.value_line is None else [hit.line, hit.value_line]
+        lines = hit.lines
         if self.ocr_layout is None:
             where = self.located(hit.label, lines, hit.segs, round(hit.confidence * self.scale, 2))
             self.collector.put(name, hit.value, where)
@@ -255,7 +255,7 @@ def _amounts(page: _PageReading) -> Resolution:
 
     def amount_source(f: Found) -> FieldSource:
         hit = _amount_hit(f)
-        lines = [hit.line] if hit.value_line is None else [hit.line, hit.value_line]
+        lines = hit.lines
         confidence = page.ocr_layout.locate(lines)[1] if page.ocr_layout is not None else hit.confidence
         return page.located(f.label, lines, hit.segs, round(confidence, 3))
 
@@ -305,9 +305,8 @@ def _euro_by_shape(page: _PageReading, currency: Hit[str]) -> bool:
     if page.ocr_layout is None or currency.value != "EUR":
         return False
     lines = page.ocr_layout.lines
-    read_from = [currency.line] if currency.value_line is None else [currency.line, currency.value_line]
     return any(
-        0 <= i < len(lines) and (line := lines[i]) is not None and line.euro_by_shape for i in read_from
+        0 <= i < len(lines) and (line := lines[i]) is not None and line.euro_by_shape for i in currency.lines
     )
 
 

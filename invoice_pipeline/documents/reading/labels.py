@@ -43,6 +43,11 @@ class Hit(Generic[T]):
     def source(self) -> str:
         return f"pdf-text:line {self.line + 1}:{self.label!r}"
 
+    @property
+    def lines(self) -> list[int]:
+        """The lines the value was read from: its label's, and its own when it sits below."""
+        return [self.line] if self.value_line is None else [self.line, self.value_line]
+
 
 # Characters a value may stand off its label's (or its block's) column and still be in it.
 COLUMN_SLACK = 6
