@@ -10,9 +10,10 @@ from dataclasses import dataclass
 
 from lxml import etree
 
+from ..domain.doctypes import is_credit_note_code
 from ..domain.fields import FieldSource, InvoiceFields
-from .collect import FieldCollector
-from .values import CREDIT_NOTE_TYPE_CODES, cii_date, collapse, strict_decimal, unparseable
+from .collect import FieldCollector, foreign_amounts, stated
+from .values import cii_date, collapse, strict_decimal, unparseable
 from .xpath import find, find_all, local_name, text_of
 
 _DOC = ("rsm:ExchangedDocument", "rsm:HeaderExchangedDocument")
@@ -75,8 +76,9 @@ def _header(cii: _CiiInvoice) -> str | None:
     c.set("invoice_number", collapse(text_of(node)), p(path))
 
     node, path = _first(root, _DOC, ("ram:TypeCode",))
-    type_code = text_of(node)
-    doc_type = "credit_note" if type_code in CREDIT_NOTE_TYPE_CODES else "invoice"
+    type_code = collapse(text_of(node))
+    c.set("type_code", type_code, p(path))
+    doc_type = "credit_note" if is_credit_note_code(type_code) else "invoice"
     c.set("document_type", doc_type, p(path) if type_code else cii.top)
 
     for name, bases, rels in (
@@ -100,21 +102,27 @@ def _header(cii: _CiiInvoice) -> str | None:
 def _totals(cii: _CiiInvoice, currency: str | None) -> None:
     """Payable, net and tax totals from the settlement's summation."""
     root, c, p = cii.root, cii.collector, cii.path
-    amount_rels: dict[str, tuple[str, ...]] = {
-        "payable_total": ("ram:DuePayableAmount", "ram:GrandTotalAmount"),
-        "net_total": ("ram:TaxBasisTotalAmount",),
-    }
-    for name, amount_paths in amount_rels.items():
-        for rel in amount_paths:
-            node, path = _first(root, tuple(f"{s}/{m}" for s in _SETTLEMENT for m in _SUMMATION), (rel,))
-            if node is None:
-                continue
-            raw = text_of(node) or ""
-            amount = strict_decimal(raw)
-            if amount is None:
-                c.miss(name, unparseable(p(path), raw, "amount"))
-            c.set(name, amount, p(path))
-            break
+    summations = tuple(f"{s}/{m}" for s in _SETTLEMENT for m in _SUMMATION)
+
+    def total(leaf: str) -> tuple[etree._Element | None, str]:
+        node, path = _first(root, summations, (f"ram:{leaf}",))
+        return node, p(path)
+
+    # Before BR-CO-16 was applied here, a missing DuePayableAmount fell back to the grand total
+    # even with a prepayment stated: the prepaid part was paid twice.
+    c.amount_due(
+        stated(*total("DuePayableAmount")),
+        stated(*total("GrandTotalAmount")),
+        stated(*total("TotalPrepaidAmount")),
+        stated(*total("RoundingAmount")),
+    )
+    net = stated(*total("TaxBasisTotalAmount"))
+    if net is not None:
+        if net.amount is None:
+            c.miss("net_total", unparseable(net.path, net.raw, "amount"))
+        c.set("net_total", net.amount, net.path)
+    tax_currency_node, _ = _first(root, _SETTLEMENT, ("ram:TaxCurrencyCode",))
+    c.foreign_amounts.extend(foreign_amounts(root, currency, collapse(text_of(tax_currency_node))))
 
     # Like UBL, a second TaxTotalAmount may be given in the VAT accounting currency (BT-111).
     for settlement in _SETTLEMENT:
@@ -175,6 +183,22 @@ def _payment(cii: _CiiInvoice) -> None:
         ),
     )
     c.set("payee_iban", collapse(text_of(node)), p(path))
+    for name, rels in (
+        ("payment_means_code", ("ram:SpecifiedTradeSettlementPaymentMeans/ram:TypeCode",)),
+        ("mandate_reference", ("ram:SpecifiedTradePaymentTerms/ram:DirectDebitMandateID",)),
+        (
+            "debited_account",
+            ("ram:SpecifiedTradeSettlementPaymentMeans/ram:PayerPartyDebtorFinancialAccount/ram:IBANID",),
+        ),
+        ("preceding_invoice", ("ram:InvoiceReferencedDocument/ram:IssuerAssignedID",)),
+    ):
+        node, path = _first(root, _SETTLEMENT, rels)
+        c.set(name, collapse(text_of(node)), p(path))
+    node, path = _first(
+        root, _SETTLEMENT, ("ram:InvoiceReferencedDocument/ram:FormattedIssueDateTime/qdt:DateTimeString",)
+    )
+    if node is not None:
+        c.set("preceding_issue_date", cii_date(text_of(node) or "", node.get("format")), p(path))
 
     node, path = _first(root, _AGREEMENT, ("ram:BuyerOrderReferencedDocument/ram:IssuerAssignedID",))
     c.set("po_number", collapse(text_of(node)), p(path))

@@ -7,6 +7,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from ..domain.doctypes import is_credit_note_code
 from ..domain.fields import FIELD_NAMES, InvoiceFields
 from .collect import FieldCollector
 from .errors import BadDocument
@@ -70,6 +71,7 @@ DATE_FIELDS = ("issue_date", "due_date")
 AMOUNT_FIELDS = ("net_total", "tax_total", "payable_total")
 # Every other field is text (the schema's `text`), a new one included.
 TEXT_FIELDS = tuple(n for n in FIELD_NAMES if n not in (*DATE_FIELDS, *AMOUNT_FIELDS, "document_type"))
+OPTIONAL_TEXT_FIELDS = ("type_code", "preceding_invoice", "payment_means_code", "mandate_reference")
 
 
 def fields_from_json(text: str) -> InvoiceFields:
@@ -78,7 +80,9 @@ def fields_from_json(text: str) -> InvoiceFields:
     for name in TEXT_FIELDS:
         value = data.get(name)
         c.set(name, value if value else None, f"$.{name}")
-    c.set("document_type", data.get("document_type") or "invoice", "$.document_type")
+    # Without a document_type, a credit-note type code says it (a stated conflict is held in review).
+    implied = "credit_note" if is_credit_note_code(data.get("type_code")) else "invoice"
+    c.set("document_type", data.get("document_type") or implied, "$.document_type")
     for name in DATE_FIELDS:
         raw = data.get(name)
         if raw is None:
@@ -87,6 +91,9 @@ def fields_from_json(text: str) -> InvoiceFields:
         if parsed is None:
             c.miss(name, unparseable(f"$.{name}", raw, "date"))
         c.set(name, parsed, f"$.{name}")
+    # Optional: the UNTDID 1001 code, the corrected invoice and the payment means, as in the XML.
+    for name in OPTIONAL_TEXT_FIELDS:
+        c.set(name, data.get(name) or None, f"$.{name}")
     for name in AMOUNT_FIELDS:
         raw = data.get(name)
         if raw is None:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from lxml import etree
 
+from ..domain.doctypes import is_credit_note_code
 from ..domain.fields import FieldSource, InvoiceFields
-from .collect import FieldCollector
-from .values import CREDIT_NOTE_TYPE_CODES, collapse, iso_date, strict_decimal, unparseable
+from .collect import FieldCollector, foreign_amounts, stated
+from .values import collapse, iso_date, strict_decimal, unparseable
 from .xpath import find, find_all, local_name, text_of
 
 _SUPPLIER = "cac:AccountingSupplierParty/cac:Party"
@@ -42,10 +43,11 @@ def fields_from_ubl(root: etree._Element) -> InvoiceFields:
     c.set("invoice_number", collapse(text_of(find(root, "cbc:ID"))), p("cbc:ID"))
 
     type_path = "cbc:CreditNoteTypeCode" if is_credit_note else "cbc:InvoiceTypeCode"
-    type_code = text_of(find(root, type_path))
+    type_code = collapse(text_of(find(root, type_path)))
+    c.set("type_code", type_code, p(type_path))
     if is_credit_note:
         c.set("document_type", "credit_note", p(local_name(root)))
-    elif type_code in CREDIT_NOTE_TYPE_CODES:
+    elif is_credit_note_code(type_code):
         c.set("document_type", "credit_note", p(type_path))
     else:
         c.set("document_type", "invoice", p(type_path) if type_code else top)
@@ -68,16 +70,23 @@ def fields_from_ubl(root: etree._Element) -> InvoiceFields:
     currency = collapse(text_of(find(root, "cbc:DocumentCurrencyCode")))
     c.set("currency", currency, p("cbc:DocumentCurrencyCode"))
 
-    for name, rel in (
-        ("payable_total", "cac:LegalMonetaryTotal/cbc:PayableAmount"),
-        ("net_total", "cac:LegalMonetaryTotal/cbc:TaxExclusiveAmount"),
-    ):
-        raw = text_of(find(root, rel))
-        if raw is not None:
-            amount = strict_decimal(raw)
-            if amount is None:
-                c.miss(name, unparseable(p(rel), raw, "amount"))
-            c.set(name, amount, p(rel))
+    def total(leaf: str) -> tuple[etree._Element | None, str]:
+        rel = f"cac:LegalMonetaryTotal/cbc:{leaf}"
+        return find(root, rel), p(rel)
+
+    c.amount_due(
+        stated(*total("PayableAmount")),
+        stated(*total("TaxInclusiveAmount")),
+        stated(*total("PrepaidAmount")),
+        stated(*total("PayableRoundingAmount")),
+    )
+    net = stated(*total("TaxExclusiveAmount"))
+    if net is not None:
+        if net.amount is None:
+            c.miss("net_total", unparseable(net.path, net.raw, "amount"))
+        c.set("net_total", net.amount, net.path)
+    tax_currency = collapse(text_of(find(root, "cbc:TaxCurrencyCode")))
+    c.foreign_amounts.extend(foreign_amounts(root, currency, tax_currency))
 
     # An invoice may carry a second TaxTotal in the VAT accounting currency (BT-111); the
     # document-currency one is BT-110.
@@ -105,6 +114,17 @@ def fields_from_ubl(root: etree._Element) -> InvoiceFields:
     c.set("buyer_vat_id", buyer_vat, p(buyer_vat_path))
     iban_rel = "cac:PaymentMeans/cac:PayeeFinancialAccount/cbc:ID"
     c.set("payee_iban", collapse(text_of(find(root, iban_rel))), p(iban_rel))
+    for name, rel in (
+        ("payment_means_code", "cac:PaymentMeans/cbc:PaymentMeansCode"),
+        ("mandate_reference", "cac:PaymentMeans/cac:PaymentMandate/cbc:ID"),
+        ("debited_account", "cac:PaymentMeans/cac:PaymentMandate/cac:PayerFinancialAccount/cbc:ID"),
+        ("preceding_invoice", "cac:BillingReference/cac:InvoiceDocumentReference/cbc:ID"),
+    ):
+        c.set(name, collapse(text_of(find(root, rel))), p(rel))
+    preceding_rel = "cac:BillingReference/cac:InvoiceDocumentReference/cbc:IssueDate"
+    preceding_raw = text_of(find(root, preceding_rel))
+    if preceding_raw is not None:
+        c.set("preceding_issue_date", iso_date(preceding_raw), p(preceding_rel))
     c.set(
         "po_number",
         collapse(text_of(find(root, "cac:OrderReference/cbc:ID"))),

@@ -62,10 +62,3 @@ def unparseable(source: str, raw: str, what: str) -> FieldSource:
     """Marks a present-but-invalid value so validation can say "bad", not "missing"."""
     shown = raw if len(raw) <= 40 else raw[:37] + "..."
     return FieldSource(source, 0.0, f"{UNPARSEABLE_PREFIX} {what}: {shown!r}")
-
-
-# UNTDID 1001 codes that mean "credit note" in EN 16931 practice. 384 (corrected invoice) is
-# deliberately absent: it replaces an invoice and is an invoice itself.
-CREDIT_NOTE_TYPE_CODES: frozenset[str] = frozenset(
-    {"81", "83", "261", "262", "296", "308", "381", "396", "532"}
-)

@@ -30,6 +30,23 @@ FIELD_NAMES: tuple[str, ...] = (
     "payee_iban",
 )
 
+# Fields the structured formats state beside those above, not corrected by a person (a person
+# decides on them through the hold reasons they cause): the UNTDID 1001 code (BT-3), the invoice
+# a correction refers to (BT-25, BT-26), the payment means (BT-81) and direct-debit mandate
+# (BT-89) with the debited account (BT-91), and the grand total, prepaid and rounding amounts
+# the amount due is formed from (BT-112, BT-113, BT-114). None on a page-read document.
+EXTRA_FIELD_NAMES: tuple[str, ...] = (
+    "type_code",
+    "preceding_invoice",
+    "preceding_issue_date",
+    "payment_means_code",
+    "mandate_reference",
+    "debited_account",
+    "grand_total",
+    "prepaid_total",
+    "rounding_total",
+)
+
 
 # Prefixes of `FieldSource.source` for values read from the visible page (a PDF text layer, OCR,
 # or a learnt vendor layout) rather than from structured data (XML, JSON). A page-read payable
@@ -157,6 +174,19 @@ class InvoiceFields:
     sources: Mapping[str, FieldSource] = field(default_factory=dict)
     # Set by the page reader (None for XML and JSON, whose totals are data, not guesses).
     amount_check: AmountCheck | None = None
+    # EXTRA_FIELD_NAMES (stored JSON from before they existed reads them as None).
+    type_code: str | None = None
+    preceding_invoice: str | None = None
+    preceding_issue_date: date | None = None
+    payment_means_code: str | None = None
+    mandate_reference: str | None = None
+    debited_account: str | None = None
+    grand_total: Decimal | None = None
+    prepaid_total: Decimal | None = None
+    rounding_total: Decimal | None = None
+    # Amounts whose currencyID attribute names another currency than the document's (BT-5), as
+    # "path CUR"; tax amounts in the tax currency (BT-6) are not listed. Held: `currency_mismatch`.
+    foreign_amounts: tuple[str, ...] = ()
 
     @property
     def read_from_page(self) -> bool:
@@ -190,6 +220,12 @@ class InvoiceFields:
             elif f.name == "amount_check":
                 if value is not None:
                     out["amount_check"] = value.to_json()
+            elif f.name == "foreign_amounts":
+                if value:
+                    out["foreign_amounts"] = list(value)
+            elif f.name in EXTRA_FIELD_NAMES and value is None:
+                # Absent as before they existed: stored JSON and its hashes stay as they were.
+                continue
             elif isinstance(value, date):
                 out[f.name] = value.isoformat()
             elif isinstance(value, Decimal):
@@ -223,4 +259,14 @@ class InvoiceFields:
             payee_iban=data.get("payee_iban"),
             sources={name: FieldSource.from_json(s) for name, s in (data.get("sources") or {}).items()},
             amount_check=AmountCheck.from_json(data["amount_check"]) if data.get("amount_check") else None,
+            type_code=data.get("type_code"),
+            preceding_invoice=data.get("preceding_invoice"),
+            preceding_issue_date=as_date(data.get("preceding_issue_date")),
+            payment_means_code=data.get("payment_means_code"),
+            mandate_reference=data.get("mandate_reference"),
+            debited_account=data.get("debited_account"),
+            grand_total=as_decimal(data.get("grand_total")),
+            prepaid_total=as_decimal(data.get("prepaid_total")),
+            rounding_total=as_decimal(data.get("rounding_total")),
+            foreign_amounts=tuple(str(a) for a in data.get("foreign_amounts") or ()),
         )

@@ -26,9 +26,10 @@ from dataclasses import dataclass, replace
 from datetime import date, timedelta
 from decimal import Decimal
 
+from .doctypes import document_type_of
 from .fields import EURO_BY_SHAPE, FieldSource, InvoiceFields
 from .identity import BANK_DETAILS_CHANGED, VENDOR_UNCONFIRMED
-from .validation import ValidationProblem
+from .validation import ValidationProblem, excess_decimals, minor_units
 
 NEGATIVE_TOTAL = "negative_total"
 DUE_BEFORE_ISSUE = "due_before_issue"
@@ -47,6 +48,18 @@ CORRECTED = "corrected"
 FIELD_UNREAD = "field_unread"
 # A vendor layout in shadow read the page differently from the page reader (docs/layouts.md).
 LAYOUT_DISAGREES = "layout_disagrees"
+# What the document's type code (UNTDID 1001, domain/doctypes.py) says it is: nothing owed (a
+# pro-forma), a correction of an earlier invoice, a code nobody classed, or a code that contradicts
+# the document's own kind (a credit-note code on an invoice).
+NOT_A_CLAIM = "not_a_claim"
+CORRECTION = "correction"
+UNKNOWN_DOCUMENT_TYPE = "unknown_document_type"
+DOCUMENT_TYPE_CONFLICT = "document_type_conflict"
+# Amounts the document itself contradicts: more decimals than the currency has, another currency
+# than the document's, an amount due that is not grand total - prepaid + rounding (BR-CO-16).
+AMOUNT_PRECISION = "amount_precision"
+CURRENCY_MISMATCH = "currency_mismatch"
+AMOUNT_DUE_MISMATCH = "amount_due_mismatch"
 # The source entry where a layout in shadow leaves that disagreement (not a field of its own).
 SHADOW_SOURCE = "layout_shadow"
 
@@ -66,6 +79,13 @@ REASON_CODES: tuple[str, ...] = (
     VENDOR_UNCONFIRMED,
     BANK_DETAILS_CHANGED,
     LAYOUT_DISAGREES,
+    NOT_A_CLAIM,
+    CORRECTION,
+    UNKNOWN_DOCUMENT_TYPE,
+    DOCUMENT_TYPE_CONFLICT,
+    AMOUNT_PRECISION,
+    CURRENCY_MISMATCH,
+    AMOUNT_DUE_MISMATCH,
 )
 
 _CODE = re.compile(r"^[a-z][a-z0-9_]*")
@@ -124,6 +144,7 @@ def review_reasons(fields: InvoiceFields, policy: ReviewPolicy, *, today: date |
     """
     out: list[str] = []
     payable, currency = fields.payable_total, fields.currency or "?"
+    out.extend(document_type_reasons(fields))
     out.extend(money_reasons(fields))
     kind = "credit note" if fields.document_type == "credit_note" else "invoice"
 
@@ -168,6 +189,42 @@ def review_reasons(fields: InvoiceFields, policy: ReviewPolicy, *, today: date |
     return out
 
 
+def document_type_reasons(fields: InvoiceFields) -> list[str]:
+    """What the stated type code (BT-3) says a person must decide: a document that is no claim,
+    a correction, or a code the table does not know is never posted by itself. No code (a
+    page-read document, a JSON one without it): nothing here, as before."""
+    code = fields.type_code
+    if code is None:
+        return []
+    row = document_type_of(code)
+    if row is None:
+        return [
+            f"{UNKNOWN_DOCUMENT_TYPE}: type code {code!r} is not in the pipeline's document-type table "
+            "(docs/formats.md); check what the document is: approve it as an invoice or credit note, "
+            "or reject it"
+        ]
+    what = f"type {code}, {row.label}"
+    if row.document_class == "not_a_claim":
+        return [
+            f"{NOT_A_CLAIM}: {what}: nothing is owed on it, so it is never posted; reject it to file it "
+            "as information (the claim is the invoice that follows it)"
+        ]
+    if row.document_class == "correction":
+        refers = fields.preceding_invoice or "an invoice it does not name (no BT-25)"
+        of = f" of {fields.preceding_issue_date}" if fields.preceding_issue_date else ""
+        return [
+            f"{CORRECTION}: {what}: corrects {refers}{of}; decide whether it replaces that invoice "
+            "(pay only the difference) or reverses it; it is never paid on top of it"
+        ]
+    if (row.document_class == "credit_note") != (fields.document_type == "credit_note"):
+        kind = "credit note" if fields.document_type == "credit_note" else "invoice"
+        return [
+            f"{DOCUMENT_TYPE_CONFLICT}: the document is sent as a {kind} but its type code {code} is a "
+            f"{row.label}; check whether it is owed or credited before booking it"
+        ]
+    return []
+
+
 def money_reasons(fields: InvoiceFields) -> list[str]:
     """What stops the amount from being paid as read: money fails closed.
 
@@ -189,6 +246,7 @@ def money_reasons(fields: InvoiceFields) -> list[str]:
             + (f"; amounts found: {shown}" if shown else "")
             + "; check the amount due on the document"
         )
+    out.extend(_stated_amount_reasons(fields))
     if fields.currency_inferred_on_a_scan:
         source = fields.sources["currency"].source
         why = (
@@ -214,6 +272,49 @@ def money_reasons(fields: InvoiceFields) -> list[str]:
             f"{DUPLICATE_CHECK_IMPOSSIBLE}: without a currency the duplicate check could only compare "
             "invoices of the same number and seller, not differently written numbers of the same invoice"
         )
+    return out
+
+
+def _stated_amount_reasons(fields: InvoiceFields) -> list[str]:
+    """Amounts the document contradicts itself on: never rounded, converted or picked by the
+    pipeline, since each would be a guess at what the seller meant."""
+    out: list[str] = []
+    amounts = {
+        "payable": fields.payable_total,
+        "net": fields.net_total,
+        "tax": fields.tax_total,
+        "grand total": fields.grand_total,
+        "prepaid": fields.prepaid_total,
+        "rounding": fields.rounding_total,
+    }
+    excess = [
+        f"{name} {amount}"
+        for name, amount in amounts.items()
+        if amount is not None and excess_decimals(amount, fields.currency)
+    ]
+    if excess:
+        out.append(
+            f"{AMOUNT_PRECISION}: {', '.join(excess)} {fields.currency} has more decimals than "
+            f"{fields.currency} has ({minor_units(fields.currency)}); the pipeline does not round money: "
+            "ask the seller for a corrected document, or correct the amount and approve"
+        )
+    if fields.foreign_amounts:
+        shown = ", ".join(fields.foreign_amounts[:5])
+        more = f" and {len(fields.foreign_amounts) - 5} more" if len(fields.foreign_amounts) > 5 else ""
+        out.append(
+            f"{CURRENCY_MISMATCH}: the document currency is {fields.currency} but amounts say another "
+            f"currency ({shown}{more}); check which currency is owed: nothing is converted"
+        )
+    # An amount due formed from these very amounts (none stated) agrees with them by construction.
+    due, grand = fields.payable_total, fields.grand_total
+    if due is not None and grand is not None:
+        expected = grand - (fields.prepaid_total or 0) + (fields.rounding_total or 0)
+        if expected != due:
+            out.append(
+                f"{AMOUNT_DUE_MISMATCH}: amount due {due} is not grand total {grand} - prepaid "
+                f"{fields.prepaid_total or 0} + rounding {fields.rounding_total or 0} = {expected} "
+                "(EN 16931 BR-CO-16); check which amount is owed"
+            )
     return out
 
 

@@ -54,6 +54,35 @@ def is_known_currency(code: str | None) -> bool:
     return code is not None and code in KNOWN_CURRENCIES
 
 
+# ISO 4217 minor units (decimals) where they are not 2. Fund and precious-metal codes have none
+# ("N.A." in ISO 4217): their amounts are not checked. Every other known currency has 2.
+_MINOR_UNITS_NOT_2: dict[str, int | None] = {
+    **dict.fromkeys("BIF CLP DJF GNF ISK JPY KMF KRW PYG RWF UGX UYI VND VUV XAF XOF XPF".split(), 0),
+    **dict.fromkeys("BHD IQD JOD KWD LYD OMR TND".split(), 3),
+    **dict.fromkeys("CLF UYW".split(), 4),
+    **dict.fromkeys("XAG XAU XBA XBB XBC XBD XDR XPD XPT XSU XUA".split()),
+}
+
+
+def minor_units(currency: str | None) -> int | None:
+    """How many decimals an amount in this currency can have; None: unknown or not applicable."""
+    if not is_known_currency(currency):
+        return None
+    assert currency is not None
+    return _MINOR_UNITS_NOT_2.get(currency, 2)
+
+
+def excess_decimals(amount: Decimal, currency: str | None) -> bool:
+    """The amount has more (non-zero) decimals than its currency has: 119.006 EUR, 1100.55 JPY.
+    Trailing zeros are no excess (1100.00 JPY is 1100 yen). Never rounded by the pipeline: which
+    way to round is the seller's to say, so such an amount is held."""
+    units = minor_units(currency)
+    if units is None or not amount.is_finite() or amount.is_zero():
+        return False
+    exponent = amount.normalize().as_tuple().exponent
+    return isinstance(exponent, int) and -exponent > units
+
+
 # FieldSource.reason prefix the extractors use for a value that was present but unreadable,
 # so validation can report "bad date" rather than "missing date".
 UNPARSEABLE_PREFIX = "unparseable"

@@ -158,10 +158,13 @@ def ubl_xml(inv: SampleInvoice) -> bytes:
         if inv.po_number
         else ""
     )
+    # Without an amount due the reader forms it from the grand total (BR-CO-16): a document with
+    # no payable total omits both.
     payable = (
         ""
         if inv.omit_payable
-        else f'<cbc:PayableAmount currencyID="{cur}">{_a(inv.payable_total)}</cbc:PayableAmount>'
+        else f'<cbc:TaxInclusiveAmount currencyID="{cur}">{_a(inv.net_total + inv.tax_total)}</cbc:TaxInclusiveAmount>'
+        f'<cbc:PayableAmount currencyID="{cur}">{_a(inv.payable_total)}</cbc:PayableAmount>'
     )
     doc = (
         f'<?xml version="1.0" encoding="UTF-8"?>\n<{root} xmlns="{ns}" '
@@ -175,7 +178,6 @@ def ubl_xml(inv: SampleInvoice) -> bytes:
         f'<cac:TaxTotal><cbc:TaxAmount currencyID="{cur}">{_a(inv.tax_total)}</cbc:TaxAmount></cac:TaxTotal>'
         f'<cac:LegalMonetaryTotal><cbc:LineExtensionAmount currencyID="{cur}">{_a(inv.net_total)}</cbc:LineExtensionAmount>'
         f'<cbc:TaxExclusiveAmount currencyID="{cur}">{_a(inv.net_total)}</cbc:TaxExclusiveAmount>'
-        f'<cbc:TaxInclusiveAmount currencyID="{cur}">{_a(inv.net_total + inv.tax_total)}</cbc:TaxInclusiveAmount>'
         f"{payable}</cac:LegalMonetaryTotal>{lines}</{root}>\n"
     )
     return doc.encode("utf-8")
