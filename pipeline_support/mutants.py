@@ -740,6 +740,38 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "        return self.euro >= EURO_MIN_SCORE - 0.2\n",
         f"{GLYPH_TESTS}::test_a_euro_sign_is_told_from_everything_else_that_ends_an_amount",
     ),
+    _one(
+        "number-guard-labels",
+        "the value after an invoice-number label is never a date, an amount or an identifier printed on the page (issue 52)",
+        "invoice_pipeline/documents/text_fields.py",
+        "        why = why_not_a_number(number.value, printed)\n",
+        "        why = None\n",
+        "invoice_pipeline_tests/documents/test_number_never_another_value.py::test_a_number_label_beside_another_value_leaves_the_number_unread[the issue date]",
+    ),
+    _one(
+        "number-guard-candidates",
+        "the ranker's invoice-number candidates never include a postcode, date, amount or identifier (issue 52)",
+        "invoice_pipeline/documents/reading/candidates.py",
+        "                or not could_be_invoice_number(token, printed)\n",
+        "",
+        "invoice_pipeline_tests/documents/test_number_never_another_value.py::test_the_rankers_candidates_never_include_another_value[the seller's postcode and town]",
+    ),
+    _one(
+        "number-guard-layout",
+        "a vendor layout's invoice number at its learnt place is refused when it is a date (issue 52)",
+        "invoice_pipeline/documents/reading/layouts.py",
+        '    if rule.field == "invoice_number" and (why := why_not_a_number(',
+        '    if rule.field == "never" and (why := why_not_a_number(',
+        "invoice_pipeline_tests/documents/test_number_never_another_value.py::test_a_vendor_layout_whose_number_place_holds_a_date_leaves_the_number_unread",
+    ),
+    _one(
+        "number-under-another-row",
+        "a number read below its label past another row (a quantity in the item table) is not taken (issue 52)",
+        "invoice_pipeline/documents/text_fields.py",
+        "            why = _under_another_row(doc, number)\n",
+        "            why = None\n",
+        "invoice_pipeline_tests/documents/test_number_never_another_value.py::test_a_resent_copy_whose_number_is_not_text_is_held_not_posted",
+    ),
 )
 
 

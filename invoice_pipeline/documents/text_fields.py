@@ -10,6 +10,7 @@ a missing field says why.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import date
 from decimal import Decimal
@@ -27,6 +28,7 @@ from .collect import FieldCollector
 from .ocr import nothing_read
 from .reading.amounts import EXEMPT, Found, Resolution, find_amounts, resolve
 from .reading.labels import (
+    COLUMN_SLACK,
     CREDIT_NOTE_HEADING,
     CURRENCY_LABELS,
     DUE_DATE_LABELS,
@@ -46,6 +48,7 @@ from .reading.labels import (
     labelled,
     number_under_heading,
 )
+from .reading.number_guard import PageNumbers, why_not_a_number
 from .reading.ocr_layout import MIN_FIELD_CONFIDENCE, OcrLayout
 from .reading.page_values import currency_of_vat_id, first_date, first_identifier, first_money, labelled_date
 from .reading.parties import legal_form_apart
@@ -92,9 +95,14 @@ def hand_fields_from_text(
     """
     page = _PageReading.of(text, ocr=ocr, ocr_layout=ocr_layout, boxes=boxes)
     doc = page.doc
-    number = _invoice_number(doc)
+    number_read = _invoice_number(doc, PageNumbers.of(text))
+    number = number_read if isinstance(number_read, Hit) else None
     page.put(
-        "invoice_number", number, "no 'Invoice No' / 'Rechnungsnummer' / 'Facture n°' label with a value"
+        "invoice_number",
+        number,
+        number_read
+        if isinstance(number_read, str)
+        else "no 'Invoice No' / 'Rechnungsnummer' / 'Facture n°' label with a value",
     )
     _document_type(page)
     issue = _issue_date(doc, number)
@@ -193,14 +201,51 @@ class _PageReading:
             self.collector.put(name, hit.value, where)
 
 
-def _invoice_number(doc: TextDoc) -> Hit[str] | None:
-    """After a number label; else after the heading ("Invoice 2024-17"); else under a heading alone."""
-    number = labelled(doc, NUMBER_LABELS, first_identifier, below=True, exclude_before=NOT_THIS_DOC)
-    if number is None:
-        number = labelled(doc, (NUMBER_HEADING,), first_identifier, confidences=(0.5,))
-    if number is None:
-        number = number_under_heading(doc)
-    return number
+def _invoice_number(doc: TextDoc, printed: PageNumbers) -> Hit[str] | str | None:
+    """After a number label; else after the heading ("Invoice 2024-17"); else under a heading alone.
+
+    The first value found decides: when it is no invoice number (a date, an amount, an identifier
+    or a postcode printed on the page: `number_guard`), the number is left unread and the reason
+    returned. Searching on would take whatever else stands near a label whose number is printed
+    as a picture, and a re-sent copy would get a number of its own (issue 52)."""
+    # (how to find it, whether it is a label's value: one read below a label must stand right
+    # under it; a heading's block has its number a few lines down by design)
+    finders: tuple[tuple[Callable[[], Hit[str] | None], bool], ...] = (
+        (
+            lambda: labelled(doc, NUMBER_LABELS, first_identifier, below=True, exclude_before=NOT_THIS_DOC),
+            True,
+        ),
+        (lambda: labelled(doc, (NUMBER_HEADING,), first_identifier, confidences=(0.5,)), True),
+        (lambda: number_under_heading(doc), False),
+    )
+    for find, under_label in finders:
+        if (number := find()) is None:
+            continue
+        why = why_not_a_number(number.value, printed)
+        if why is None and under_label:
+            why = _under_another_row(doc, number)
+        if why is not None:
+            return (
+                f"no invoice number after {number.label!r} (line {number.lines[-1] + 1}): {why}; "
+                "not guessed from another value (the number may be printed as a picture)"
+            )
+        return number
+    return None
+
+
+def _under_another_row(doc: TextDoc, number: Hit[str]) -> str | None:
+    """Why a value read below its label is not that label's: another row (a date's label, a
+    table's header) stands between them in the label's column. With the number not printed as
+    text, the search below the label reaches the item table and took a quantity for it."""
+    if number.value_line is None or not number.segs:
+        return None
+    label_line, label_index = number.segs[0]
+    label = doc.lines[label_line][label_index]
+    for line in range(label_line + 1, number.value_line):
+        between = [s for s in doc.lines[line] if s.overlaps(label.col, label.end, COLUMN_SLACK)]
+        if between:
+            return f"{number.value!r} stands below {between[0].text.strip()!r}, not below the label"
+    return None
 
 
 def _document_type(page: _PageReading) -> None:

@@ -46,6 +46,7 @@ from .labels import (
     VAT_LABELS,
     TextDoc,
 )
+from .number_guard import PageNumbers, could_be_invoice_number
 from .page_values import (
     AMOUNT,
     CURRENCY_SYMBOLS,
@@ -251,7 +252,10 @@ _NUMBER_ROLES = (
 
 
 def number_candidates(view: PageView) -> Iterator[Candidate]:
+    """Every token that could be the invoice number; never one that is something else the page
+    prints (a date, an amount, a VAT id, an IBAN, a postcode: `number_guard`), whatever its rank."""
     seen: set[tuple[str, int]] = set()
+    printed = PageNumbers.of(view.text)
     counts: Counter[str] = Counter(_TOKEN.findall(view.flat))
     for seg in view.doc.segs():
         spans = [(m.start(), m.group()) for m in _TOKEN.finditer(seg.text)]
@@ -267,6 +271,7 @@ def number_candidates(view: PageView) -> Iterator[Candidate]:
                 or _DECIMAL_AMOUNT.match(seg.text, start)  # an amount ("1.234,50"), or its first part
                 or seg.text[start + len(token) :].startswith("%")
                 or re.search(r"\d[.,']$", seg.text[:start]) is not None  # the decimals of an amount
+                or not could_be_invoice_number(token, printed)
             ):
                 continue
             seen.add((token, seg.line))

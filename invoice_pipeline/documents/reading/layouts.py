@@ -51,6 +51,7 @@ from .amounts import (
     resolve,
 )
 from .labels import fields_labelled
+from .number_guard import PageNumbers, why_not_a_number
 from .ocr_layout import MIN_FIELD_CONFIDENCE, OcrLayout
 from .page_values import find_dates, first_identifier, labelled_date
 from .parties import LEGAL_MARKERS
@@ -551,6 +552,16 @@ class LayoutRead:
     vendor_found: bool = False
     values: Mapping[str, ReadValue] = field(default_factory=dict)
     missed: Mapping[str, str] = field(default_factory=dict)
+    # Fields whose learnt place holds something that is not the field (an invoice number's place
+    # holding a date): left unread for a person, not read template-free instead.
+    refused: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A value the layout found where it learnt the field, which cannot be that field, and why."""
+
+    reason: str
 
 
 def _find_anchor(page: Page, rule: FieldRule) -> Segment | None:
@@ -577,7 +588,7 @@ def _value_after_anchor(kind: ValueKind, seg: Segment, anchor: str) -> Any:
     return found[-1][1] if kind == "amount" and found else (found[0][1] if found else None)
 
 
-def _read_rule(page: Page, rule: FieldRule, kind: ValueKind) -> ReadValue | str:
+def _read_rule(page: Page, rule: FieldRule, kind: ValueKind) -> ReadValue | Refused | str:
     anchor = _find_anchor(page, rule)
     if anchor is None:
         return f"its anchor {rule.anchor!r} is not on the page once near column {rule.anchor_col}"
@@ -607,6 +618,10 @@ def _read_rule(page: Page, rule: FieldRule, kind: ValueKind) -> ReadValue | str:
         return f"no {kind} where it stood relative to {rule.anchor!r}"
     if kind == "identifier" and rule.shape is not None and _shape(str(value)) != rule.shape:
         return f"{value!r} is not shaped like the learnt number ({rule.shape})"
+    if rule.field == "invoice_number" and (why := why_not_a_number(str(value), PageNumbers.of(page.text))):
+        # The learnt place holds another value (the number printed as a picture): the same rule
+        # as on every other path, whatever the layout learnt.
+        return Refused(f"no invoice number where it stood relative to {rule.anchor!r}: {why}")
     segs = ((anchor.line, anchor.index), (seg.line, seg.index))
     return ReadValue(value, seg.line, rule.anchor, segs, seg, anchor)
 
@@ -628,6 +643,7 @@ def read_with_layout(page: Page, layout: VendorLayout) -> LayoutRead:
         )
     values: dict[str, ReadValue] = {}
     missed: dict[str, str] = {}
+    refused: dict[str, str] = {}
     for rule in layout.rules:
         kind: ValueKind = (
             "amount" if rule.field.startswith("amount:") else _KIND_OF_FIELD.get(rule.field, "identifier")
@@ -635,9 +651,11 @@ def read_with_layout(page: Page, layout: VendorLayout) -> LayoutRead:
         got = _read_rule(page, rule, kind)
         if isinstance(got, str):
             missed[rule.field] = got
+        elif isinstance(got, Refused):
+            refused[rule.field] = got.reason
         else:
             values[rule.field] = got
-    return LayoutRead(layout, True, "matched", score, True, values, missed)
+    return LayoutRead(layout, True, "matched", score, True, values, missed, refused)
 
 
 def _currency_on_page(page: Page, currency: str | None) -> bool:
@@ -828,6 +846,15 @@ def _anchored_fields(merging: _Merging) -> None:
     layout, read = merging.read.layout, merging.read
     for name in ANCHORED_FIELDS:
         if layout.rule(name) is None:
+            continue
+        if (why := read.refused.get(name)) is not None:
+            merging.take(
+                name,
+                None,
+                FieldSource(
+                    merging.label, 0.0, f"{merging.label} {why}; not read template-free either: not guessed"
+                ),
+            )
             continue
         got = read.values.get(name)
         src = merging.source_for(got) if got is not None else None

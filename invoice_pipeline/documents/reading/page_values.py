@@ -123,6 +123,11 @@ def _month(word: str) -> int | None:
     return _MONTHS.get(word.lower())
 
 
+def is_month(word: str) -> bool:
+    """Whether a word is a month's name (or its abbreviation) in a language the reader knows."""
+    return _month(word) is not None
+
+
 def make_date(y: int, m: int, d: int) -> date | None:
     try:
         return date(y, m, d)
@@ -132,7 +137,12 @@ def make_date(y: int, m: int, d: int) -> date | None:
 
 def find_dates(text: str) -> list[tuple[int, date]]:
     """(position, date) for every date-looking token, in text order."""
-    found: list[tuple[int, date]] = []
+    return [(start, d) for start, _, d in date_spans(text)]
+
+
+def date_spans(text: str) -> list[tuple[int, int, date]]:
+    """(start, end, date) for every date-looking token, in text order."""
+    found: list[tuple[int, int, date]] = []
     taken: list[range] = []
     for pattern, kind in _DATE_PATTERNS:
         for m in pattern.finditer(text):
@@ -155,7 +165,7 @@ def find_dates(text: str) -> list[tuple[int, date]]:
                 month = _month(g[0])
                 parsed = make_date(int(g[2]), month, int(g[1])) if month else None
             if parsed is not None:
-                found.append((m.start(), parsed))
+                found.append((m.start(), m.end(), parsed))
                 taken.append(range(m.start(), m.end()))
     return sorted(found, key=lambda x: x[0])
 
