@@ -11,7 +11,7 @@ def json_invoice(
     seller: str = "Acme Supplies GmbH",
     total: str = "119.00",
     *,
-    vat_id: str | None = "DE123456789",
+    vat_id: str | None = "DE123456788",  # check digits valid: an identifier
     currency: str = "EUR",
     issue_date: str = "2026-11-02",
     document_type: str = "invoice",

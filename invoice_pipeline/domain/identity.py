@@ -18,7 +18,14 @@ import re
 import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from functools import cache
 from typing import Literal
+
+from stdnum import iban as stdnum_iban
+from stdnum import vatin
+from stdnum.de import stnr
+from stdnum.exceptions import InvalidComponent, InvalidFormat, ValidationError
+from stdnum.fr import siren, siret
 
 from .fields import FieldSource, InvoiceFields
 
@@ -28,43 +35,178 @@ IDENTIFIER_KINDS: tuple[IdentifierKind, ...] = ("name", "vat", "tax", "iban")
 VENDOR_UNCONFIRMED = "vendor_unconfirmed"
 BANK_DETAILS_CHANGED = "bank_details_changed"
 
-# IBAN lengths by country would be a longer table; the mod-97 check (ISO 13616) already rejects
-# a mistyped or misread IBAN with a probability of about 99 %.
-_IBAN_SHAPE = re.compile(r"[A-Z]{2}\d{2}[A-Z0-9]{11,30}")
 _IBAN_ON_PAGE = re.compile(
     r"(?<![A-Z0-9])([A-Z]{2}\d{2}(?:[ ]?[A-Z0-9]{4}){2,7}(?:[ ]?[A-Z0-9]{1,4})?)(?![A-Z0-9])"
 )
 
+# Legal-form words, as name_skeleton sees them (case-folded, dots of "G.m.b.H." joined): they
+# say how a company is registered, not which one it is, and invoices print them or leave them
+# out at will. Kept here, not imported from documents/reading/parties.py: the domain is pure.
+LEGAL_FORM_WORDS = frozenset(
+    {
+        "gmbh", "ag", "kg", "kgaa", "ohg", "ug", "ek", "ev", "eg", "gbr", "mbh", "haftungsbeschrankt",
+        "ltd", "limited", "llc", "llp", "lp", "inc", "incorporated", "corp", "corporation", "plc", "co",
+        "company", "pty", "sa", "sas", "sasu", "sarl", "eurl", "sca", "snc", "scs", "spa", "srl", "sl",
+        "slu", "sapa", "scarl", "bv", "nv", "vof", "cv", "bvba", "sprl", "as", "asa", "aps",
+        "ab", "hb", "kb", "oy", "oyj", "ky", "sp", "z", "oo", "zoo", "spzoo", "sro", "kft", "zrt", "nyrt",
+        "doo", "dd", "ad", "ood", "eood", "ou", "uab", "sia", "se", "cie", "und", "and", "et",
+    }
+)  # fmt: skip
+# "G.m.b.H.", "e.K.", "S.p.A.": single letters each followed by a dot, read as one word.
+_DOTTED_ABBREVIATION = re.compile(r"(?<!\w)(?:\w\.){2,}\w?(?!\w)")
+
 
 def compact(value: str) -> str:
-    """An identifier as letters and digits only, upper case: 'DE 123 456 789' -> 'DE123456789'."""
+    """An identifier as letters and digits only, upper case: 'DE 123 456 789' -> 'DE123456789'.
+    For display and keys only: it drops a look-alike letter silently, `normalise` refuses it."""
     return re.sub(r"[^0-9A-Z]", "", unicodedata.normalize("NFKC", value).upper())
 
 
-def iban_valid(value: str) -> bool:
-    """The ISO 13616 check: move the country and check digits to the end, letters to numbers, mod 97 = 1."""
-    iban = compact(value)
-    if not _IBAN_SHAPE.fullmatch(iban):
+def _ascii_compact(kind: str, value: str) -> str:
+    """`compact`, but ValueError for any character that is neither ASCII nor a space or punctuation:
+    a Cyrillic 'Е' in 'DЕ136695976' makes the id invalid instead of another id."""
+    nfkc = unicodedata.normalize("NFKC", value)
+    foreign = [ch for ch in nfkc if not ch.isascii() and unicodedata.category(ch)[0] not in "ZP"]
+    if foreign:
+        names = ", ".join(f"{unicodedata.name(ch, hex(ord(ch)))}" for ch in foreign[:3])
+        raise ValueError(f"{value!r} is not a valid {kind}: it holds non-ASCII characters ({names})")
+    return re.sub(r"[^0-9A-Z]", "", nfkc.upper())
+
+
+def _vat_id(value: str) -> str:
+    """The compact VAT id; ValueError for a look-alike letter or check digits that fail."""
+    ascii_id = _ascii_compact("VAT id", value)
+    if not ascii_id:
+        raise ValueError("an empty VAT id is no identifier")
+    try:
+        return vatin.validate(ascii_id).upper()
+    except (InvalidComponent, InvalidFormat) as exc:
+        if not _stdnum_knows(ascii_id[:2]):
+            return ascii_id  # a country stdnum has no rules for: the ASCII form, unchecked
+        raise ValueError(f"{value!r} is not a valid VAT id ({exc})") from exc
+    except ValidationError as exc:
+        raise ValueError(f"{value!r} is not a valid VAT id ({exc})") from exc
+
+
+def _stdnum_knows(prefix: str) -> bool:
+    try:
+        vatin.compact(prefix + "0")
+    except (InvalidComponent, InvalidFormat):
         return False
-    digits = "".join(str(int(ch, 36)) for ch in iban[4:] + iban[:4])
-    return int(digits) % 97 == 1
+    except ValidationError:
+        return True
+    return True
+
+
+def vat_valid(value: str) -> bool:
+    """Whether a VAT id is ASCII and passes its country's check digits (where stdnum knows them)."""
+    try:
+        _vat_id(value)
+    except ValueError:
+        return False
+    return True
+
+
+def iban_valid(value: str) -> bool:
+    """ISO 13616 (mod 97) and the country's length and format, by python-stdnum."""
+    try:
+        _iban(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _iban(value: str) -> str:
+    ascii_iban = _ascii_compact("IBAN", value)
+    try:
+        return str(stdnum_iban.validate(ascii_iban))
+    except ValidationError as exc:
+        raise ValueError(f"{value!r} is not a valid IBAN ({exc})") from exc
+
+
+def _tax_number(value: str) -> str:
+    """Tax numbers have too many national formats to insist on one: ASCII and compact. A French
+    SIREN/SIRET or German Steuernummer that stdnum recognises is kept in its compact form."""
+    ascii_number = _ascii_compact("tax number", value)
+    for module in (siren, siret, stnr):
+        if module.is_valid(ascii_number):
+            return str(module.compact(ascii_number)).upper()
+    return ascii_number
 
 
 def norm_name(value: str) -> str:
-    """A name for comparison: case, accents, punctuation and spacing do not matter."""
+    """A name for display-level comparison: case, accents, punctuation and spacing do not matter.
+    Identity is compared by `name_skeleton`, which also folds look-alike letters and legal forms."""
     folded = unicodedata.normalize("NFKD", value).casefold()
     folded = "".join(ch for ch in folded if not unicodedata.combining(ch))
     return " ".join(re.sub(r"[^\w]+", " ", folded).split())
 
 
+@cache
+def _confusable_prototypes() -> dict[str, str]:
+    """Each non-ASCII character Unicode TR39 (confusables.txt) calls a look-alike of one ASCII
+    letter or digit, mapped to it: Cyrillic 'А' and Greek 'Α' to 'A', Cyrillic 'р' to 'p'.
+
+    A capital look-alike of 'I' (Cyrillic 'І', Greek 'Ι') maps to 'I' rather than TR39's 'l':
+    the skeleton is case-folded, and 'I' folds to the 'i' a Latin capital I becomes."""
+    from confusable_homoglyphs.utils import load  # the data file: ~1 MB, read once, when needed
+
+    table: dict[str, str] = {}
+    for char, homoglyphs in load("confusables.json").items():
+        if len(char) != 1 or char.isascii():
+            continue
+        targets = [h["c"] for h in homoglyphs if len(h["c"]) == 1 and h["c"].isascii() and h["c"].isalnum()]
+        if not targets:
+            continue
+        target = sorted(targets, key=lambda t: (not t.isalpha(), t))[0]
+        table[char] = "I" if target == "l" and char.isupper() else target
+    return table
+
+
+def _unconfuse(text: str) -> str:
+    table = _confusable_prototypes()
+    return "".join(table.get(ch, ch) for ch in text)
+
+
+def _fold(text: str) -> str:
+    """Look-alikes to ASCII, case folded, accents dropped."""
+    folded = unicodedata.normalize("NFKD", _unconfuse(text).casefold())
+    # Once more: a letter folded or stripped of its accent can itself be a look-alike ('Ё' -> 'е').
+    return _unconfuse("".join(ch for ch in folded if not unicodedata.combining(ch))).casefold()
+
+
+def name_skeleton(value: str) -> str:
+    """A name as compared for identity: 'Acme GmbH', 'ACME', 'Αcme gmbh' (Greek Alpha) and
+    'Acmé G.m.b.H.' are one name, 'Acme Logistics' another.
+
+    Unicode TR39 look-alikes (Greek, Cyrillic, fullwidth via NFKC) become their Latin letters,
+    then case, accents, punctuation and spacing are folded away, and legal-form words at either
+    end are dropped ("AB Volvo", "Acme GmbH & Co. KG"). A name of legal-form words only keeps
+    them, so it does not become empty."""
+    folded = _fold(unicodedata.normalize("NFKC", value))
+    folded = _DOTTED_ABBREVIATION.sub(lambda m: m.group(0).replace(".", ""), folded)
+    words = re.sub(r"[\W_]+", " ", folded).split()
+    start, end = 0, len(words)
+    while start < end and words[start] in LEGAL_FORM_WORDS:
+        start += 1
+    while end > start and words[end - 1] in LEGAL_FORM_WORDS:
+        end -= 1
+    return "".join(words[start:end] or words)
+
+
 def normalise(kind: IdentifierKind, value: str) -> str:
-    """The form an identifier is stored and compared in; ValueError for one that cannot be right."""
+    """The form an identifier is stored and compared in; ValueError for one that cannot be right
+    (a look-alike letter in a VAT id, tax number or IBAN; check digits that fail)."""
     if kind == "name":
-        out = norm_name(value)
+        out = name_skeleton(value)
+    elif kind == "vat":
+        out = _vat_id(value)
+    elif kind == "iban":
+        out = _iban(value)
+    elif kind == "tax":
+        out = _tax_number(value)
     else:
-        out = compact(value)
-        if kind == "iban" and not iban_valid(out):
-            raise ValueError(f"{value!r} is not a valid IBAN (ISO 13616 check digits)")
+        raise ValueError(f"{kind!r} is no identifier kind ({', '.join(IDENTIFIER_KINDS)})")
     if not out:
         raise ValueError(f"an empty {kind} is no identifier")
     return out

@@ -13,6 +13,7 @@ from decimal import Decimal
 from typing import Any
 
 from .render import Line, Party, SampleInvoice
+from .vat_ids import valid_vat_id
 
 # Invented companies; any resemblance to real ones is accidental.
 SELLERS = (
@@ -63,19 +64,19 @@ def _vat(rng: random.Random, country: str | None) -> str | None:
     digits = "".join(rng.choice("0123456789") for _ in range(12))
     match country:
         case "DE":
-            return "DE" + digits[:9]
+            return valid_vat_id("DE", digits[:9])
         case "GB":
-            return "GB" + digits[:9]
+            return valid_vat_id("GB", digits[:9])
         case "FR":
-            return "FR" + digits[:2] + digits[2:11]
+            return valid_vat_id("FR", digits[:2] + digits[2:11])
         case "NL":
-            return "NL" + digits[:9] + "B01"
+            return valid_vat_id("NL", digits[:9], suffix="B01")
         case "NO":
-            return "NO" + digits[:9] + "MVA"
+            return valid_vat_id("NO", digits[:9], suffix="MVA")
         case "FI":
-            return "FI" + digits[:8]
+            return valid_vat_id("FI", digits[:8])
         case "ES":
-            return "ES" + "B" + digits[:8]
+            return valid_vat_id("ES", digits[:8], lead="B")
     return None
 
 

@@ -16,6 +16,7 @@ from decimal import Decimal
 from fpdf import FPDF
 
 from .render import FIXED_PDF_DATE
+from .vat_ids import valid_vat_id
 
 
 @dataclass(frozen=True)
@@ -143,6 +144,23 @@ PAGE_LABELS: dict[str, PageLabels] = {
 }
 CURRENCY_BY_LANG = {"en": "GBP", "de": "EUR", "fr": "EUR", "nl": "EUR", "it": "EUR", "es": "EUR"}
 VAT_PREFIX = {"en": "GB", "de": "DE", "fr": "FR", "nl": "NL", "it": "IT", "es": "ES"}
+
+
+def page_vat_id(prefix: str, number: int) -> str:
+    """A VAT id of the country's shape, built from a drawn 9-digit number, with check digits that
+    pass (the pipeline refuses one that fails them; vat_ids.py)."""
+    digits = str(number)
+    if prefix == "FR":
+        return valid_vat_id(prefix, digits[:2] + digits)  # two check digits, then a SIREN
+    if prefix == "IT":
+        return valid_vat_id(prefix, digits + digits[:2])  # eleven digits
+    if prefix == "NL":
+        return valid_vat_id(prefix, digits, suffix="B01")
+    if prefix == "ES":
+        return valid_vat_id(prefix, digits[:8], lead="B")  # a company's CIF
+    return valid_vat_id(prefix, digits)
+
+
 # Number formats: 1,234.56 / 1.234,56 / 1 234,56 / 1'234.56
 FORMATS = ("en", "de", "fr", "ch")
 # Where the page puts its parties and its number:
@@ -201,8 +219,8 @@ class PageCase:
     @property
     def buyer_vat_id(self) -> str:
         """The buyer's own VAT id (same country as the seller's, a different number)."""
-        digits = int(self.seller_vat_id[2:])
-        return f"{self.seller_vat_id[:2]}{(digits * 7 + 13) % 900_000_000 + 100_000_000}"
+        digits = int("".join(ch for ch in self.seller_vat_id[2:] if ch.isdigit())[:9])
+        return page_vat_id(self.seller_vat_id[:2], (digits * 7 + 13) % 900_000_000 + 100_000_000)
 
     @property
     def tax(self) -> Decimal:
@@ -262,7 +280,7 @@ def page_cases(seed: int, count: int, variants: tuple[str, ...] = VARIANTS) -> l
                 issue_date=dt.date(2025, 1, 1) + dt.timedelta(days=rng.randint(0, 300)),
                 currency=CURRENCY_BY_LANG[lang],
                 seller_name=rng.choice(SELLERS),
-                seller_vat_id=f"{VAT_PREFIX[lang]}{rng.randint(100_000_000, 999_999_999)}",
+                seller_vat_id=page_vat_id(VAT_PREFIX[lang], rng.randint(100_000_000, 999_999_999)),
                 buyer_name=rng.choice(_BUYERS),
                 net=net,
                 tax_rows=rows,

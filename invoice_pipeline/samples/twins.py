@@ -32,6 +32,7 @@ from ..domain.matching import Match, MatchCandidate, find_match
 from .drawing import BUYERS, CURRENCY_BY_COUNTRY, LANG_BY_COUNTRY, SELLERS, random_lines
 from .generator import BASE_FORMATS as FORMATS
 from .render import Line, Party, SampleInvoice, render_invoice
+from .vat_ids import valid_vat_id
 
 EXTENSIONS = {"ubl": "xml", "cii": "xml", "json": "json", "pdf": "pdf", "facturx-pdf": "pdf"}
 
@@ -185,15 +186,19 @@ class Seller:
 
 def _vat_id(rng: random.Random, country: str) -> str | None:
     digits = "".join(rng.choice("0123456789") for _ in range(11))
-    return {
-        "DE": "DE" + digits[:9],
-        "GB": "GB" + digits[:9],
-        "FR": "FR" + digits[:11],
-        "NL": "NL" + digits[:9] + "B01",
-        "NO": "NO" + digits[:9] + "MVA",
-        "FI": "FI" + digits[:8],
-        "ES": "ES" + "B" + digits[:8],
+    drawn = {  # the random digits as drawn; the check digits made valid (vat_ids.py)
+        "DE": ("DE", digits[:9], "", ""),
+        "GB": ("GB", digits[:9], "", ""),
+        "FR": ("FR", digits[:11], "", ""),
+        "NL": ("NL", digits[:9], "", "B01"),
+        "NO": ("NO", digits[:9], "", "MVA"),
+        "FI": ("FI", digits[:8], "", ""),
+        "ES": ("ES", digits[:8], "B", ""),
     }.get(country)
+    if drawn is None:
+        return None
+    prefix, number, lead, suffix = drawn
+    return valid_vat_id(prefix, number, lead=lead, suffix=suffix)
 
 
 def _sellers(rng: random.Random) -> tuple[Seller, ...]:

@@ -108,7 +108,7 @@ def write_old_release_rows(url: str) -> dict[str, OldInvoice]:
     doc = json_invoice("INV-500", total="595.00")
     fields = json.loads(doc)
     # The first release's keys: the VAT id with its country prefix, no blocking key (0003 rekeys).
-    old_key = f"{ORG}\x1fvat:DE123456789\x1fINV500\x1finvoice"
+    old_key = f"{ORG}\x1fvat:DE123456788\x1fINV500\x1finvoice"
     decided = {
         "fields": json.dumps(fields),
         "invoice_number": "INV-500",
@@ -117,8 +117,8 @@ def write_old_release_rows(url: str) -> dict[str, OldInvoice]:
         "payable_total": "595.00",
         "issue_date": "2026-11-02",
         "seller_name": "Acme Supplies GmbH",
-        "seller_vat_id": "DE123456789",
-        "vendor_key": "vat:DE123456789",
+        "seller_vat_id": "DE123456788",
+        "vendor_key": "vat:DE123456788",
         "business_key": old_key,
         "business_key_hash": 4242,
         "attempts": 1,

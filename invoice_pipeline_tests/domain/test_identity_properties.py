@@ -41,7 +41,7 @@ from invoice_pipeline.domain.validation import validate_fields
 from invoice_pipeline.samples.page_layouts import FORMATS, PAGE_LABELS, fmt_amount
 
 CENT = Decimal("0.01")
-SELLER_VAT, ORG_VAT, THIRD_VAT = "DE811907980", "FR40303265045", "NL859048139B01"
+SELLER_VAT, ORG_VAT, THIRD_VAT = "DE811907980", "FR40303265045", "NL859048135B01"
 SELLER_IBAN, ORG_IBAN, OTHER_IBAN = (
     "DE89370400440532013000",
     "FR1420041010050500013M02606",

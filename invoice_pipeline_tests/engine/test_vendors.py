@@ -125,14 +125,14 @@ def test_a_page_read_seller_not_in_the_registry_is_held_and_approval_registers_i
 
 def test_a_name_alone_confirms_no_vendor(database_url: str, store: InvoiceStore) -> None:
     """Mechanism: only an identifier in the seller's position confirms; a registered name does not."""
-    _import(store, "acme", "name,vat_id\nNordwind Logistik GmbH,DE999999999\n")
+    _import(store, "acme", "name,vat_id\nNordwind Logistik GmbH,DE999999995\n")
     (held,) = _process(database_url, store, "acme", [(render(sample("INV-9201"), "pdf"), "a.pdf")])
     assert status_and_reasons(database_url, held) == ("needs_review", [VENDOR_UNCONFIRMED])
 
 
 def test_a_changed_iban_is_held_on_a_structured_invoice_too(database_url: str, store: InvoiceStore) -> None:
     """Mechanism: vendor_reasons' IBAN check (bank_details_changed), for every format."""
-    _import(store, "acme", f"name,vat_id,iban\nAcme Supplies GmbH,DE123456789,{IBAN_A}\n")
+    _import(store, "acme", f"name,vat_id,iban\nAcme Supplies GmbH,DE123456788,{IBAN_A}\n")
     known, changed = _process(
         database_url,
         store,
@@ -196,9 +196,9 @@ def test_the_orgs_own_identity_is_never_taken_for_the_sellers(database_url: str,
     """Mechanism: without_own_identity in extract_fields. The page's seller-position VAT id is
     the org's own (as when the reader takes the buyer's block for the seller's); a vendor once
     registered under it by mistake must not make the invoice post."""
-    own = Party("Maison Verte Paysage SAS", "FR12345678901", "12 avenue Foch", "75016", "Paris", "FR")
-    store.vendors.add_org_identity("maison", "vat", "FR 12345678901", source="test", added_by="test")
-    _import(store, "maison", "name,vat_id\nMislabelled Vendor,FR12345678901\n")
+    own = Party("Maison Verte Paysage SAS", "FR36345678908", "12 avenue Foch", "75016", "Paris", "FR")
+    store.vendors.add_org_identity("maison", "vat", "FR 36345678908", source="test", added_by="test")
+    _import(store, "maison", "name,vat_id\nMislabelled Vendor,FR36345678908\n")
     (held,) = _process(
         database_url, store, "maison", [(render(sample("INV-9501", seller=own), "pdf"), "a.pdf")]
     )
@@ -213,7 +213,7 @@ def test_own_identity_is_dropped_in_any_language_and_the_page_iban_is_the_seller
     profile = OrgProfile(
         "maison",
         (
-            Identifier("vat", normalise("vat", "FR12345678901"), "FR12345678901"),
+            Identifier("vat", normalise("vat", "FR36345678908"), "FR36345678908"),
             Identifier("name", normalise("name", "Maison Verte Paysage"), "Maison Verte Paysage"),
             Identifier("iban", IBAN_B, IBAN_B),
         ),
@@ -221,7 +221,7 @@ def test_own_identity_is_dropped_in_any_language_and_the_page_iban_is_the_seller
     page = FieldSource("pdf-text: label", 0.8)
     fields = InvoiceFields(
         seller_name="MAISON  VERTE paysage",
-        seller_vat_id="fr 123 456 789 01",
+        seller_vat_id="fr 363 456 789 08",
         sources={"seller_name": page, "seller_vat_id": page},
     )
     text = (

@@ -18,7 +18,7 @@ def test_vendors_page_shows_own_orgs_only_and_profile_edits_need_token_and_org(
     org_server: ReviewServer,  # noqa: F811
 ) -> None:
     store = org_server.store
-    _import(org_server, "acme", "name,vat_id,iban\nAcme Supplies GmbH,DE123456789,DE89370400440532013000\n")
+    _import(org_server, "acme", "name,vat_id,iban\nAcme Supplies GmbH,DE123456788,DE89370400440532013000\n")
     _import(org_server, "globex", "name,vat_id\nGlobex Secret Vendor Ltd,GB980780684\n")
     alice = logged_in(org_server, "alice")
     status, page = alice.get("/vendors")

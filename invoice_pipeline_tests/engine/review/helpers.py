@@ -22,7 +22,7 @@ from pipeline_support.factories import json_invoice
 INSTANCE = DagsterInstance.ephemeral()
 
 SELLER_FR = Party("Atelier Lumière SARL", "FR12345678901", "8 rue des Tanneurs", "69002", "Lyon", "FR")
-SELLER_DE = Party("Nordwind Logistik GmbH", "DE123456789", "Hafenstraße 12", "20457", "Hamburg", "DE")
+SELLER_DE = Party("Nordwind Logistik GmbH", "DE811907980", "Hafenstraße 12", "20457", "Hamburg", "DE")
 BUYER = Party("Maison Verte Paysage", None, "12 avenue Foch", "75016", "Paris", "FR")
 
 
