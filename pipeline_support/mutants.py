@@ -518,9 +518,9 @@ SABOTAGES: tuple[Sabotage, ...] = (
     _one(
         "review-login-throttle",
         "a login while its account or address backs off is refused (429) before any password check (issue 41)",
-        "invoice_pipeline/review_ui/app.py",
-        "        wait = self.throttle.wait(account, address)\n",
-        "        wait = 0.0\n",
+        "invoice_pipeline/review_ui/auth.py",
+        "            if wait > 0:\n                return wait\n            self._address(address).pending += 1\n",
+        "            self._address(address).pending += 1\n",
         f"{ATTACKS_TESTS}::test_password_guessing_is_throttled_and_locks_the_account",
     ),
     _one(
@@ -739,6 +739,68 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "        return self.euro >= EURO_MIN_SCORE and self.euro >= self.rival_score + EURO_MARGIN\n",
         "        return self.euro >= EURO_MIN_SCORE - 0.2\n",
         f"{GLYPH_TESTS}::test_a_euro_sign_is_told_from_everything_else_that_ends_an_amount",
+    ),
+    _one(
+        "review-proxy-user-peer",
+        "the proxy's user header signs someone in only when the socket's peer is a --trusted-proxy "
+        "(issue 53)",
+        "invoice_pipeline/review_ui/auth.py",
+        "    if not auth.proxy_header or not is_trusted_proxy(auth, client_host):\n",
+        "    if not auth.proxy_header:\n",
+        "invoice_pipeline_tests/review_ui/test_review_ui_proxy.py::"
+        "test_the_proxy_user_header_from_a_client_that_is_no_trusted_proxy_signs_nobody_in",
+    ),
+    _one(
+        "review-forwarded-for-peer",
+        "X-Forwarded-For names the client (budget, login throttle) only when the socket's peer is a "
+        "--trusted-proxy (issue 53)",
+        "invoice_pipeline/review_ui/auth.py",
+        "    if not auth.forwarded_for or not is_trusted_proxy(auth, peer):\n",
+        "    if not auth.forwarded_for:\n",
+        "invoice_pipeline_tests/review_ui/test_review_ui_proxy.py::test_forwarded_for_from_a_client_that_is_no_trusted_proxy_is_ignored",
+    ),
+    _one(
+        "review-forwarded-for-rightmost",
+        "X-Forwarded-For is read from the right: the client is the rightmost item that is no trusted "
+        "proxy, not what the client wrote on the left (issue 53)",
+        "invoice_pipeline/review_ui/auth.py",
+        "    for item in reversed(items):\n",
+        "    for item in items:\n",
+        "invoice_pipeline_tests/review_ui/test_review_ui_proxy.py::test_a_trusted_proxys_forwarded_for_lines_name_the_rightmost_untrusted_address",
+    ),
+    _one(
+        "review-forwarded-for-all-lines",
+        "every X-Forwarded-For header line is read, as one list in order, not the first line only (issue 53)",
+        "invoice_pipeline/review_ui/auth.py",
+        '    items = [item.strip() for line in lines for item in line.split(",")]\n',
+        '    items = [item.strip() for line in lines[:1] for item in line.split(",")]\n',
+        "invoice_pipeline_tests/review_ui/test_review_ui_proxy.py::test_a_trusted_proxys_forwarded_for_lines_name_the_rightmost_untrusted_address",
+    ),
+    _one(
+        "review-login-reservation",
+        "a login reserves its throttle slot before its password is hashed: guesses sent at once get "
+        "no more password checks than one after another (issue 53)",
+        "invoice_pipeline/review_ui/auth.py",
+        "            self._address(address).pending += 1\n            if account is not None:\n"
+        "                self._accounts.setdefault(account, _Failures()).pending += 1\n",
+        "            self._address(address)\n",
+        "invoice_pipeline_tests/review_ui/test_review_ui_proxy.py::test_guesses_sent_at_once_get_no_more_password_checks_than_one_after_another",
+    ),
+    _one(
+        "review-action-fence",
+        "a review action whose processing lock was swept before it wrote writes nothing (issue 52)",
+        "invoice_pipeline/engine/store/review.py",
+        "        with self.db.fenced(lease, before_fence) as conn:\n",
+        "        with self.db.transaction() as conn:\n",
+        "invoice_pipeline_tests/engine/review/test_review_fence.py::test_a_decision_whose_lock_was_swept_before_it_wrote_writes_nothing[reject]",
+    ),
+    _one(
+        "review-correction-fence",
+        "a correction whose processing lock was swept before it wrote writes nothing (issue 52)",
+        "invoice_pipeline/engine/store/review_pages.py",
+        "        with self.db.fenced(lease, locks_first) as conn:\n",
+        "        with self.db.transaction() as conn:\n",
+        "invoice_pipeline_tests/engine/review/test_review_fence.py::test_a_decision_whose_lock_was_swept_before_it_wrote_writes_nothing[correct]",
     ),
     _one(
         "number-guard-labels",

@@ -58,6 +58,7 @@ from invoice_pipeline.review_ui.auth import (
     LOCKOUT_SECONDS,
     AuthConfig,
     BrowserTokens,
+    LoginAttempt,
     LoginThrottle,
     Reviewer,
     Session,
@@ -271,25 +272,29 @@ class ReviewUi:
         return self.html(request, "login.html", ctx, failed=False)
 
     async def _log_in(self, request: Request, ctx: Ctx, name: str, password: str) -> Response:
-        """Throttled per account and address (refused before any hashing while either waits);
-        the password checked in the bounded login pool, never on the event loop."""
+        """Throttled per account and address: a slot reserved before any hashing, refused while
+        either waits; the password checked in the bounded login pool, never on the event loop."""
         address = client_address(self.auth, request)
         account = name if self.auth.account(name) is not None else None
-        wait = self.throttle.wait(account, address)
-        if wait > 0:
-            response = self.html(request, "login.html", ctx, 429, failed=False, wait=int(wait) + 1)
-            response.headers["Retry-After"] = str(int(wait) + 1)
+        attempt = self.throttle.reserve(account, address)
+        if not isinstance(attempt, LoginAttempt):
+            response = self.html(request, "login.html", ctx, 429, failed=False, wait=int(attempt) + 1)
+            response.headers["Retry-After"] = str(int(attempt) + 1)
             return response
         if self._logins_waiting >= LOGIN_QUEUE:
+            self.throttle.released(attempt)
             return self.error(ctx, 503, "too many logins at once: try again in a moment")
         self._logins_waiting += 1
+        reviewer: Reviewer | None = None
         try:
             loop = asyncio.get_running_loop()
             reviewer = await loop.run_in_executor(self.login_pool, authenticate, self.auth, name, password)
         finally:
             self._logins_waiting -= 1
+            # Settled whatever happened: a check that did not finish counts as a failure.
+            locked = self.throttle.failed(attempt) if reviewer is None else False
         if reviewer is None:
-            if self.throttle.failed(account, address) and account is not None:
+            if locked and account is not None:
                 log.warning(
                     "review page: account %s locked for %g s after %d wrong passwords (last from %s)",
                     printable(account),
@@ -305,7 +310,7 @@ class ReviewUi:
                     LOCKOUT_SECONDS,
                 )
             return self.html(request, "login.html", ctx, 401, failed=True)
-        self.throttle.succeeded(reviewer.name, address)
+        self.throttle.succeeded(attempt)
         # A new session on login: no id from before becomes the logged-in one (fixation).
         self.sessions.drop(ctx.session.sid)
         ctx = Ctx(self.sessions.new(reviewer), reviewer, True, nonce=ctx.nonce, new_nonce=ctx.new_nonce)

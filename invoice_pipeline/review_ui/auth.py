@@ -228,12 +228,17 @@ class AuthConfig:
     # Served over HTTPS: by the page itself (--tls-cert/--tls-key) or by a proxy in front of it
     # (--behind-tls-proxy). Cookies are then Secure.
     tls: bool = False
-    # Believe the last X-Forwarded-For hop as the client's address when the request comes from a
-    # trusted proxy (`--forwarded-for`); off, the socket's peer is the client.
+    # Believe X-Forwarded-For for the client's address when the request comes from a trusted
+    # proxy (`--forwarded-for`; see `client_address`); off, the socket's peer is the client.
     forwarded_for: bool = False
     _users_file: UsersFile | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        # The proxies are compared as addresses (so '::1' and '0:0::1' are one), and an entry
+        # that is no address is refused now rather than silently trusting nobody (or somebody).
+        for proxy in self.trusted_proxies:
+            if _address(proxy) is None:
+                raise AuthError(f"--trusted-proxy {proxy!r} is not an IP address")
         if self.users_file is not None:
             reader = UsersFile(self.users_file, self.users or {}, passwords=self.proxy_header is None)
             object.__setattr__(self, "_users_file", reader)
@@ -269,6 +274,28 @@ def _os_user() -> str:
         return getpass.getuser()
     except (KeyError, OSError):
         return f"uid-{os.getuid()}"
+
+
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def _address(text: str | None) -> Address | None:
+    """`text` as an IP address, an IPv4-mapped IPv6 one as its IPv4 (a dual-stack socket
+    reports 127.0.0.1 as ::ffff:127.0.0.1); None when it is no address."""
+    try:
+        found = ipaddress.ip_address((text or "").strip())
+    except ValueError:
+        return None
+    if isinstance(found, ipaddress.IPv6Address) and found.ipv4_mapped is not None:
+        return found.ipv4_mapped
+    return found
+
+
+def is_trusted_proxy(auth: AuthConfig, host: str | None) -> bool:
+    """Is `host`, the socket's peer, one of the `--trusted-proxy` addresses? Only then are the
+    proxy's user header and X-Forwarded-For believed: anyone else can write them too."""
+    found = _address(host)
+    return found is not None and found in {_address(p) for p in auth.trusted_proxies}
 
 
 def is_loopback(host: str) -> bool:
@@ -449,13 +476,42 @@ MAX_TRACKED_ADDRESSES = 100_000
 class _Failures:
     count: int = 0
     until: float = 0.0  # monotonic time before which this key may not try again
+    # Attempts let through whose password is being checked now: counted before the (slow on
+    # purpose) hash, so that guesses sent at once cannot all pass the check before any failure
+    # is recorded.
+    pending: int = 0
+
+    def wait(self, now: float) -> float:
+        """Seconds before another attempt may start. The attempts under way count as failures
+        until they are settled: if, failing, they would start a backoff, the next attempt waits
+        for them (and is told the backoff they would set)."""
+        wait = self.until - now
+        if self.pending and self.count + self.pending > FREE_FAILURES:
+            wait = max(wait, _backoff(self.count + self.pending))
+        return max(0.0, wait)
+
+
+def _backoff(failures: int) -> float:
+    return min(MAX_BACKOFF_SECONDS, 2.0 ** (failures - FREE_FAILURES - 1))
+
+
+@dataclass(frozen=True)
+class LoginAttempt:
+    """A login's reserved slot (`LoginThrottle.reserve`), settled once its password is checked."""
+
+    account: str | None
+    address: str
 
 
 class LoginThrottle:
     """Login failures per account and per client address, with exponential backoff and an
     account lockout. A throttled attempt is refused before its password is hashed, so guessing
     costs the server nothing while it waits. Accounts are tracked only when they exist (bounded
-    by the users file); addresses in a bounded LRU."""
+    by the users file); addresses in a bounded LRU.
+
+    An attempt reserves its slot under the lock before its password is hashed (`reserve`), and
+    is settled after (`succeeded`, `failed`, or `released` when no password was checked): many
+    guesses sent at once get no more password checks than the same guesses one after another."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
@@ -467,21 +523,36 @@ class LoginThrottle:
         """Seconds until this account and address may try again (0: now)."""
         now = self.clock()
         with self._lock:
-            found = [self._accounts.get(account) if account else None, self._addresses.get(address)]
-            return max([0.0, *(f.until - now for f in found if f is not None)])
+            return self._wait(account, address, now)
 
-    def failed(self, account: str | None, address: str) -> bool:
-        """Count a failure; True when it locked the account."""
+    def _wait(self, account: str | None, address: str, now: float) -> float:
+        found = [self._accounts.get(account) if account else None, self._addresses.get(address)]
+        return max([0.0, *(f.wait(now) for f in found if f is not None)])
+
+    def reserve(self, account: str | None, address: str) -> LoginAttempt | float:
+        """A slot for one password check, or the seconds to wait: the check and the count in
+        one step under the lock, so that no other attempt passes the check in between."""
         now = self.clock()
         with self._lock:
-            entry = self._addresses.pop(address, None) or _Failures()
-            self._addresses[address] = entry
-            while len(self._addresses) > MAX_TRACKED_ADDRESSES:
-                self._addresses.popitem(last=False)
+            wait = self._wait(account, address, now)
+            if wait > 0:
+                return wait
+            self._address(address).pending += 1
+            if account is not None:
+                self._accounts.setdefault(account, _Failures()).pending += 1
+            return LoginAttempt(account, address)
+
+    def failed(self, attempt: LoginAttempt) -> bool:
+        """Settle a wrong password: a failure; True when it locked the account."""
+        now = self.clock()
+        with self._lock:
+            entry = self._address(attempt.address)
+            entry.pending = max(0, entry.pending - 1)
             self._count(entry, now)
-            if account is None:
+            if attempt.account is None:
                 return False
-            acc = self._accounts.setdefault(account, _Failures())
+            acc = self._accounts.setdefault(attempt.account, _Failures())
+            acc.pending = max(0, acc.pending - 1)
             self._count(acc, now)
             if acc.count >= LOCKOUT_FAILURES:
                 acc.until = max(acc.until, now + LOCKOUT_SECONDS)
@@ -489,17 +560,46 @@ class LoginThrottle:
                 return True
             return False
 
-    def succeeded(self, account: str, address: str) -> None:
+    def succeeded(self, attempt: LoginAttempt) -> None:
+        """Settle a right password: the account's and the address's failures are forgotten
+        (attempts still under way there stay pending)."""
         with self._lock:
-            self._accounts.pop(account, None)
-            self._addresses.pop(address, None)
+            self._settle(attempt, forget=True)
+
+    def released(self, attempt: LoginAttempt) -> None:
+        """Settle an attempt whose password was never checked (the page was too busy)."""
+        with self._lock:
+            self._settle(attempt, forget=False)
+
+    def _settle(self, attempt: LoginAttempt, *, forget: bool) -> None:
+        tables: list[tuple[dict[str, _Failures], str | None]] = [
+            (self._accounts, attempt.account),
+            (self._addresses, attempt.address),
+        ]
+        for table, key in tables:
+            entry = table.get(key) if key is not None else None
+            if key is None or entry is None:
+                continue
+            entry.pending = max(0, entry.pending - 1)
+            if forget:
+                entry.count, entry.until = 0, 0.0
+            if not entry.pending and not entry.count and entry.until <= 0:
+                del table[key]
+
+    def _address(self, address: str) -> _Failures:
+        """The address's entry (made if new) as the most recently seen; the least recently seen
+        beyond the bound are forgotten. Called under the lock."""
+        entry = self._addresses.pop(address, None) or _Failures()
+        self._addresses[address] = entry
+        while len(self._addresses) > MAX_TRACKED_ADDRESSES:
+            self._addresses.popitem(last=False)
+        return entry
 
     @staticmethod
     def _count(entry: _Failures, now: float) -> None:
         entry.count += 1
         if entry.count > FREE_FAILURES:
-            delay = min(MAX_BACKOFF_SECONDS, 2.0 ** (entry.count - FREE_FAILURES - 1))
-            entry.until = max(entry.until, now + delay)
+            entry.until = max(entry.until, now + _backoff(entry.count))
 
 
 def csrf_ok(session: Session | None, token: str | None) -> bool:
@@ -517,24 +617,40 @@ def authenticate(auth: AuthConfig, name: str, password: str) -> Reviewer | None:
 
 def client_address(auth: AuthConfig, connection: HTTPConnection) -> str:
     """The address a request comes from, for budgets and throttles: the socket's peer; with
-    `forwarded_for`, and only from a trusted proxy, the last X-Forwarded-For hop (the one that
-    proxy added; earlier hops are whatever the client wrote)."""
+    `forwarded_for`, and only when that peer is a trusted proxy, the one X-Forwarded-For names
+    (`forwarded_client`)."""
     peer = connection.client.host if connection.client else "unknown"
-    if not auth.forwarded_for or peer not in auth.trusted_proxies:
+    if not auth.forwarded_for or not is_trusted_proxy(auth, peer):
         return peer
-    hops = [hop.strip() for hop in connection.headers.get("x-forwarded-for", "").split(",")]
-    last = hops[-1] if hops else ""
-    try:
-        return str(ipaddress.ip_address(last))
-    except ValueError:
-        return peer
+    return forwarded_client(auth, connection.headers.getlist("x-forwarded-for")) or peer
+
+
+def forwarded_client(auth: AuthConfig, lines: list[str]) -> str | None:
+    """The client's address from X-Forwarded-For `lines` that a trusted proxy passed on.
+
+    All the header's lines are one list, in order (HTTP allows a header to be split over lines,
+    and a proxy may add its own line after the client's). Each proxy appends the address it got
+    the request from, so the items are believable only from the right: walk from the rightmost,
+    skipping our trusted proxies; the first other item is what the outermost trusted proxy saw,
+    the client. Everything left of it is whatever the client wrote. All trusted: the leftmost.
+    None (use the peer) when the header is missing, or the item found is no address: a proxy
+    writes addresses, so that is not a hop we can believe."""
+    items = [item.strip() for line in lines for item in line.split(",")]
+    if not items:
+        return None
+    for item in reversed(items):
+        if not is_trusted_proxy(auth, item):
+            found = _address(item)
+            return str(found) if found is not None else None
+    found = _address(items[0])
+    return str(found) if found is not None else None
 
 
 def proxy_user(auth: AuthConfig, client_host: str | None, header_value: str | None) -> Reviewer | None:
     """The reviewer the trusted proxy names, as the users file lists them; None when the request
-    did not come through the proxy or names nobody the users file knows (fail closed: a name
-    missing from the file acts on no org, not on every org)."""
-    if not auth.proxy_header or client_host is None or client_host not in auth.trusted_proxies:
+    did not come through the proxy (its socket's peer is no trusted proxy) or names nobody the
+    users file knows (fail closed: a name missing from the file acts on no org, not on every org)."""
+    if not auth.proxy_header or not is_trusted_proxy(auth, client_host):
         return None
     name = (header_value or "").strip()
     if not NAME_RE.match(name):

@@ -182,8 +182,9 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--forwarded-for",
         action="store_true",
-        help="the client's address is the last X-Forwarded-For hop of a --trusted-proxy request "
-        "(for budgets and login throttling behind a reverse proxy)",
+        help="the client's address is the rightmost X-Forwarded-For item (all its lines, in order) "
+        "that is no --trusted-proxy, when the request comes from one (for budgets and login "
+        "throttling behind a reverse proxy)",
     )
 
 
