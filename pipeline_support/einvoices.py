@@ -25,7 +25,7 @@ class EInvoice:
     currency: str = "EUR"
     type_code: str | None = "380"
     seller: str = "Nordwind Logistik GmbH"
-    seller_vat: str = "DE123456789"
+    seller_vat: str = "DE123456788"  # check digits valid: an identifier
     buyer: str = "Maison Verte Paysage"
     iban: str | None = "DE89370400440532013000"
     net: str | None = "1000.00"

@@ -90,6 +90,9 @@ PROCESSING_LOCK_GONE = (
     ),
 )
 
+ACCOUNTANT_READS = "invoice_pipeline_tests/documents/test_what_an_accountant_reads.py"
+ACCOUNTANT_POSTS = "invoice_pipeline_tests/engine/test_what_an_accountant_posts.py"
+
 SABOTAGES: tuple[Sabotage, ...] = (
     _one(
         "fence-sql",
@@ -833,6 +836,106 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "            why = _under_another_row(doc, number)\n",
         "            why = None\n",
         "invoice_pipeline_tests/documents/test_number_never_another_value.py::test_a_resent_copy_whose_number_is_not_text_is_held_not_posted",
+    ),
+    # Issue 58 items 1, 2, 4: what an accountant posts (domain/doctypes.py, documents/collect.py).
+    _one(
+        "doctype-not-a-claim",
+        "a document whose type code says nothing is owed (325 pro-forma) is held, never posted (issue 58)",
+        "invoice_pipeline/domain/review.py",
+        '    if row.document_class == "not_a_claim":\n',
+        "    if False:\n",
+        f"{ACCOUNTANT_POSTS}::test_a_pro_forma_is_never_posted",
+    ),
+    _one(
+        "doctype-correction",
+        "a corrected invoice (384) is held naming the invoice it corrects, never paid on top of it (issue 58)",
+        "invoice_pipeline/domain/review.py",
+        '    if row.document_class == "correction":\n',
+        "    if False:\n",
+        f"{ACCOUNTANT_POSTS}::test_a_correction_is_held_and_never_added_to_its_invoice",
+    ),
+    _one(
+        "doctype-unknown-held",
+        "a type code the document-type table does not list is held, never guessed (issue 58)",
+        "invoice_pipeline/domain/review.py",
+        "    row = document_type_of(code)\n",
+        '    row = document_type_of(code) or document_type_of("380")\n',
+        f"{ACCOUNTANT_READS}::test_an_unknown_type_code_is_held_not_guessed[cii]",
+    ),
+    _one(
+        "doctype-conflict",
+        "a credit-note type code on a document sent as an invoice (or the reverse) is held (issue 58)",
+        "invoice_pipeline/domain/review.py",
+        '    if (row.document_class == "credit_note") != (fields.document_type == "credit_note"):\n',
+        "    if False:\n",
+        f"{ACCOUNTANT_READS}::test_a_credit_note_code_on_an_invoice_sent_as_json_is_held",
+    ),
+    _one(
+        "amount-due-prepaid",
+        "without an amount due (BT-115) the prepaid amount is taken off the grand total (BR-CO-16), "
+        "not paid again (issue 58)",
+        "invoice_pipeline/documents/collect.py",
+        "            amount -= prepaid.amount\n",
+        "            amount -= 0\n",
+        f"{ACCOUNTANT_POSTS}::test_a_prepayment_stated_without_an_amount_due_is_not_paid_again",
+    ),
+    _one(
+        "amount-due-contradicted",
+        "an amount due that grand total - prepaid + rounding contradicts is held (issue 58)",
+        "invoice_pipeline/domain/review.py",
+        "        if expected != due:\n",
+        "        if False:\n",
+        f"{ACCOUNTANT_READS}::test_an_amount_due_the_totals_contradict_is_held[ubl]",
+    ),
+    _one(
+        "amount-precision",
+        "an amount with more decimals than its currency's ISO 4217 minor units is held, never rounded "
+        "(issue 58)",
+        "invoice_pipeline/domain/validation.py",
+        "    return isinstance(exponent, int) and -exponent > units\n",
+        "    return False\n",
+        f"{ACCOUNTANT_POSTS}::test_more_decimals_than_the_currency_has_are_held[JPY-2-decimals]",
+    ),
+    _one(
+        "currency-mismatch",
+        "an amount whose currencyID is not the document currency is held (issue 58)",
+        "invoice_pipeline/documents/collect.py",
+        "        if not code or code == currency:\n",
+        "        if True:\n",
+        f"{ACCOUNTANT_POSTS}::test_chf_amounts_in_a_euro_document_are_held",
+    ),
+    _one(
+        "currency-tax-kept-apart",
+        "a tax amount in the stated tax currency (BT-6) is no currency mismatch (issue 58)",
+        "invoice_pipeline/documents/collect.py",
+        "        if tax_currency and code == tax_currency and local_name(node) in _TAX_AMOUNTS:\n",
+        "        if False:\n",
+        f"{ACCOUNTANT_READS}::test_the_tax_currency_is_kept_apart_and_no_mismatch[ubl]",
+    ),
+    _one(
+        "credit-note-one-sign",
+        "a credit note's amounts are stored as the positive amount credited, whatever sign its "
+        "format writes (issue 58)",
+        "invoice_pipeline/documents/collect.py",
+        '        if doc_type == "credit_note" and isinstance(payable, Decimal) and payable < 0:\n',
+        "        if False:\n",
+        f"{ACCOUNTANT_POSTS}::test_a_positive_ubl_credit_note_and_a_negative_cii_381_post_the_same_credit",
+    ),
+    _one(
+        "payment-means-direct-debit",
+        "a SEPA direct debit (59) is read as a direct debit, not a transfer (issue 58)",
+        "invoice_pipeline/domain/doctypes.py",
+        '        "59": ("direct_debit", "SEPA direct debit"),\n',
+        '        "59": ("transfer", "SEPA direct debit"),\n',
+        f"{ACCOUNTANT_READS}::test_a_direct_debit_is_read_with_its_mandate[cii]",
+    ),
+    _one(
+        "payment-means-mandate",
+        "a direct-debit mandate without a means code is still a direct debit (issue 58)",
+        "invoice_pipeline/domain/doctypes.py",
+        "    if fields.mandate_reference:\n",
+        "    if False:\n",
+        f"{ACCOUNTANT_READS}::test_a_mandate_without_a_means_code_is_still_a_direct_debit",
     ),
 )
 

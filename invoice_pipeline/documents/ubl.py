@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from lxml import etree
 
 from ..domain.doctypes import is_credit_note_code
@@ -70,6 +72,33 @@ def fields_from_ubl(root: etree._Element) -> InvoiceFields:
     currency = collapse(text_of(find(root, "cbc:DocumentCurrencyCode")))
     c.set("currency", currency, p("cbc:DocumentCurrencyCode"))
 
+    _totals(root, c, p, currency)
+
+    seller, seller_path = _party_name(root, _SUPPLIER)
+    c.set("seller_name", seller, p(seller_path))
+    vat, vat_path = _vat_id(root, _SUPPLIER)
+    if vat is None:
+        c.miss("seller_vat_id", FieldSource(p(vat_path), 0.0, "seller has no PartyTaxScheme with scheme VAT"))
+    c.set("seller_vat_id", vat, p(vat_path))
+    buyer, buyer_path = _party_name(root, _CUSTOMER)
+    c.set("buyer_name", buyer, p(buyer_path))
+    buyer_vat, buyer_vat_path = _vat_id(root, _CUSTOMER)
+    c.set("buyer_vat_id", buyer_vat, p(buyer_vat_path))
+    iban_rel = "cac:PaymentMeans/cac:PayeeFinancialAccount/cbc:ID"
+    c.set("payee_iban", collapse(text_of(find(root, iban_rel))), p(iban_rel))
+    _payment_and_references(root, c, p)
+    c.set(
+        "po_number",
+        collapse(text_of(find(root, "cac:OrderReference/cbc:ID"))),
+        p("cac:OrderReference/cbc:ID"),
+    )
+    return c.build()
+
+
+def _totals(root: etree._Element, c: FieldCollector, p: Callable[[str], str], currency: str | None) -> None:
+    """The amount due (formed by BR-CO-16 where not stated), the net and VAT totals, and any
+    amount in another currency than the document's."""
+
     def total(leaf: str) -> tuple[etree._Element | None, str]:
         rel = f"cac:LegalMonetaryTotal/cbc:{leaf}"
         return find(root, rel), p(rel)
@@ -102,18 +131,10 @@ def fields_from_ubl(root: etree._Element) -> InvoiceFields:
             c.miss("tax_total", unparseable(p(tax_rel), raw, "amount"))
         c.set("tax_total", amount, p(tax_rel))
 
-    seller, seller_path = _party_name(root, _SUPPLIER)
-    c.set("seller_name", seller, p(seller_path))
-    vat, vat_path = _vat_id(root, _SUPPLIER)
-    if vat is None:
-        c.miss("seller_vat_id", FieldSource(p(vat_path), 0.0, "seller has no PartyTaxScheme with scheme VAT"))
-    c.set("seller_vat_id", vat, p(vat_path))
-    buyer, buyer_path = _party_name(root, _CUSTOMER)
-    c.set("buyer_name", buyer, p(buyer_path))
-    buyer_vat, buyer_vat_path = _vat_id(root, _CUSTOMER)
-    c.set("buyer_vat_id", buyer_vat, p(buyer_vat_path))
-    iban_rel = "cac:PaymentMeans/cac:PayeeFinancialAccount/cbc:ID"
-    c.set("payee_iban", collapse(text_of(find(root, iban_rel))), p(iban_rel))
+
+def _payment_and_references(root: etree._Element, c: FieldCollector, p: Callable[[str], str]) -> None:
+    """Payment means (BT-81), direct-debit mandate (BT-89) and debited account (BT-91), and the
+    invoice a correction refers to (BT-25, BT-26)."""
     for name, rel in (
         ("payment_means_code", "cac:PaymentMeans/cbc:PaymentMeansCode"),
         ("mandate_reference", "cac:PaymentMeans/cac:PaymentMandate/cbc:ID"),
@@ -125,9 +146,3 @@ def fields_from_ubl(root: etree._Element) -> InvoiceFields:
     preceding_raw = text_of(find(root, preceding_rel))
     if preceding_raw is not None:
         c.set("preceding_issue_date", iso_date(preceding_raw), p(preceding_rel))
-    c.set(
-        "po_number",
-        collapse(text_of(find(root, "cac:OrderReference/cbc:ID"))),
-        p("cac:OrderReference/cbc:ID"),
-    )
-    return c.build()

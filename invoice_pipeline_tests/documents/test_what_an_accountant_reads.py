@@ -273,3 +273,11 @@ def test_fields_stored_before_these_were_read_load_as_none() -> None:
     assert (loaded.type_code, loaded.payment_means_code, loaded.foreign_amounts) == (None, None, ())
     full = read(cii(EInvoice(type_code="384", preceding="INV-9", preceding_date="2026-01-05", mandate="M-1")))
     assert InvoiceFields.from_json(full.to_json()) == replace(full)
+
+
+def test_a_mandate_without_a_means_code_is_still_a_direct_debit() -> None:
+    """BG-19 says the seller collects: recorded as a transfer to make, it would be paid twice."""
+    fields = InvoiceFields(invoice_number="INV-1", mandate_reference="MANDATE-7")
+    assert payment_means_kind(fields) == "direct_debit"
+    assert payment_means_kind(replace(fields, payment_means_code="1")) == "other"
+    assert payment_means_kind(replace(fields, mandate_reference=None)) is None
