@@ -161,6 +161,10 @@ class LedgerPosting:
     issue_date: date | None = None
     due_date: date | None = None
     iban: str | None = None
+    # How the invoice is settled (domain/doctypes.payment_means_kind: "transfer", "direct_debit",
+    # "card", ...); None: the document names no means. A direct debit is collected by the seller:
+    # the export must not pay it by transfer as well (docs/formats.md "Payment means").
+    payment_means: str | None = None
 
 
 @dataclass(frozen=True)
@@ -324,6 +328,10 @@ class Posting:
     # posting the pipeline makes; the single-invoice helper for tests may leave both unset).
     vendor_id: int | None = None
     registration: VendorRegistration | None = None
+    # How the invoice is settled (domain/doctypes.payment_means_kind: "transfer", "direct_debit",
+    # "card", ...); None: the document names no means. A direct debit is collected by the seller:
+    # the export must not pay it by transfer as well (docs/formats.md "Payment means").
+    payment_means: str | None = None
 
 
 @dataclass(frozen=True)
