@@ -937,6 +937,67 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "    if False:\n",
         f"{ACCOUNTANT_READS}::test_a_mandate_without_a_means_code_is_still_a_direct_debit",
     ),
+    _one(
+        "vat-look-alike-letter",
+        "a VAT id (IBAN, tax number) with a non-ASCII look-alike letter or digit is invalid, not "
+        "compacted into another id (issue 52)",
+        "invoice_pipeline/domain/identity.py",
+        "    if foreign:\n",
+        "    if False:\n",
+        "invoice_pipeline_tests/domain/test_identifier_spelling.py::"
+        "test_a_look_alike_letter_or_digit_makes_a_vat_id_invalid",
+    ),
+    _one(
+        "vat-check-digits",
+        "a VAT id whose check digits fail (python-stdnum) is no identifier (issue 52)",
+        "invoice_pipeline/domain/identity.py",
+        "        return vatin.validate(ascii_id).upper()\n",
+        "        return vatin.compact(ascii_id).upper()\n",
+        "invoice_pipeline_tests/domain/test_identifier_spelling.py::test_one_digit_changed_makes_a_vat_id_invalid",
+    ),
+    _one(
+        "name-skeleton-confusables",
+        "names compare by their TR39 skeleton: a Greek or Cyrillic look-alike letter is the Latin "
+        "one (issue 52)",
+        "invoice_pipeline/domain/identity.py",
+        '    return "".join(table.get(ch, ch) for ch in text)\n',
+        "    return text\n",
+        "invoice_pipeline_tests/domain/test_identifier_spelling.py::"
+        "test_names_that_differ_only_in_spelling_share_a_skeleton",
+    ),
+    _one(
+        "name-skeleton-migration",
+        "names stored before the skeleton are recomputed by sql/0022's data step (issue 52)",
+        "invoice_pipeline/db/migrate.py",
+        '    "0022_name_skeletons.sql": reskeleton_names,\n',
+        "",
+        "invoice_pipeline_tests/db/test_migrate_0022.py::"
+        "test_stored_names_become_skeletons_and_invalid_vat_ids_stay",
+    ),
+    _one(
+        "org-profile-seed-proposes",
+        "`org profile seed` only proposes the buyer parties of posted e-invoices; nothing is added "
+        "without a person (issue 52)",
+        "invoice_pipeline/engine/vendors.py",
+        "    profile = store.vendors.org_profiles([org_id])[org_id]\n",
+        "    for name, vat, _ in store.vendors.buyer_parties_of_posted_einvoices(org_id):\n"
+        '        for raw_kind, raw in (("name", name), ("vat", vat)):\n'
+        "            try:\n"
+        '                store.vendors.add_org_identity(org_id, raw_kind, raw or "", source="seed", added_by="seed")\n'
+        "            except ValueError:\n"
+        "                pass\n"
+        "    profile = store.vendors.org_profiles([org_id])[org_id]\n",
+        "invoice_pipeline_tests/engine/test_org_profile.py::test_seed_proposes_the_buyer_parties_and_adds_nothing",
+    ),
+    _one(
+        "org-profile-not-a-vendors",
+        "an identifier a registered vendor of the org has is refused for the org's own profile (issue 52)",
+        "invoice_pipeline/engine/store/vendors.py",
+        "            if owner is not None:\n                raise ValueError(\n",
+        "            if False:\n                raise ValueError(\n",
+        "invoice_pipeline_tests/engine/test_org_profile.py::"
+        "test_adding_a_vendors_identifier_to_the_org_profile_is_refused",
+    ),
 )
 
 

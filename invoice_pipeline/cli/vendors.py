@@ -4,8 +4,10 @@ the org's vendor registry and its own identity (issue 37; docs/vendors.md)."""
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from invoice_pipeline.cli.arguments import checked_org
 from invoice_pipeline.cli.exit_codes import EXIT_OK
@@ -14,6 +16,9 @@ from invoice_pipeline.config import ConfigError, Settings
 from invoice_pipeline.domain.identity import IDENTIFIER_KINDS
 from invoice_pipeline.engine.review import Actor
 from invoice_pipeline.terminal import printable
+
+if TYPE_CHECKING:  # the engine is imported when a command needs it (CLI start-up)
+    from invoice_pipeline.engine.vendors import ProfileCandidate
 
 EXIT_REFUSED = 2
 
@@ -72,10 +77,9 @@ def cmd_org_profile(args: argparse.Namespace, settings: Settings) -> int:
         elif args.action == "remove":
             store.vendors.remove_org_identity(org, args.kind, args.value)
         elif args.action == "seed":
-            from invoice_pipeline.engine.vendors import seed_org_profile
+            from invoice_pipeline.engine.vendors import org_profile_candidates
 
-            added = seed_org_profile(store, org, actor)
-            print(f"{len(added)} identit{'y' if len(added) == 1 else 'ies'} added from posted e-invoices")
+            _print_candidates(org, org_profile_candidates(store, org))
         profile = store.vendors.org_profiles([org])[org]
     except ValueError as exc:
         print(f"refused: {printable(str(exc))}", file=sys.stderr)
@@ -89,6 +93,28 @@ def cmd_org_profile(args: argparse.Namespace, settings: Settings) -> int:
     if not profile.identifiers:
         print("  nothing yet (invoice-pipeline org profile --org ORG add vat DE123456789, or seed)")
     return EXIT_OK
+
+
+def _print_candidates(org: str, candidates: list[ProfileCandidate]) -> None:
+    """What `seed` proposes: nothing is added; each line says how to add it (a person decides)."""
+    if not candidates:
+        print(
+            f"org {printable(org)}: no candidates (no posted e-invoice names a buyer not yet in its profile)"
+        )
+        return
+    print(
+        f"org {printable(org)}: the buyer parties of its posted e-invoices, not yet in its profile. Nothing "
+        "was added: anyone can send an e-invoice naming anyone as its buyer; add those that are the org's own."
+    )
+    for c in candidates:
+        line = f"  {c.kind:<5} {printable(c.shown)}  (named by {c.invoices} posted e-invoice(s))"
+        if c.owner:
+            print(f"{line}: not proposed, it belongs to {printable(c.owner)}")
+        elif c.problem:
+            print(f"{line}: not proposed, {printable(c.problem)}")
+        else:
+            command = shlex.join(["invoice-pipeline", "org", "profile", "--org", org, "add", c.kind, c.shown])
+            print(f"{line}: {printable(command)}")
 
 
 def add_vendor_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -106,7 +132,10 @@ def add_vendor_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
 
     org = sub.add_parser("org", help="the org's own identity: names, VAT ids, tax numbers, IBANs")
     org_actions = org.add_subparsers(dest="org_command", required=True)
-    profile = org_actions.add_parser("profile", help="show, add to, remove from or seed the org's profile")
+    profile = org_actions.add_parser(
+        "profile",
+        help="show, add to or remove from the org's profile; seed: propose the buyer parties of its posted e-invoices",
+    )
     profile.add_argument("--org", required=True)
     profile.add_argument("action", nargs="?", choices=["show", "add", "remove", "seed"], default="show")
     profile.add_argument("kind", nargs="?", choices=IDENTIFIER_KINDS)

@@ -10,6 +10,7 @@ from typing import Any
 
 import psycopg
 
+from invoice_pipeline.db.name_skeletons import reskeleton_names
 from invoice_pipeline.db.rekey import rekey_decided_invoices, set_number_keys
 from invoice_pipeline.db.sqlfiles import migration_files
 
@@ -22,6 +23,8 @@ MIGRATION_LOCK_ID = 0x1A7E_F00D_0000_0001
 DATA_MIGRATIONS: dict[str, Callable[[psycopg.Connection[Any]], object]] = {
     "0003_blocking_keys_and_review.sql": rekey_decided_invoices,
     "0007_page_money_fails_closed.sql": set_number_keys,
+    # Stored names recomputed as identity skeletons (issue 52).
+    "0022_name_skeletons.sql": reskeleton_names,
 }
 
 

@@ -52,6 +52,9 @@ LEGAL_FORM_WORDS = frozenset(
         "doo", "dd", "ad", "ood", "eood", "ou", "uab", "sia", "se", "cie", "und", "and", "et",
     }
 )  # fmt: skip
+# The few forms written before the name ("AB Volvo", "SIA Latvijas Gāze"): only these are
+# dropped at the start, so "SA Power Networks" keeps its "SA".
+LEADING_LEGAL_FORM_WORDS = frozenset({"ab", "as", "asa", "sia", "uab", "pt"})
 # "G.m.b.H.", "e.K.", "S.p.A.": single letters each followed by a dot, read as one word.
 _DOTTED_ABBREVIATION = re.compile(r"(?<!\w)(?:\w\.){2,}\w?(?!\w)")
 
@@ -180,14 +183,14 @@ def name_skeleton(value: str) -> str:
     'Acmé G.m.b.H.' are one name, 'Acme Logistics' another.
 
     Unicode TR39 look-alikes (Greek, Cyrillic, fullwidth via NFKC) become their Latin letters,
-    then case, accents, punctuation and spacing are folded away, and legal-form words at either
-    end are dropped ("AB Volvo", "Acme GmbH & Co. KG"). A name of legal-form words only keeps
+    then case, accents, punctuation and spacing are folded away, and legal-form words at the end
+    are dropped ("Acme GmbH & Co. KG"), and the few written first ("AB Volvo"). A name of legal-form words only keeps
     them, so it does not become empty."""
     folded = _fold(unicodedata.normalize("NFKC", value))
     folded = _DOTTED_ABBREVIATION.sub(lambda m: m.group(0).replace(".", ""), folded)
     words = re.sub(r"[\W_]+", " ", folded).split()
     start, end = 0, len(words)
-    while start < end and words[start] in LEGAL_FORM_WORDS:
+    while start < end and words[start] in LEADING_LEGAL_FORM_WORDS:
         start += 1
     while end > start and words[end - 1] in LEGAL_FORM_WORDS:
         end -= 1

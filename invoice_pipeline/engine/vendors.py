@@ -3,15 +3,18 @@
 * `read_vendor_csv`: the ERP's vendor master as CSV (one row per vendor; several VAT ids, tax
   numbers or IBANs in one cell separated by `;`). Every row is checked before anything is
   imported: a bad IBAN or a row without a name refuses the file and says which row and why.
-* `seed_org_profile`: the org's own names and VAT ids, from the buyer party of its posted
-  structured e-invoices (what its senders call it).
+* `org_profile_candidates`: names and VAT ids the org's posted structured e-invoices give for
+  their buyer, proposed for its profile; a person adds the ones that are the org's own (anyone
+  can send an e-invoice naming anyone as its buyer, so nothing is added by itself).
 """
 
 from __future__ import annotations
 
 import csv
 import io
+from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from invoice_pipeline.domain.identity import Identifier, IdentifierKind, Vendor, normalise
 from invoice_pipeline.domain.validation import is_known_currency
@@ -73,19 +76,54 @@ def read_vendor_csv(text: str) -> list[VendorImportRow]:
     return rows
 
 
-def seed_org_profile(store: InvoiceStore, org_id: str, actor: str) -> list[Identifier]:
-    """Add the buyer names and VAT ids of the org's posted e-invoices to its profile; returns what
-    was new."""
-    added: list[Identifier] = []
-    for name, vat in store.vendors.buyer_parties_of_posted_einvoices(org_id):
-        for kind, value in (("name", name), ("vat", vat)):
-            if value and value.strip():
-                ident = Identifier(kind, normalise(kind, value), value.strip())  # type: ignore[arg-type]
-                if store.vendors.add_org_identity(
-                    org_id, ident.kind, value, source="posted e-invoice buyer party", added_by=actor
-                ):
-                    added.append(ident)
-    return added
+@dataclass(frozen=True)
+class ProfileCandidate:
+    """An identifier posted e-invoices gave for their buyer, and what a person needs to decide."""
+
+    kind: IdentifierKind
+    shown: str  # a name as the invoices wrote it most often; a VAT id in its compact form
+    invoices: int  # how many posted e-invoices named it
+    owner: str | None = None  # "vendor NAME (#ID)": a registered vendor has it; not proposed
+    problem: str | None = None  # why it is no identifier (a VAT id that fails its check digits)
+
+
+def org_profile_candidates(store: InvoiceStore, org_id: str) -> list[ProfileCandidate]:
+    """The buyer names and VAT ids of the org's posted structured e-invoices that are not in its
+    profile yet, most frequent first. Only proposed: adding one is a person's decision."""
+    profile = store.vendors.org_profiles([org_id])[org_id]
+    vendors = store.vendors.list_vendors(org_id)
+    counts: dict[tuple[IdentifierKind, str], Counter[str]] = {}
+    problems: dict[tuple[IdentifierKind, str], tuple[str, int]] = {}
+    for name, vat, invoices in store.vendors.buyer_parties_of_posted_einvoices(org_id):
+        named: tuple[tuple[IdentifierKind, str | None], ...] = (("name", name), ("vat", vat))
+        for kind, raw in named:
+            shown = (raw or "").strip()
+            if not shown:
+                continue
+            try:
+                value = normalise(kind, shown)
+            except ValueError as exc:
+                seen = problems.get((kind, shown), ("", 0))[1]
+                problems[(kind, shown)] = (str(exc), seen + invoices)
+                continue
+            counts.setdefault((kind, value), Counter())[shown] += invoices
+    out: list[ProfileCandidate] = []
+    for (kind, value), writings in counts.items():
+        if any(i.kind == kind and i.value == value for i in profile.identifiers):
+            continue
+        owner = next(
+            (v for v in vendors if any(i.kind == kind and i.value == value for i in v.identifiers)), None
+        )
+        out.append(
+            ProfileCandidate(
+                kind,
+                value if kind != "name" else sorted(writings.items(), key=lambda w: (-w[1], w[0]))[0][0],
+                sum(writings.values()),
+                f"vendor {owner.name} (#{owner.vendor_id})" if owner else None,
+            )
+        )
+    out.extend(ProfileCandidate(kind, shown, n, problem=why) for (kind, shown), (why, n) in problems.items())
+    return sorted(out, key=lambda c: (-c.invoices, c.kind, c.shown))
 
 
 def describe_vendors(vendors: Iterable[Vendor]) -> list[str]:

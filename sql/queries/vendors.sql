@@ -12,18 +12,33 @@ VALUES (%(org_id)s, %(kind)s, %(value)s, %(shown)s, %(source)s, %(added_by)s)
 ON CONFLICT (org_id, kind, value) DO NOTHING
 RETURNING value
 
+-- Taken before `vendor_owning_identifier`, in the transaction that then adds to the org's
+-- profile: a vendor identifier committed meanwhile would slip past the check. Short (one
+-- insert), and adding to an org's profile is rare.
+-- name: hold_vendor_identifiers
+LOCK TABLE vendor_identifiers IN SHARE MODE
+
+-- The registered vendor of the org that has this identifier (an org identity must not be one).
+-- name: vendor_owning_identifier
+SELECT v.id, v.name FROM vendor_identifiers vi
+JOIN vendors v ON v.org_id = vi.org_id AND v.id = vi.vendor_id
+WHERE vi.org_id = %(org_id)s AND vi.kind = %(kind)s AND vi.value = %(value)s
+ORDER BY v.id LIMIT 1
+
 -- name: remove_org_identity
 DELETE FROM org_identities WHERE org_id = %(org_id)s AND kind = %(kind)s AND value = %(value)s
 RETURNING value
 
--- The buyer parties of the org's posted structured e-invoices: what the org is called and
--- registered as, by its own senders.
+-- The buyer parties of the org's posted structured e-invoices, with how many invoices name each:
+-- what its senders call it, proposed to a person (`org profile seed`), never added by itself.
 -- name: buyer_parties_of_posted_einvoices
-SELECT DISTINCT i.fields ->> 'buyer_name' AS buyer_name, i.fields ->> 'buyer_vat_id' AS buyer_vat_id
+SELECT i.fields ->> 'buyer_name' AS buyer_name, i.fields ->> 'buyer_vat_id' AS buyer_vat_id,
+       count(DISTINCT i.id) AS invoices
 FROM invoices i
 JOIN ledger_postings p ON p.invoice_id = i.id
 JOIN extracted_texts t ON t.invoice_id = i.id
 WHERE i.org_id = %(org_id)s AND t.format IN ('ubl', 'cii', 'facturx-pdf', 'json')
+GROUP BY 1, 2
 
 -- The vendors any of the given (org, kind, value) identifiers names, with all their identifiers.
 -- name: vendors_named_by

@@ -76,7 +76,11 @@ class Vendors:
     def add_org_identity(
         self, org_id: str, kind: IdentifierKind, value: str, *, source: str, added_by: str
     ) -> bool:
-        """True when it was new. ValueError for a value that is no identifier (an invalid IBAN)."""
+        """True when it was new. ValueError for a value that is no identifier (an invalid IBAN),
+        and for one a registered vendor of the org has: the org's own identity is taken out of
+        every invoice's seller position, so a vendor's VAT id, IBAN or name in the org's profile
+        would hide that vendor on its own invoices (issue 52). The check and the insert share one
+        transaction, with the registry's writers held off until it commits."""
         if not org_id.strip():
             raise ValueError("org_id must be a non-empty string")
         params = {
@@ -88,6 +92,13 @@ class Vendors:
             "added_by": added_by,
         }
         with self.db.transaction() as conn:
+            conn.execute(VENDORS["hold_vendor_identifiers"])
+            owner = conn.execute(VENDORS["vendor_owning_identifier"], params).fetchone()
+            if owner is not None:
+                raise ValueError(
+                    f"{kind} {value.strip()} belongs to vendor {owner[1]} (#{owner[0]}) of org {org_id}, "
+                    "so it is not the org's own; if the vendor's record is wrong, correct the vendor first"
+                )
             return conn.execute(VENDORS["add_org_identity"], params).fetchone() is not None
 
     def remove_org_identity(self, org_id: str, kind: IdentifierKind, value: str) -> bool:
@@ -95,10 +106,13 @@ class Vendors:
         with self.db.transaction() as conn:
             return conn.execute(VENDORS["remove_org_identity"], params).fetchone() is not None
 
-    def buyer_parties_of_posted_einvoices(self, org_id: str) -> list[tuple[str | None, str | None]]:
+    def buyer_parties_of_posted_einvoices(self, org_id: str) -> list[tuple[str | None, str | None, int]]:
+        """(buyer name, buyer VAT id, how many posted e-invoices name that pair) of the org's posted
+        structured e-invoices: candidates for its profile, never added by themselves (anyone can
+        send an e-invoice that names anyone as its buyer)."""
         with self.db.pool.connection() as conn:
             return [
-                (r[0], r[1])
+                (r[0], r[1], int(r[2]))
                 for r in conn.execute(VENDORS["buyer_parties_of_posted_einvoices"], {"org_id": org_id})
             ]
 
