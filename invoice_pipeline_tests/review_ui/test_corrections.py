@@ -114,7 +114,7 @@ def test_a_corrected_number_that_makes_it_a_copy_is_held_as_a_suspected_duplicat
         [
             "invoice_number=NW-2026-777",
             "seller_name=Nordwind Logistik GmbH",
-            "seller_vat_id=DE123456789",
+            "seller_vat_id=DE811907980",
             "issue_date=2026-11-02",
             "currency=EUR",
             "payable_total=119.00",
