@@ -28,6 +28,7 @@ from .page_layouts import (
     PageCase,
     PageLabels,
     page_pdf,
+    page_vat_id,
 )
 
 # A vendor's own wording: a number label the reader knows (else the page is quarantined as
@@ -98,7 +99,7 @@ def vendor_series(seed: int, vendors: int, per_vendor: int, *, house: bool = Tru
         variant = VARIANTS[(v // len(langs)) % len(VARIANTS)]
         own = house and lang in HOUSE_LABELS and (v // len(langs)) % 2 == 0
         name = f"{_NAMES[v % len(_NAMES)]}" if v < len(_NAMES) else f"{_NAMES[v % len(_NAMES)]} {v}"
-        vat = f"{VAT_PREFIX[lang]}{rng.randint(100_000_000, 999_999_999)}"
+        vat = page_vat_id(VAT_PREFIX[lang], rng.randint(100_000_000, 999_999_999))  # check digits valid
         rates = rng.choice(
             ((Decimal(19),), (Decimal(21), Decimal(9)), (Decimal(20),), (Decimal(22), Decimal(10)))
         )
