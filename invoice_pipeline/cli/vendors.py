@@ -91,7 +91,9 @@ def cmd_org_profile(args: argparse.Namespace, settings: Settings) -> int:
         for shown in profile.of_kind(kind):
             print(f"  {kind:<5} {printable(shown)}")
     if not profile.identifiers:
-        print("  nothing yet (invoice-pipeline org profile --org ORG add vat DE123456789, or seed)")
+        print(
+            "  nothing yet (invoice-pipeline org profile --org ORG add vat DE136695976, or seed to see proposals)"
+        )
     return EXIT_OK
 
 
