@@ -14,6 +14,7 @@ import pytest
 from psycopg import sql
 
 from invoice_pipeline.db.embedded import EmbeddedPostgres
+from invoice_pipeline.domain.review import SUSPECTED_DUPLICATE
 from invoice_pipeline.samples import generate_samples
 from pipeline_support.factories import json_invoice
 from pipeline_support.helpers import free_port, run_cli
@@ -78,6 +79,8 @@ def test_ingest_process_status_show_on_generated_samples(
         _, _, status_, code, dup, original = by_name[sample.name]
         if sample.quarantine_code:
             assert (status_, code) == ("quarantined", sample.quarantine_code), sample.name
+        elif sample.duplicate_of and sample.review == SUSPECTED_DUPLICATE:
+            assert (status_, dup, original) == ("needs_review", "suspected", sample.duplicate_of), sample.name
         elif sample.duplicate_of:
             assert (status_, dup, original) == ("processed", "duplicate", sample.duplicate_of), sample.name
         elif sample.review:

@@ -23,6 +23,8 @@ MIGRATION_LOCK_ID = 0x1A7E_F00D_0000_0001
 DATA_MIGRATIONS: dict[str, Callable[[psycopg.Connection[Any]], object]] = {
     "0003_blocking_keys_and_review.sql": rekey_decided_invoices,
     "0007_page_money_fails_closed.sql": set_number_keys,
+    # The blocking key lost its amount bucket (issue 58): every stored block_key changes.
+    "0021_block_keys_without_amount.sql": rekey_decided_invoices,
     # Stored names recomputed as identity skeletons (issue 52).
     "0022_name_skeletons.sql": reskeleton_names,
 }

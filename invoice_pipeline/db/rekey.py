@@ -26,8 +26,10 @@ log = logging.getLogger(__name__)
 def rekey_decided_invoices(conn: psycopg.Connection[Any]) -> int:
     """Business key, vendor key and blocking key for every decided invoice, oldest first.
 
-    Two old originals that the new keys call one exact duplicate (the bug this migration
-    fixes: a VAT id with and without its country prefix) cannot both keep the unique key.
+    Run after 0003 (a VAT id with and without its country prefix made two keys) and after 0021
+    (the amount bucket left the blocking key, issue 58: a re-priced re-send must meet its
+    original's stored key). Two old originals that the new keys call one exact duplicate
+    cannot both keep the unique key.
     The later one keeps no blocking key, so it is never offered as a candidate, and is logged
     for a person; the earlier one stays the original every new copy is matched against.
     """

@@ -3,14 +3,15 @@
 `BusinessKey` names one invoice exactly: (org, normalised seller, normalised number, type).
 
 `BlockingKey` is coarse, and it is derived from the match rule (`domain/matching.py`). Every
-pair the matcher can accept, exact or fuzzy, passes its gate first, and the gate requires:
+pair the matcher can accept through its gate, exact or suspected, shares:
 
 * the same org and the same document type;
 * the same currency;
-* the same number skeleton (`normalize.number_skeleton`: the digits, OCR confusions read back);
-* both payable totals known, and at most `AMOUNT_TOLERANCE` apart.
+* the same number skeleton (`normalize.number_skeleton`: the digits, OCR confusions read back).
 
-The blocking key is exactly those parts, with the total cut into buckets `AMOUNT_TOLERANCE` wide.
+The blocking key is exactly those parts. No amount and no date is in it: one seller's number is
+one invoice whatever the totals or the issue dates say (issue 58), so a re-priced re-send or
+one of another year must meet its original, and is held for a person beside it.
 
 `NumberKey` is what an invoice shares with every copy of it whatever the page left out:
 (org, document type, normalised number). When the blocking key cannot be formed (a number
@@ -22,23 +23,21 @@ copy gets paid twice.
 INVARIANT: if `find_match(a, [b])` can accept the pair, then
 `set(decision_lock_ids(a)) & set(decision_lock_ids(b))` is not empty, and `b` is found by `a`'s
 candidate search (its blocking key in `search_ids(a)`, or the same number key). Proof: a pair
-accepted through the gate has every part of the blocking key but the bucket equal, and two
-totals at most one bucket width apart fall in the same or adjacent buckets (floor). Each invoice
-locks its own bucket and the next one up, so of two adjacent buckets k and k+1 both lock k+1;
-the search reads k-1, k and k+1. A pair accepted as number twins has the same number key, which
-both lock and the search reads. The property test in `invoice_pipeline_tests/domain/test_keys.py`
-checks this on generated pairs, and that weakening the keys breaks it. Change the gate, change
-this key.
+accepted through the gate has every part of the blocking key equal, so both lock and search the
+one key id. A pair accepted as number twins has the same number key, which both lock and the
+search reads. Different keys never contend (up to a 64-bit hash collision). The property test
+in `invoice_pipeline_tests/domain/test_keys.py` checks this on generated pairs (re-priced, other
+years, other formats), and that weakening the keys breaks it. Change the gate, change this key.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, replace
-from decimal import ROUND_FLOOR, Decimal
+from dataclasses import dataclass
+from decimal import Decimal
 
-# Totals this close are the same amount (rounding). The bucket width of the blocking key
-# must be at least this, or matching totals could fall two buckets apart.
+# Totals this close are the same amount ("duplicates must agree within 0.01", issue 58): a
+# rounding difference of a cent at most. Further apart, the same seller's number is held.
 AMOUNT_TOLERANCE = Decimal("0.01")
 
 
@@ -74,7 +73,6 @@ class BlockingKey:
     document_type: str
     currency: str
     number_skeleton: str
-    amount_bucket: int
 
     @property
     def id(self) -> int:
@@ -83,15 +81,10 @@ class BlockingKey:
         64 bits rather than hashtext's 32: at 32 bits two unrelated keys would share a lock
         with 50% probability after ~77k keys, and then contend for no reason.
         """
+        # "block2": the amount bucket is gone (sql/0021), so no id of the old keys is reused.
         return _hash64(
-            "\x1f".join(
-                ("block", self.org_id, self.document_type, self.currency, self.number_skeleton)
-                + (str(self.amount_bucket),)
-            )
+            "\x1f".join(("block2", self.org_id, self.document_type, self.currency, self.number_skeleton))
         )
-
-    def shifted(self, buckets: int) -> BlockingKey:
-        return replace(self, amount_bucket=self.amount_bucket + buckets)
 
 
 @dataclass(frozen=True)
@@ -108,26 +101,22 @@ class NumberKey:
         return _hash64("\x1f".join(("number", self.org_id, self.document_type, self.invoice_number)))
 
 
-def amount_bucket(total: Decimal) -> int:
-    return int((total / AMOUNT_TOLERANCE).to_integral_value(rounding=ROUND_FLOOR))
-
-
 def lock_ids(key: BlockingKey | None) -> tuple[int, ...]:
     """The advisory locks a duplicate decision takes, in the one global order (ascending).
 
-    Its own bucket and the next one up. No key (no usable total, number or currency): the
-    matcher can pair the invoice with nothing, so nothing needs serialising.
+    The key's own id. No key (no digits in the number): the gate can pair the invoice with
+    nothing, so nothing needs serialising here (its number key is locked beside it).
     """
     if key is None:
         return ()
-    return tuple(sorted({key.id, key.shifted(1).id}))
+    return (key.id,)
 
 
 def search_ids(key: BlockingKey | None) -> tuple[int, ...]:
     """The stored blocking keys of every original the matcher could accept against `key`."""
     if key is None:
         return ()
-    return tuple(sorted({key.shifted(d).id for d in (-1, 0, 1)}))
+    return (key.id,)
 
 
 def decision_lock_ids(block: BlockingKey | None, number: NumberKey) -> tuple[int, ...]:

@@ -1,13 +1,18 @@
 """Duplicate detection between one new invoice and the invoices already accepted.
 
+One seller's number is paid once (issue 58): two documents of one seller whose normalised
+numbers agree are the same invoice unless a person says otherwise, whatever their amounts,
+formats or dates. So the amounts and the dates decide only *how* a pair is decided, never
+*whether* it is compared.
+
 Every pair first passes a gate of hard rules; no similarity score overrides them:
 
 * never across organisations (checked here even if the caller passes other orgs' rows);
 * never between different document types (a credit note reusing its invoice's number is not a
   duplicate of it);
-* the same currency, and payable totals at most `AMOUNT_TOLERANCE` apart;
-* the same number skeleton: "INV-1001" and "INV-1002" of the same seller and amount are two
-  monthly invoices, not one invoice sent twice.
+* the same currency (totals of different currencies are never one amount);
+* the same number skeleton: "INV-1001" and "INV-1002" of the same seller are two monthly
+  invoices, not one invoice sent twice; "INV-1001", "1001" and "inv 1001" are one number.
 
 The gate is what `domain/keys.py` derives the blocking key (the advisory locks and the candidate
 search) from: widen it there first, or copies will race and hide from each other.
@@ -15,18 +20,25 @@ search) from: widen it there first, or copies will race and hide from each other
 Past the gate, the seller must be the same: by VAT id when both sides have one (a different VAT
 id is a different seller, whatever the names say), otherwise by name.
 
-* **exact** (an automatic `duplicate`): the same normalised seller, number, document type,
-  currency and total.
-* **fuzzy** (`suspected`, held for a person): anything that needed tolerance — a reformatted or
-  OCR-confused number, a cent of rounding, a seller recognised by a similar name, or by name on
-  one side and VAT id on the other. Issue dates, when both are known, must be close.
+* **exact** (an automatic `duplicate`, rejected): the same normalised seller, number, document
+  type and currency, amounts as posted at most `AMOUNT_TOLERANCE` apart, and the same issue year
+  (or a date missing on one side). Invoice "7" of 2026 is not invoice "7" of 2025.
+* **fuzzy** (`suspected`, held for a person with both shown): every other agreement of number
+  and seller — another amount, another year, a reformatted or OCR-confused number at any
+  distance in time, a seller named alike but not identically. A pair of one seller (VAT ids
+  equal, or names equal once normalised) is held whatever its score; a seller recognised only
+  by a similar name must reach the score threshold, to which close issue dates add (they raise
+  the score, they never gate it).
+
+Amounts are compared as posted: a credit note's total is a credit whatever its sign, so a UBL
+CreditNote of +100 and a CII 381 of -100 are the same amount.
 
 A pair that cannot pass the gate because one side lacks what the gate compares (no currency, no
 digits in the number, so no blocking key) is not waved through unchecked: **number twins** (the
 same org, document type and normalised number, `keys.NumberKey`) of the same seller are
-compared on what both sides do have. Totals or currencies that both sides state and that differ
-make them two invoices. Otherwise: exact when both state the same total and currency (a number
-without digits, read in full on both), else suspected — a scan that read less than the
+compared on what both sides do have. Currencies that both sides state and that differ make them
+two invoices. Otherwise: exact when both state the same currency and a total within
+`AMOUNT_TOLERANCE`, in the same year, else suspected — a scan that read less than the
 e-invoice it copies is held for a person, never paid.
 """
 
@@ -117,17 +129,25 @@ class Match:
         return self.how == EXACT
 
 
+def posted_amount(c: MatchCandidate) -> Decimal | None:
+    """The total as the ledger posts it: a credit note is a credit whatever sign its format gave
+    it (engine/stages.py posts -abs), an invoice as it stands; None when not known."""
+    total = c.payable_total
+    if total is None or not total.is_finite():
+        return None
+    return -abs(total) if c.document_type == "credit_note" else total
+
+
 def passes_gate(new: MatchCandidate, old: MatchCandidate) -> bool:
     """The hard rules every accepted pair meets; the blocking key is made of exactly these."""
     a, b = new.block, old.block
-    if a is None or b is None or new.payable_total is None or old.payable_total is None:
+    if a is None or b is None:
         return False
     return (
         new.org_id == old.org_id == a.org_id == b.org_id
         and new.invoice_id != old.invoice_id
         and (a.document_type, a.currency, a.number_skeleton)
         == (b.document_type, b.currency, b.number_skeleton)
-        and abs(new.payable_total - old.payable_total) <= AMOUNT_TOLERANCE
     )
 
 
@@ -155,6 +175,39 @@ def _seller(new: MatchCandidate, old: MatchCandidate) -> tuple[float, bool, str]
     return similarity, exact, f"seller names {old.seller_name!r} ~ {new.seller_name!r} ({how})"
 
 
+def _amounts(new: MatchCandidate, old: MatchCandidate, currency: str) -> tuple[bool, str]:
+    """(the amounts as posted agree within AMOUNT_TOLERANCE, why); unknown never agrees."""
+    a, b = posted_amount(new), posted_amount(old)
+    cur = f" {currency}" if currency else ""
+    if a is None or b is None:
+        return False, "payable total missing on one side: the amounts could not be compared"
+    if a == b:
+        return True, f"same total {b}{cur}"
+    if abs(a - b) <= AMOUNT_TOLERANCE:
+        return True, f"totals {old.payable_total} ~ {new.payable_total}{cur} (within {AMOUNT_TOLERANCE})"
+    return False, (
+        f"totals {old.payable_total} and {new.payable_total}{cur} differ by {abs(a - b)}: "
+        f"a person decides whether the seller's number {new.invoice_number} was re-priced or is another invoice"
+    )
+
+
+def _dates(new: MatchCandidate, old: MatchCandidate, days: int) -> tuple[bool, float, str]:
+    """(same issue year or a date missing, similarity for the score, why). Dates far apart
+    score nothing, but never stop one seller's number from being compared."""
+    if new.issue_date is None or old.issue_date is None:
+        return True, MISSING_DATE_SIMILARITY, "issue date missing on one side"
+    apart = abs((new.issue_date - old.issue_date).days)
+    close = 100.0 - (50.0 * apart / days if days else 0.0) if apart <= days else 0.0
+    if new.issue_date.year != old.issue_date.year:
+        return (
+            False,
+            close,
+            f"issued {old.issue_date} and {new.issue_date}, in another year: "
+            "a person decides whether the number was reused or the invoice re-sent",
+        )
+    return True, close, f"issue dates {apart} days apart"
+
+
 def twins(new: MatchCandidate, old: MatchCandidate) -> bool:
     """Number twins that the gate cannot fully compare: one side has no blocking key or no currency."""
     return (
@@ -170,31 +223,22 @@ def gate_comparable(c: MatchCandidate) -> bool:
     return c.block is not None and bool(c.block.currency)
 
 
-def _compare_twins(new: MatchCandidate, old: MatchCandidate, threshold: float) -> Match | None:
+def _compare_twins(new: MatchCandidate, old: MatchCandidate, days: int, threshold: float) -> Match | None:
     seller = _seller(new, old)
     if seller is None or seller[0] < threshold:
         return None
     seller_sim, seller_exact, seller_reason = seller
     reasons = [seller_reason, f"same invoice number {new.invoice_number} ~ {old.invoice_number}"]
-    unknown = []
-    for what, a, b in (
-        ("payable total", new.payable_total, old.payable_total),
-        ("currency", _currency(new), _currency(old)),
-    ):
-        if a is None or b is None:
-            unknown.append(what)
-        elif what == "payable total" and abs(a - b) > AMOUNT_TOLERANCE:  # type: ignore[operator]
-            return None
-        elif what == "currency" and a != b:
-            return None
-        else:
-            reasons.append(f"same {what} {b}")
-    if not unknown and seller_exact and new.payable_total == old.payable_total:
+    cur_new, cur_old = _currency(new), _currency(old)
+    if cur_new and cur_old and cur_new != cur_old:
+        return None  # totals of different currencies are never one amount
+    amounts_agree, amount_reason = _amounts(new, old, cur_old or cur_new or "")
+    same_year, _, date_reason = _dates(new, old, days)
+    reasons += [amount_reason, date_reason]
+    if cur_new and cur_old and seller_exact and amounts_agree and same_year:
         return Match(old.invoice_id, 100.0, EXACT, (*reasons, f"same document type {new.document_type}"))
-    if unknown:
-        reasons.append(
-            f"{' and '.join(unknown)} missing on one side: only the number and the seller could be compared"
-        )
+    if not (cur_new and cur_old):
+        reasons.append("currency missing on one side: only the number and the seller could be compared")
     return Match(old.invoice_id, round(seller_sim, 2), FUZZY, tuple(reasons))
 
 
@@ -204,40 +248,26 @@ def _currency(c: MatchCandidate) -> str | None:
 
 def _compare(new: MatchCandidate, old: MatchCandidate, days: int, threshold: float) -> Match | None:
     if twins(new, old):
-        return _compare_twins(new, old, threshold)
+        return _compare_twins(new, old, days, threshold)
     if not passes_gate(new, old):
         return None
     seller = _seller(new, old)
     if seller is None:
         return None
     seller_sim, seller_exact, seller_reason = seller
-    assert new.payable_total is not None and old.payable_total is not None and new.block is not None
-    cur = f" {new.block.currency}" if new.block.currency else ""
-    same_total = new.payable_total == old.payable_total
-    amount_reason = (
-        f"same total {new.payable_total}{cur}"
-        if same_total
-        else f"totals {old.payable_total} ~ {new.payable_total}{cur} (within {AMOUNT_TOLERANCE})"
-    )
+    assert new.block is not None
+    amounts_agree, amount_reason = _amounts(new, old, new.block.currency)
+    same_year, date_sim, date_reason = _dates(new, old, days)
     same_number = new.key.invoice_number == old.key.invoice_number
     number_reason = (
         f"invoice number {old.invoice_number} ~ {new.invoice_number} (normalised {new.key.invoice_number})"
         if same_number
         else f"invoice number {old.invoice_number} ~ {new.invoice_number} (same digits {new.block.number_skeleton})"
     )
-    if seller_exact and same_number and same_total:
+    if seller_exact and same_number and amounts_agree and same_year:
         reasons = (seller_reason, number_reason, amount_reason, f"same document type {new.document_type}")
         return Match(old.invoice_id, 100.0, EXACT, reasons)
 
-    if new.issue_date is not None and old.issue_date is not None:
-        apart = abs((new.issue_date - old.issue_date).days)
-        if apart > days:
-            return None
-        date_sim = 100.0 - (50.0 * apart / days if days else 0.0)
-        date_reason = f"issue dates {apart} days apart"
-    else:
-        date_sim = MISSING_DATE_SIMILARITY
-        date_reason = "issue date missing on one side"
     number_sim = (
         100.0
         if same_number
@@ -251,7 +281,9 @@ def _compare(new: MatchCandidate, old: MatchCandidate, days: int, threshold: flo
         / 10.0
     )
     score = round(SELLER_WEIGHT * seller_sim + NUMBER_WEIGHT * number_sim + DATE_WEIGHT * date_sim, 2)
-    if score < threshold:
+    # One seller (VAT ids equal, or names equal once normalised) and one number: held whatever
+    # the score says. Only a seller recognised by a similar name needs the score.
+    if seller_sim < 100.0 and score < threshold:
         return None
     return Match(old.invoice_id, score, FUZZY, (seller_reason, number_reason, amount_reason, date_reason))
 

@@ -11,7 +11,7 @@ import unicodedata
 from collections.abc import Callable
 
 from .fields import InvoiceFields
-from .keys import BlockingKey, BusinessKey, amount_bucket
+from .keys import BlockingKey, BusinessKey
 
 # Company-form tokens (after dots are removed and text is casefolded) dropped from the END of
 # a vendor name: "Acme GmbH" and "ACME" are the same vendor for duplicate detection.
@@ -261,15 +261,17 @@ def normalize_currency(currency: str | None) -> str:
 
 
 def blocking_key(org_id: str, fields: InvoiceFields) -> BlockingKey | None:
-    """The coarse key of `domain/keys.py`; None when the matcher could pair this invoice with nothing."""
-    total = fields.payable_total
+    """The coarse key of `domain/keys.py`; None when the gate could pair this invoice with nothing.
+
+    No total is needed: one seller's number is compared whatever the amounts say, and a copy
+    that lost its total is held beside its original, never waved through as new.
+    """
     skeleton = number_skeleton(fields.invoice_number or "")
-    if total is None or not total.is_finite() or not skeleton:
+    if not skeleton:
         return None
     return BlockingKey(
         org_id=org_id,
         document_type=fields.document_type,
         currency=normalize_currency(fields.currency),
         number_skeleton=skeleton,
-        amount_bucket=amount_bucket(total),
     )

@@ -14,6 +14,7 @@ from typing import Any
 import pypdf
 
 from ..domain.fields import InvoiceFields
+from ..domain.review import SUSPECTED_DUPLICATE
 from . import review_cases
 from .drawing import InvoiceDrawer
 from .render import (
@@ -235,8 +236,9 @@ def _add_resends(b: _Builder, base: list[_Original]) -> None:
 
 
 def _add_look_alikes(b: _Builder, original: _Original) -> None:
-    """Invoices that look like `original` and are not duplicates of it, and a credit note as PDF."""
-    _, inv3, _ = original
+    """Invoices that look like `original` and are not duplicates of it, and a credit note as PDF;
+    and its number with another total, held as a suspected duplicate of it (issue 58)."""
+    name3, inv3, _ = original
     other_seller = next(s for s in b.sellers if s.name != inv3.seller.name and s.vat_id)
     b.add_invoice(
         "same_number_other_vendor",
@@ -250,7 +252,10 @@ def _add_look_alikes(b: _Builder, original: _Original) -> None:
             inv3, lines=inv3.lines + (Line("Additional item", Decimal(1), Decimal("99.90"), Decimal(19)),)
         ),
         "cii",
-        note="look-alike: same vendor and number, different total (a different invoice)",
+        duplicate_of=name3,
+        review=SUSPECTED_DUPLICATE,
+        note="same vendor and number, different total: one seller's number is one invoice unless a "
+        "person says otherwise (issue 58), so held as a suspected duplicate, never posted",
     )
     b.add_invoice(
         "credit_note_same_number",

@@ -11,6 +11,7 @@ import pytest
 from invoice_pipeline.db.migrate import MigrationError, migrate
 from invoice_pipeline.db.sqlfiles import migration_files, sql_dir
 from invoice_pipeline.domain.fields import InvoiceFields
+from invoice_pipeline.domain.keys import _hash64
 from invoice_pipeline.domain.matching import MatchCandidate
 from invoice_pipeline.engine.dedupe import decide_duplicate
 from invoice_pipeline.engine.store import InvoiceStore
@@ -93,12 +94,16 @@ def test_new_file_is_applied_and_a_failing_one_changes_nothing(
 
 def _migrate_before(url: str, tmp_path: Path, first_new: str) -> None:
     """The database as a release before `first_new` left it: every migration older than it."""
-    old = tmp_path / "sql"
-    old.mkdir()
+    migrate(url, _files_before(tmp_path / "sql", first_new))
+
+
+def _files_before(directory: Path, first_new: str) -> Path:
+    """A copy of sql/ holding only the migrations older than `first_new`."""
+    directory.mkdir()
     for path in migration_files():
         if path.name < first_new:
-            shutil.copy(path, old / path.name)
-    migrate(url, old)
+            shutil.copy(path, directory / path.name)
+    return directory
 
 
 def test_invoices_decided_before_blocking_keys_are_rekeyed_and_still_found(
@@ -122,7 +127,10 @@ def test_invoices_decided_before_blocking_keys_are_rekeyed_and_still_found(
         ).fetchone()
         assert row is not None
         old_original = row[0]
-    assert migrate(empty_database_url).applied[0].startswith("0003")
+    # Only through 0003: 0021 rekeys every decided invoice again, and would hide a 0003 that did not.
+    assert (
+        migrate(empty_database_url, _files_before(tmp_path / "to-0003", "0004")).applied[0].startswith("0003")
+    )
     expected = MatchCandidate.from_fields("x", "acme", InvoiceFields.from_json(fields)).stored_keys
     columns = ("business_key", "business_key_hash", "vendor_key", "block_key")
     with psycopg.connect(empty_database_url) as conn:
@@ -134,6 +142,7 @@ def test_invoices_decided_before_blocking_keys_are_rekeyed_and_still_found(
     assert dict(zip(columns, stored, strict=True)) == {k: expected[k] for k in columns}, (
         "the old original was not rekeyed"
     )
+    migrate(empty_database_url)
     store = InvoiceStore(empty_database_url, max_size=2)
     try:
         copy = store.documents.store_document(json_invoice("INV-0077", vat_id="123456789"), "acme").invoice_id
@@ -182,6 +191,53 @@ def test_invoices_decided_before_number_keys_are_found_by_a_copy_without_currenc
         assert lease is not None
         store.documents.save_fields(lease, scan)
         decision = decide_duplicate(store, lease, "acme", scan)
+    finally:
+        store.close()
+    assert decision.status == "suspected" and decision.original_id == old_original
+
+
+def test_invoices_decided_before_0021_are_rekeyed_and_a_repriced_resend_is_held(
+    empty_database_url: str, tmp_path: Path
+) -> None:
+    """0021 took the amount out of the blocking key (issue 58); its data migration recomputes
+    the stored block keys. An original decided before it, with the old key (amount bucket in
+    it), must still be found by a re-send whose number differs only in format, so shares no
+    number key, and whose amount differs: held as suspected. With the data migration skipped
+    the old key is never searched again, the re-send becomes a second original: paid twice."""
+    _migrate_before(empty_database_url, tmp_path, "0021")
+    fields = InvoiceFields.from_json(json.loads(json_invoice("INV-1001", total="1190.00")))
+    keys = MatchCandidate.from_fields("x", "acme", fields).stored_keys
+    old_block = _hash64("\x1f".join(("block", "acme", "invoice", "EUR", "1001", "119000")))
+    with psycopg.connect(empty_database_url) as conn:
+        row = conn.execute(
+            "INSERT INTO invoices (org_id, status, fields, payable_total, currency, issue_date,"
+            " duplicate_status, business_key, business_key_hash, vendor_key, block_key, number_key)"
+            " VALUES ('acme', 'processed', %s, 1190.00, 'EUR', '2026-11-02', 'original', %s, %s, %s, %s, %s)"
+            " RETURNING id",
+            (
+                json.dumps(fields.to_json()),
+                keys["business_key"],
+                keys["business_key_hash"],
+                keys["vendor_key"],
+                old_block,
+                keys["number_key"],
+            ),
+        ).fetchone()
+        assert row is not None
+        old_original = row[0]
+    assert "0021_block_keys_without_amount.sql" in migrate(empty_database_url).applied
+    with psycopg.connect(empty_database_url) as conn:
+        stored = conn.execute("SELECT block_key FROM invoices WHERE id = %s", (old_original,)).fetchone()
+    assert stored == (keys["block_key"],), "the old original was not rekeyed"
+    store = InvoiceStore(empty_database_url, max_size=2)
+    try:
+        resend = json_invoice("1001", total="1249.50", issue_date="2026-11-20")
+        copy = store.documents.store_document(resend, "acme").invoice_id
+        lease = store.claims.acquire(copy, 1)
+        assert lease is not None
+        new_fields = InvoiceFields.from_json(json.loads(resend))
+        store.documents.save_fields(lease, new_fields)
+        decision = decide_duplicate(store, lease, "acme", new_fields)
     finally:
         store.close()
     assert decision.status == "suspected" and decision.original_id == old_original

@@ -26,7 +26,7 @@ SELECT id AS invoice_id, org_id, seq, fields, duplicate_status AS status, duplic
 FROM invoices WHERE id = ANY(%(invoice_ids)s::uuid[])
 
 -- Then every original locked_duplicate_candidates (sql/0007) would return for any invoice of
--- the chunk: its filter with the union of the chunk's orgs, blocking keys' neighbourhoods and
+-- the chunk: its filter with the union of the chunk's orgs, blocking keys (keys.search_ids) and
 -- number keys (through the same two indexes, no LIMIT), with the keys it filtered on, so that
 -- each invoice's own candidates are picked out of this in Python by the very same filter.
 -- name: chunk_duplicate_candidates

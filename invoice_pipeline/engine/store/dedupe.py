@@ -104,7 +104,7 @@ class OriginalsPool:
             self._by_number.setdefault((original.org_id, original.number_key), []).append(original)
 
     def candidates_of(self, candidate: MatchCandidate) -> list[tuple[UUID, str, InvoiceFields]]:
-        """The same org's originals whose block key is in the candidate's neighbourhood or whose
+        """The same org's originals whose block key is the candidate's (keys.search_ids) or whose
         number key is its own, itself left out, by seq: the match function's argument."""
         org = candidate.org_id
         found: dict[UUID, PooledOriginal] = {}
@@ -342,8 +342,8 @@ class Dedupe:
     def locked_candidates(
         self, conn: psycopg.Connection[Any], candidate: MatchCandidate
     ) -> list[DuplicateCandidateRow]:
-        """Takes the candidate's advisory locks, then reads every original of its org in its
-        blocking key's neighbourhood (sql/0003): the read a duplicate decision is made on."""
+        """Takes the candidate's advisory locks, then reads every original of its org with its
+        blocking key or its number key (sql/0007): the read a duplicate decision is made on."""
         return self.db.fetch_all(
             conn,
             DuplicateCandidateRow,
