@@ -96,7 +96,7 @@ VAT_SELLERS = (
     ("Atelier Lumière SARL", "FR", "FR", "40303265045"),
     ("Van Dijk Installatie B.V.", "NL", "NL", "812345678B01"),
     ("Rautatie Koneistus Oy", "FI", "FI", "20774740"),
-    ("Bergquell Getränke AG", "DE", "DE", "266394117"),
+    ("Bergquell Getränke AG", "DE", "DE", "266394116"),
 )
 
 

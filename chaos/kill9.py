@@ -214,7 +214,7 @@ def _document(rng: random.Random, i: int, copy_of: tuple[str, str, str] | None) 
     import datetime as dt
     from decimal import Decimal
 
-    seller = Party("Acme Supplies GmbH", "DE123456789", "Hafenstrasse 1", "20457", "Hamburg", "DE")
+    seller = Party("Acme Supplies GmbH", "DE123456788", "Hafenstrasse 1", "20457", "Hamburg", "DE")
     buyer = Party("Example Buyer Ltd", None, "1 Road", "10115", "Berlin", "DE")
     inv = SampleInvoice(
         invoice_number=number,
