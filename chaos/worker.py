@@ -25,7 +25,7 @@ from dagster import DagsterInstance
 
 import invoice_pipeline.engine.dedupe as dedupe_module
 from invoice_pipeline.engine.runs import InvoiceRef
-from invoice_pipeline.engine.store import Claims, Database, Dedupe, Documents, InvoiceStore
+from invoice_pipeline.engine.store import Claims, Database, Dedupe, Documents, InvoiceStore, Payments
 from invoice_pipeline.orchestration import run_requests
 from invoice_pipeline.orchestration.jobs import make_jobs
 from invoice_pipeline.orchestration.resources import DocumentReader, InvoiceDatabase
@@ -102,7 +102,7 @@ def gate_label(spec: GateSpec) -> str:
 
 
 # The parts of the store whose chunk writes a commit gate may stop (kill9's WRITES).
-GATED_PARTS: tuple[type, ...] = (Documents, Dedupe, Claims)
+GATED_PARTS: tuple[type, ...] = (Documents, Dedupe, Claims, Payments)
 
 
 def write_part(name: str) -> type:

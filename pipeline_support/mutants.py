@@ -67,6 +67,7 @@ BUDGET_TESTS = "invoice_pipeline_tests/review_ui/test_review_ui_budget.py"
 ATTACKS_TESTS = "invoice_pipeline_tests/review_ui/test_review_ui_attacks.py"
 OCR_TESTS = "invoice_pipeline_tests/documents/test_ocr.py"
 GLYPH_TESTS = "invoice_pipeline_tests/documents/test_ocr_glyphs.py"
+PAYMENT_TESTS = "invoice_pipeline_tests/engine/test_payment_decision.py"
 LAUNCHPAD_TESTS = "invoice_pipeline_tests/orchestration/test_launchpad_reviewers.py"
 ON_CONFLICT = "ON CONFLICT (invoice_id) WHERE status = 'running' DO NOTHING"
 
@@ -350,17 +351,17 @@ SABOTAGES: tuple[Sabotage, ...] = (
     _one(
         "vendor-unconfirmed",
         "a page-read seller no registered vendor confirms is held (issue 37)",
-        "invoice_pipeline/domain/identity.py",
-        "            not fields.read_from_page\n",
-        "            True\n",
+        "invoice_pipeline/domain/payment.py",
+        "        not fields.read_from_page\n",
+        "        True\n",
         "invoice_pipeline_tests/engine/test_vendors.py::"
         "test_a_page_read_seller_not_in_the_registry_is_held_and_approval_registers_it",
     ),
     _one(
         "bank-details",
         "an IBAN the vendor is not known to have is held, on every format (issue 37)",
-        "invoice_pipeline/domain/identity.py",
-        '    if fields.payee_iban and not vendor.has("iban", fields.payee_iban):\n',
+        "invoice_pipeline/domain/payment.py",
+        '    if iban is not None and not vendor.has("iban", iban.value):\n',
         "    if False:\n",
         "invoice_pipeline_tests/engine/test_vendors.py::test_a_changed_iban_is_held_on_a_structured_invoice_too",
     ),
@@ -936,6 +937,75 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "    if fields.mandate_reference:\n",
         "    if False:\n",
         f"{ACCOUNTANT_READS}::test_a_mandate_without_a_means_code_is_still_a_direct_debit",
+    ),
+    # -- money decided at posting, under the lock (issue 52) ----------------------------------
+    _one(
+        "posting-redecides",
+        "the posting decides who is paid again, in its own transaction: an invoice the registry "
+        "no longer confirms is held, not posted (issue 52)",
+        "invoice_pipeline/engine/store/payments.py",
+        "            if not decision.posts:\n",
+        "            if False:\n",
+        f"{PAYMENT_TESTS}::test_one_chunk_cannot_register_a_vendor_and_pay_its_second_iban",
+    ),
+    _one(
+        "identity-locks",
+        "the posting takes the advisory locks of its identity keys before deciding, so a "
+        "registration racing it is seen, not duplicated (issue 52)",
+        "invoice_pipeline/engine/store/payments.py",
+        "        self.vendors.lock_identities(\n",
+        "        return None\n        (\n",
+        f"{PAYMENT_TESTS}::test_a_registration_racing_the_posting_is_seen_by_it",
+    ),
+    _one(
+        "approval-redecides",
+        "a person's approval re-decides who is paid and is refused when the reasons changed since "
+        "the person looked (issue 52)",
+        "invoice_pipeline/engine/store/review.py",
+        "            if new:\n",
+        "            if False:\n",
+        f"{PAYMENT_TESTS}::test_an_approval_whose_reasons_changed_is_refused_and_shows_the_new_ones",
+    ),
+    _one(
+        "vouched-only",
+        "a person's approval covers only the reasons they were shown: the posting holds for a reason "
+        "of its moment they did not vouch for (issue 52)",
+        "invoice_pipeline/domain/payment.py",
+        "    held = tuple(r for r in reasons if r.voucher not in facts.vouched or not r.vouchable)\n",
+        "    held = tuple(r for r in reasons if not r.vouchable or facts.approver is None)\n",
+        f"{PAYMENT_TESTS}::test_an_approval_made_before_the_registry_changed_is_decided_again_at_posting",
+    ),
+    _one(
+        "own-identity-as-seller",
+        "an invoice whose seller identity is the org's own is held, never paid or registered (issue 52)",
+        "invoice_pipeline/domain/payment.py",
+        "    hits = [i for i in identity_keys(fields) if profile.has(i.kind, i.shown)]\n",
+        "    hits: list[Identifier] = []\n",
+        f"{PAYMENT_TESTS}::test_the_orgs_own_identity_as_the_seller_is_held_never_registered",
+    ),
+    _one(
+        "possible-impersonation",
+        "a seller with a registered vendor's name but none of its identifiers is held (issue 52)",
+        "invoice_pipeline/domain/payment.py",
+        '    namesakes = [v for v in facts.registry if name is not None and v.has("name", name.shown)]\n',
+        "    namesakes: list[Vendor] = []\n",
+        f"{PAYMENT_TESTS}::test_a_registered_vendors_name_without_its_vat_id_is_held_as_a_possible_impersonation",
+    ),
+    _one(
+        "vendor-identity-conflict",
+        "a vendor confirmed by its account while the page prints another VAT id is held (issue 52)",
+        "invoice_pipeline/domain/payment.py",
+        '    if vat is not None and vendor.of_kind("vat") and not vendor.has("vat", vat.value):\n',
+        "    if False:\n",
+        f"{PAYMENT_TESTS}::test_a_vendor_confirmed_by_its_account_while_the_page_names_another_vat_id_is_held",
+    ),
+    _one(
+        "iban-invalid",
+        "an IBAN that fails its check digits is never paid into (issue 52)",
+        "invoice_pipeline/domain/payment.py",
+        "    if fields.payee_iban and not iban_valid(fields.payee_iban):\n",
+        "    if False:\n",
+        f"{PAYMENT_TESTS}::test_an_iban_that_fails_its_check_digits_is_never_paid_into",
     ),
     _one(
         "vat-look-alike-letter",

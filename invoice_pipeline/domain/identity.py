@@ -6,17 +6,17 @@ tax numbers and IBANs are on every invoice it receives, in the buyer's block (an
 direct-debit notice). `OrgProfile` is that knowledge, and `without_own_identity` makes sure the
 page reader never takes it for the seller's.
 
-Who is paid is then *confirmed*, not guessed (`vendor_reasons`): a registered vendor of the org
-must own an identifier the invoice gives in the seller's position (a VAT id or the IBAN to pay),
-and the IBAN to pay must be one the vendor is known to have. A name proves nothing: anyone can
-print one.
+Who is paid is then *confirmed*, not guessed, by the payment decision (domain/payment.py): a
+registered vendor of the org must own an identifier the invoice gives in the seller's position (a
+VAT id or the IBAN to pay), and the IBAN to pay must be one the vendor is known to have. A name
+proves nothing: anyone can print one. Identifiers are compared in the normal forms below
+(check digits validated; a look-alike letter makes one invalid), names by their skeleton.
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from functools import cache
 from typing import Literal
@@ -264,9 +264,10 @@ def without_own_identity(fields: InvoiceFields, profile: OrgProfile, page_text: 
     On a page, the org's VAT id or name read as the seller's is dropped (it is the buyer's), and
     the IBAN to pay is the page's first valid IBAN that is not the org's own (a direct-debit
     notice prints the org's account; the others printed are named in the evidence, and only the
-    one paid into is checked against the vendor's known accounts). Structured invoices say who is who in their data; only a
-    seller identity equal to the org's own is dropped there too, because paying oneself is
-    always wrong.
+    one paid into is checked against the vendor's known accounts). Structured invoices say who is
+    who in their data: a seller identity equal to the org's own is kept there, so the payment
+    decision sees it and holds the invoice (`own_identity_as_seller`, domain/payment.py) instead
+    of paying, or registering as a vendor, whoever else the invoice names.
     """
     changes: dict[str, object] = {}
     sources = dict(fields.sources)
@@ -276,6 +277,8 @@ def without_own_identity(fields: InvoiceFields, profile: OrgProfile, page_text: 
         previous = sources.get(name)
         sources[name] = FieldSource(previous.source if previous else "org profile", 0.0, why)
 
+    if not fields.read_from_page:
+        return fields
     if profile.has("vat", fields.seller_vat_id):
         drop(
             "seller_vat_id",
@@ -286,7 +289,7 @@ def without_own_identity(fields: InvoiceFields, profile: OrgProfile, page_text: 
             "seller_name",
             f"the name read as the seller's ({fields.seller_name}) is the org's own: the buyer's",
         )
-    if fields.read_from_page and page_text is not None:
+    if page_text is not None:
         read_by = "ocr" if any(s.source.startswith("ocr") for s in fields.sources.values()) else "pdf-text"
         theirs = [iban for iban in ibans_on_page(page_text) if not profile.has("iban", iban)]
         if theirs:
@@ -318,59 +321,3 @@ class Vendor(Identified):
     name: str
     default_currency: str | None
     identifiers: tuple[Identifier, ...]
-
-
-def invoice_identifiers(fields: InvoiceFields) -> list[Identifier]:
-    """The identifiers an invoice gives in the seller's position, strongest first. The seller's
-    VAT id is read from the seller's block or legal footer; the IBAN is the account to pay."""
-    out: list[Identifier] = []
-    for kind, value in (("vat", fields.seller_vat_id), ("iban", fields.payee_iban)):
-        if value:
-            try:
-                out.append(Identifier(kind, normalise(kind, value), value))  # type: ignore[arg-type]
-            except ValueError:
-                continue
-    return out
-
-
-def matching_vendor(fields: InvoiceFields, vendors: Iterable[Vendor]) -> Vendor | None:
-    """The registered vendor the invoice's seller-position identifiers name: its VAT id first, then
-    the IBAN to pay. None when no identifier names one."""
-    pool = list(vendors)
-    for ident in invoice_identifiers(fields):
-        for vendor in pool:
-            if vendor.has(ident.kind, ident.value):
-                return vendor
-    return None
-
-
-def vendor_reasons(
-    fields: InvoiceFields, vendor: Vendor | None, *, registers_einvoice_vendors: bool
-) -> list[str]:
-    """Why who is paid is not confirmed; empty: the vendor is known and so is the account.
-
-    * A page-read invoice is confirmed only by a registered vendor owning its seller VAT id or
-      the IBAN it asks to be paid into. A structured e-invoice's seller is data the sender
-      signed off; the org's policy says whether its first one registers the vendor by itself.
-    * The IBAN to pay must be one the vendor is known to have, on every format.
-    """
-    if vendor is None:
-        if (
-            not fields.read_from_page
-            and registers_einvoice_vendors
-            and (fields.seller_vat_id or fields.seller_name)
-        ):
-            return []  # registered when it is posted (store/vendors.py), with its IBAN
-        shown = ", ".join(f"{i.kind} {i.shown}" for i in invoice_identifiers(fields)) or "no VAT id or IBAN"
-        return [
-            f"{VENDOR_UNCONFIRMED}: the seller ({fields.seller_name or 'name not read'}; {shown}) is not a "
-            "registered vendor of the org; check who sent it, then approve to register the vendor, or reject it"
-        ]
-    if fields.payee_iban and not vendor.has("iban", fields.payee_iban):
-        known = ", ".join(vendor.of_kind("iban")) or "none on record"
-        return [
-            f"{BANK_DETAILS_CHANGED}: the invoice asks to be paid into {fields.payee_iban}, which is not an "
-            f"account of vendor {vendor.name} (#{vendor.vendor_id}; known: {known}); confirm the change with the "
-            "vendor by a channel you already know before approving"
-        ]
-    return []

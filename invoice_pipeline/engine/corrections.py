@@ -18,13 +18,13 @@ from uuid import UUID
 
 from invoice_pipeline.domain.corrections import CORRECTED, apply_changes, describe, parse_changes
 from invoice_pipeline.domain.fields import InvoiceFields
-from invoice_pipeline.domain.identity import matching_vendor, vendor_reasons
+from invoice_pipeline.domain.payment import payee_reasons
 from invoice_pipeline.domain.review import ReviewPolicy
 from invoice_pipeline.engine.dedupe import match_outcome
 from invoice_pipeline.engine.records import MatchOutcome
 from invoice_pipeline.engine.review import Actor, decide_under_lock
 from invoice_pipeline.engine.review_records import ActionOutcome
-from invoice_pipeline.engine.stages import registered_vendors, verdict_for
+from invoice_pipeline.engine.stages import payment_facts, verdict_for
 from invoice_pipeline.engine.store import InvoiceStore, as_uuid
 from invoice_pipeline.engine.store.review_pages import Correction, HeldFor
 
@@ -87,12 +87,8 @@ def correct_invoice(
     who_is_paid: list[str] = []
     if current is not None:
         corrected, _, _ = apply_changes(current, parsed, actor.name, note)
-        vendors = registered_vendors(store, {invoice_id: (state.org_id, corrected)})
-        who_is_paid = vendor_reasons(
-            corrected,
-            matching_vendor(corrected, vendors.get(state.org_id, ())),
-            registers_einvoice_vendors=policy.register_einvoice_vendors,
-        )
+        facts = payment_facts(store, {invoice_id: (state.org_id, corrected)}, {state.org_id: policy})
+        who_is_paid = [r.text for r in payee_reasons(facts[invoice_id])]
     outcome = decide_under_lock(
         store,
         invoice_id,

@@ -12,8 +12,6 @@ from decimal import Decimal
 from typing import Any, Generic, Literal, TypeVar
 from uuid import UUID
 
-from invoice_pipeline.domain.identity import Identifier
-
 
 @dataclass(frozen=True)
 class Lease:
@@ -137,6 +135,8 @@ class Approval:
     decision: Literal["approved", "rejected"]
     rule: str
     decided_at: datetime
+    # What the person who approved it vouched for: each reason shown, as domain/payment.Reason.voucher.
+    vouched: tuple[str, ...] = ()
 
     @property
     def approver(self) -> str | None:
@@ -161,6 +161,11 @@ class LedgerPosting:
     issue_date: date | None = None
     due_date: date | None = None
     iban: str | None = None
+    # The registry's name and VAT id of the vendor at posting time, beside what the document printed.
+    registered_name: str | None = None
+    registered_vat_id: str | None = None
+    printed_seller_name: str | None = None
+    printed_seller_vat_id: str | None = None
     # How the invoice is settled (domain/doctypes.payment_means_kind: "transfer", "direct_debit",
     # "card", ...); None: the document names no means. A direct debit is collected by the seller:
     # the export must not pay it by transfer as well (docs/formats.md "Payment means").
@@ -301,19 +306,6 @@ class Verdict:
 
 
 @dataclass(frozen=True)
-class VendorRegistration:
-    """What posting an invoice teaches the vendor registry (store/vendors.py): the vendor, when
-    none owns the invoice's identifiers yet, and the identifiers an e-invoice or a person
-    vouched for."""
-
-    name: str
-    identifiers: tuple[Identifier, ...]
-    source: Literal["e-invoice", "approval"]
-    actor: str
-    default_currency: str | None = None
-
-
-@dataclass(frozen=True)
 class Posting:
     """What the ledger records: whom it pays (the registry's vendor), for what, how much, where to."""
 
@@ -324,10 +316,14 @@ class Posting:
     issue_date: date | None = None
     due_date: date | None = None
     iban: str | None = None
-    # The vendor confirmed at the approval stage, or what to register (never both None for a
-    # posting the pipeline makes; the single-invoice helper for tests may leave both unset).
+    # The vendor paid: confirmed or registered in the posting's transaction (store/payments.py;
+    # the single-invoice helper for tests may leave it unset).
     vendor_id: int | None = None
-    registration: VendorRegistration | None = None
+    # The registry's name and VAT id of that vendor at posting time, beside what the document printed.
+    registered_name: str | None = None
+    registered_vat_id: str | None = None
+    printed_seller_name: str | None = None
+    printed_seller_vat_id: str | None = None
     # How the invoice is settled (domain/doctypes.payment_means_kind: "transfer", "direct_debit",
     # "card", ...); None: the document names no means. A direct debit is collected by the seller:
     # the export must not pay it by transfer as well (docs/formats.md "Payment means").

@@ -22,7 +22,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from decimal import Decimal
 from typing import Any, Protocol, TypeVar
 from uuid import UUID
 
@@ -30,15 +29,9 @@ from invoice_pipeline.config import DEFAULT_SAVE_AFTER_MS
 from invoice_pipeline.documents import BadDocument, ExtractedText
 from invoice_pipeline.documents.reading.layouts import apply_layouts
 from invoice_pipeline.domain.fields import InvoiceFields
-from invoice_pipeline.domain.identity import (
-    Vendor,
-    compact,
-    invoice_identifiers,
-    matching_vendor,
-    vendor_reasons,
-    without_own_identity,
-)
+from invoice_pipeline.domain.identity import without_own_identity
 from invoice_pipeline.domain.matching import MatchCandidate
+from invoice_pipeline.domain.payment import PaymentFacts, identity_keys, payee_reasons
 from invoice_pipeline.domain.review import (
     SUSPECTED_DUPLICATE,
     ReviewPolicy,
@@ -50,14 +43,13 @@ from invoice_pipeline.domain.validation import posting_gaps, validate_fields
 from invoice_pipeline.engine.dedupe import match_outcome
 from invoice_pipeline.engine.records import (
     ChunkWrite,
+    DuplicateDecision,
     Lease,
-    Posting,
     Quarantine,
-    VendorRegistration,
     Verdict,
     describe_error,
 )
-from invoice_pipeline.engine.store import InvoiceStore, is_systemic
+from invoice_pipeline.engine.store import InvoiceStore, PaymentRequest, is_systemic
 
 T = TypeVar("T")
 
@@ -516,12 +508,31 @@ def verdict_for(
     )
 
 
-def registered_vendors(
-    store: InvoiceStore, found: Mapping[UUID, tuple[str, InvoiceFields]]
-) -> dict[str, list[Vendor]]:
-    """The registered vendors the chunk's invoices name by a seller-position identifier, per org."""
-    wanted = [(org, ident) for org, fields in found.values() for ident in invoice_identifiers(fields)]
-    return store.vendors.vendors_named_by(wanted)
+def payment_facts(
+    store: InvoiceStore,
+    found: Mapping[UUID, tuple[str, InvoiceFields]],
+    policies: Mapping[str, ReviewPolicy],
+    decisions: Mapping[UUID, DuplicateDecision] | None = None,
+) -> dict[UUID, PaymentFacts]:
+    """The payment decision's facts for the chunk's invoices, read now, without locks: what the
+    approval stage holds on early, and what a correction shows. Only the posting decides
+    (store/payments.py), on facts it reads again under the identity locks."""
+    keys = [(org, ident) for org, fields in found.values() for ident in identity_keys(fields)]
+    registry = store.vendors.vendors_named_by(keys)
+    profiles = store.vendors.org_profiles(sorted({org for org, _ in found.values()}))
+    out: dict[UUID, PaymentFacts] = {}
+    for invoice_id, (org, fields) in found.items():
+        decision = (decisions or {}).get(invoice_id)
+        out[invoice_id] = PaymentFacts(
+            org,
+            fields,
+            tuple(registry.get(org, ())),
+            profiles[org],
+            policies[org],
+            decision.status if decision else "original",
+            decision.original_id if decision else None,
+        )
+    return out
 
 
 def approve(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID, Outcome]:
@@ -529,8 +540,11 @@ def approve(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID, Outcom
     decisions = env.store.dedupe.load_duplicate_decisions(ids)
     fields = env.store.documents.load_fields_of(ids)
     policies = env.store.review.review_policies(sorted({c.org_id for c in items}))
-    vendors = registered_vendors(
-        env.store, {c.invoice_id: (c.org_id, fields[c.invoice_id]) for c in items if c.invoice_id in fields}
+    facts = payment_facts(
+        env.store,
+        {c.invoice_id: (c.org_id, fields[c.invoice_id]) for c in items if c.invoice_id in fields},
+        policies,
+        decisions,
     )
     outcomes: dict[UUID, Outcome] = {}
     verdicts: dict[UUID, Verdict] = {}
@@ -539,11 +553,9 @@ def approve(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID, Outcom
         if decision is None or found is None:
             outcomes[c.invoice_id] = _missing("duplicate decision")
             continue
-        policy = policies[c.org_id]
-        vendor = matching_vendor(found, vendors.get(c.org_id, ()))
-        paid = vendor_reasons(found, vendor, registers_einvoice_vendors=policy.register_einvoice_vendors)
+        paid = [r.text for r in payee_reasons(facts[c.invoice_id])]
         verdicts[c.invoice_id] = verdict_for(
-            found, decision.status, decision.original_id, decision.reasons, policy, paid
+            found, decision.status, decision.original_id, decision.reasons, policies[c.org_id], paid
         )
     write = env.store.documents.record_verdicts(
         [(c.lease, verdicts[c.invoice_id]) for c in items if c.invoice_id in verdicts], step=step
@@ -555,69 +567,40 @@ def approve(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID, Outcom
     return outcomes
 
 
-def payable(fields: InvoiceFields) -> Decimal:
-    """What the org owes for the document: a credit note reduces it."""
-    assert fields.payable_total is not None
-    return -abs(fields.payable_total) if fields.document_type == "credit_note" else fields.payable_total
-
-
-def posting_of(org_id: str, fields: InvoiceFields, vendor: Vendor | None, approver: str | None) -> Posting:
-    """The ledger's record: the registry's vendor, or what registers it, and the IBAN paid to.
-
-    A confirmed vendor whose account the invoice names is paid there; an invoice naming none is
-    paid to the vendor's only known account (several: the ledger records none and AP chooses).
-    An unconfirmed vendor reaches posting only approved by a person, or as a structured
-    e-invoice under a policy that registers its vendor: the posting registers it, audited.
-    """
-    assert fields.currency is not None
-    identifiers = tuple(invoice_identifiers(fields))
-    registration = None
-    if vendor is None or approver is not None:
-        registration = VendorRegistration(
-            fields.seller_name
-            or (vendor.name if vendor else None)
-            or (identifiers[0].shown if identifiers else "unnamed vendor"),
-            identifiers,
-            "approval" if approver is not None else "e-invoice",
-            approver or "pipeline (structured e-invoice)",
-            fields.currency,
-        )
-    iban = fields.payee_iban
-    if iban is None and vendor is not None and len(vendor.of_kind("iban")) == 1:
-        iban = vendor.of_kind("iban")[0]
-    return Posting(
-        org_id,
-        payable(fields),
-        fields.currency,
-        invoice_number=fields.invoice_number,
-        issue_date=fields.issue_date,
-        due_date=fields.due_date,
-        iban=compact(iban) if iban else None,
-        vendor_id=vendor.vendor_id if vendor is not None else None,
-        registration=registration,
-    )
-
-
 def post_to_ledger(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID, Outcome]:
+    """Decide who is paid and post, in one fenced transaction under the identity locks
+    (store/payments.py): anything that changed since approval holds the invoice, with the
+    reasons of now."""
     ids = [c.invoice_id for c in items]
     fields = env.store.documents.load_fields_of(ids)
     approvals = env.store.documents.load_approvals(ids)
-    vendors = registered_vendors(
-        env.store, {c.invoice_id: (c.org_id, fields[c.invoice_id]) for c in items if c.invoice_id in fields}
-    )
-    postings: list[tuple[Lease, Posting]] = []
+    decisions = env.store.dedupe.load_duplicate_decisions(ids)
+    policies = env.store.review.review_policies(sorted({c.org_id for c in items}))
+    requests: list[tuple[Lease, PaymentRequest]] = []
     outcomes: dict[UUID, Outcome] = {}
     for c in items:
-        found = fields.get(c.invoice_id)
+        found, decision = fields.get(c.invoice_id), decisions.get(c.invoice_id)
         if found is None or posting_gaps(found):
             outcomes[c.invoice_id] = _missing("payable total and currency")
             continue
-        approval = approvals.get(c.invoice_id)
-        vendor = matching_vendor(found, vendors.get(c.org_id, ()))
-        postings.append(
-            (c.lease, posting_of(c.org_id, found, vendor, approval.approver if approval else None))
+        requests.append(
+            (
+                c.lease,
+                PaymentRequest(
+                    c.org_id,
+                    found,
+                    policies[c.org_id],
+                    decision.status if decision else None,
+                    decision.original_id if decision else None,
+                    approvals.get(c.invoice_id),
+                ),
+            )
         )
-    return outcomes | written_outcomes(env.store.documents.post_many(postings, step=step), Done("posted"))
+    write = env.store.payments.post_many(requests, step=step)
+    outcomes |= unwritten(write)
+    for invoice_id, paid in write.written.items():
+        outcomes[invoice_id] = Done("posted") if paid.posts else Held(tuple(r.text for r in paid.held))
+    return outcomes
 
 
 STAGES: tuple[Stage, ...] = (

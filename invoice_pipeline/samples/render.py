@@ -454,6 +454,11 @@ def invoice_pdf(inv: SampleInvoice, lang: str = "en", style: int = 0) -> bytes:
         footer += f"    {lab.vat} {inv.seller.vat_id}"
     pdf.set_xy(20, 275)
     pdf.cell(170, 5, footer)
+    if inv.payee_iban:
+        # The bank line of a page footer, grouped in fours as printed invoices do.
+        grouped = " ".join(inv.payee_iban[i : i + 4] for i in range(0, len(inv.payee_iban), 4))
+        pdf.set_xy(20, 280)
+        pdf.cell(170, 5, f"IBAN {grouped}")
     out = io.BytesIO()
     pdf.output(out)
     return out.getvalue()

@@ -9,12 +9,13 @@ the true seller (with or without its IBAN on record), a third party, and, as a b
 would, a "vendor" carrying the org's own VAT id and IBAN.
 
 "Would post" is what the pipeline does: validation passes, no review reason, and the vendor
-check (`vendor_reasons` against the registered vendor the page's identifiers name) confirms.
+check (`domain/payment.decide_payment` against the registered vendor the page's identifiers name)
+confirms.
 
 Checked against weakened mechanisms (closing note of issue 37): with `without_own_identity`
 made a no-op, hypothesis finds a page whose seller prints no VAT id, read as the buyer's
 (the org's) VAT id, posted to the mis-imported vendor; with the IBAN check removed from
-`vendor_reasons`, a page asking to be paid into an unknown account is posted.
+the payment decision, a page asking to be paid into an unknown account is posted.
 """
 
 from __future__ import annotations
@@ -31,12 +32,11 @@ from invoice_pipeline.domain.identity import (
     OrgProfile,
     Vendor,
     compact,
-    matching_vendor,
     normalise,
-    vendor_reasons,
     without_own_identity,
 )
-from invoice_pipeline.domain.review import DEFAULT_POLICY, review_reasons
+from invoice_pipeline.domain.payment import PaymentFacts, decide_payment
+from invoice_pipeline.domain.review import DEFAULT_POLICY
 from invoice_pipeline.domain.validation import validate_fields
 from invoice_pipeline.samples.page_layouts import FORMATS, PAGE_LABELS, fmt_amount
 
@@ -115,17 +115,10 @@ def cases(draw: st.DrawFn) -> Case:
 @given(cases())
 def test_a_page_read_invoice_that_would_post_pays_its_true_seller_into_a_known_account(case: Case) -> None:
     fields = without_own_identity(fields_from_text(case.text), PROFILE, case.text)
-    vendor = matching_vendor(fields, case.registry)
-    would_post = (
-        not validate_fields(fields)
-        and not review_reasons(fields, DEFAULT_POLICY)
-        and not vendor_reasons(fields, vendor, registers_einvoice_vendors=True)
-    )
-    if would_post:
+    decision = decide_payment(PaymentFacts("org", fields, case.registry, PROFILE, DEFAULT_POLICY, "original"))
+    if not validate_fields(fields) and decision.posts:
+        vendor = decision.vendor
         assert vendor is not None and vendor.vendor_id == 1, (vendor, fields.seller_vat_id, case.text)
-        paid_into = fields.payee_iban or (
-            vendor.of_kind("iban")[0] if len(vendor.of_kind("iban")) == 1 else None
-        )
-        assert paid_into is None or compact(paid_into) == SELLER_IBAN, (paid_into, case.text)
+        assert decision.iban is None or compact(decision.iban) == SELLER_IBAN, (decision.iban, case.text)
     # The org's own identity never stands for the seller's, whatever the registry says.
     assert not PROFILE.has("vat", fields.seller_vat_id) and not PROFILE.has("iban", fields.payee_iban)

@@ -22,10 +22,16 @@ from invoice_pipeline.domain.identity import (
     normalise,
     without_own_identity,
 )
+from invoice_pipeline.domain.payment import (
+    OWN_IDENTITY_AS_SELLER,
+    POSSIBLE_IMPERSONATION,
+    own_identity_reasons,
+)
 from invoice_pipeline.domain.review import CORRECTED, FIELD_UNREAD, ReviewPolicy
 from invoice_pipeline.engine.corrections import correct_invoice
 from invoice_pipeline.engine.review import Actor, act
 from invoice_pipeline.engine.store import InvoiceStore
+from invoice_pipeline.engine.store.review import REASONS_CHANGED
 from invoice_pipeline.engine.vendors import read_vendor_csv
 from invoice_pipeline.samples.render import Party
 from invoice_pipeline_tests.engine.review.helpers import (
@@ -99,7 +105,7 @@ def test_a_legible_page_without_its_total_is_held_corrected_and_posted_as_typed(
 def test_a_page_read_seller_not_in_the_registry_is_held_and_approval_registers_it(
     database_url: str, store: InvoiceStore
 ) -> None:
-    """Mechanism: vendor_reasons holds an unconfirmed page-read seller; the approved posting
+    """Mechanism: the payment decision (domain/payment.py) holds an unconfirmed page-read seller; the approved posting
     registers it (source approval, audited), so its next invoice posts by itself."""
     (first,) = _process(database_url, store, "acme", [(render(sample("INV-9101"), "pdf"), "a.pdf")])
     assert status_and_reasons(database_url, first) == ("needs_review", [VENDOR_UNCONFIRMED])
@@ -124,14 +130,15 @@ def test_a_page_read_seller_not_in_the_registry_is_held_and_approval_registers_i
 
 
 def test_a_name_alone_confirms_no_vendor(database_url: str, store: InvoiceStore) -> None:
-    """Mechanism: only an identifier in the seller's position confirms; a registered name does not."""
+    """Mechanism: only an identifier in the seller's position confirms; a registered name does not:
+    a page in a registered vendor's name with another VAT id is a possible impersonation (issue 52)."""
     _import(store, "acme", "name,vat_id\nNordwind Logistik GmbH,DE999999995\n")
     (held,) = _process(database_url, store, "acme", [(render(sample("INV-9201"), "pdf"), "a.pdf")])
-    assert status_and_reasons(database_url, held) == ("needs_review", [VENDOR_UNCONFIRMED])
+    assert status_and_reasons(database_url, held) == ("needs_review", [POSSIBLE_IMPERSONATION])
 
 
 def test_a_changed_iban_is_held_on_a_structured_invoice_too(database_url: str, store: InvoiceStore) -> None:
-    """Mechanism: vendor_reasons' IBAN check (bank_details_changed), for every format."""
+    """Mechanism: the payment decision's IBAN check (bank_details_changed), for every format."""
     _import(store, "acme", f"name,vat_id,iban\nAcme Supplies GmbH,DE123456788,{IBAN_A}\n")
     known, changed = _process(
         database_url,
@@ -230,9 +237,12 @@ def test_own_identity_is_dropped_in_any_language_and_the_page_iban_is_the_seller
     cleaned = without_own_identity(fields, profile, text)
     assert cleaned.seller_name is None and cleaned.seller_vat_id is None
     assert cleaned.payee_iban == IBAN_A
-    # Structured data keeps its own word, but never pays the org itself.
+    # Structured data keeps its own word, and the payment decision never pays the org itself:
+    # it holds the invoice (issue 52) instead of paying, or registering, whoever else it names.
     structured = InvoiceFields(payee_iban=IBAN_B, sources={"payee_iban": FieldSource("/Invoice/x")})
-    assert without_own_identity(structured, profile, None).payee_iban is None
+    assert without_own_identity(structured, profile, None) == structured
+    (own,) = own_identity_reasons(structured, profile)
+    assert own.code == OWN_IDENTITY_AS_SELLER and not own.vouchable
 
 
 def test_a_vendor_csv_with_a_bad_iban_imports_nothing() -> None:
@@ -246,7 +256,9 @@ def test_a_vendor_csv_with_a_bad_iban_imports_nothing() -> None:
 
 def test_a_seller_known_by_name_only_is_registered_once(database_url: str, store: InvoiceStore) -> None:
     """A page without a VAT id or IBAN can never confirm its seller (every invoice is held), but
-    approving two of them registers one vendor, not two (store/vendors.vendor_for_posting)."""
+    approving two of them registers one vendor, not two. The second, approved after the first
+    registered the name, is refused once: its reasons of now (a namesake of a registered vendor)
+    are not those the person was shown (issue 52)."""
     nameless = dataclasses.replace(SELLER_DE, vat_id=None)
     ids = _process(
         database_url,
@@ -256,8 +268,17 @@ def test_a_seller_known_by_name_only_is_registered_once(database_url: str, store
     )
     for invoice_id in ids:
         assert status_and_reasons(database_url, invoice_id) == ("needs_review", [VENDOR_UNCONFIRMED])
-        assert act(store, "approve", invoice_id, ALICE).done
-        assert run_batch(database_url, [invoice_id]).success
+    first, second = ids
+    assert act(store, "approve", first, ALICE).done
+    assert run_batch(database_url, [first]).success
+    refused = act(store, "approve", second, ALICE)
+    assert not refused.done and REASONS_CHANGED in refused.message
+    assert status_and_reasons(database_url, second) == (
+        "needs_review",
+        [VENDOR_UNCONFIRMED, POSSIBLE_IMPERSONATION],
+    )
+    assert act(store, "approve", second, ALICE).done
+    assert run_batch(database_url, [second]).success
     (vendor,) = store.vendors.list_vendors("acme")
     assert vendor.name == SELLER_DE.name and [i.kind for i in vendor.identifiers] == ["name"]
     assert sql(database_url, "SELECT count(DISTINCT vendor_id), count(*) FROM ledger_postings")[0] == (1, 2)

@@ -19,6 +19,7 @@ from invoice_pipeline.domain.review import (
     CURRENCY_MISMATCH,
     NOT_A_CLAIM,
 )
+from invoice_pipeline.engine.review import Actor, act
 from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline_tests.engine.review.helpers import (
     failure_messages,
@@ -28,6 +29,8 @@ from invoice_pipeline_tests.engine.review.helpers import (
     status_and_reasons,
 )
 from pipeline_support.einvoices import EInvoice, cii, ubl
+
+ALICE = Actor("os-user:alice", "review:alice@test:1")
 
 
 def _process(database_url: str, store: InvoiceStore, *documents: bytes) -> list[UUID]:
@@ -69,6 +72,10 @@ def test_a_pro_forma_is_never_posted(database_url: str, store: InvoiceStore) -> 
     )
     _held_for(database_url, pro_forma, NOT_A_CLAIM)
     assert [amount for amount, _, _ in _ledger(database_url, invoice)] == [Decimal("11.90")]
+    # Nobody can approve it into a payment either: a person rejects it to file it.
+    refused = act(store, "approve", pro_forma, ALICE)
+    assert not refused.done and NOT_A_CLAIM in refused.message
+    _held_for(database_url, pro_forma, NOT_A_CLAIM)
 
 
 def test_a_correction_is_held_and_never_added_to_its_invoice(database_url: str, store: InvoiceStore) -> None:
@@ -93,6 +100,11 @@ def test_a_correction_is_held_and_never_added_to_its_invoice(database_url: str, 
     _held_for(database_url, correction, CORRECTION)
     (reasons,) = sql(database_url, "SELECT review_reasons FROM invoices WHERE id = %s", (correction,))[0]
     assert any("corrects INV-2001 of 2026-11-02" in r for r in reasons)
+    # A plain approval would pay it on top of the original: refused (replacing or reversing the
+    # original is a decision of its own, not yet offered).
+    refused = act(store, "approve", correction, ALICE)
+    assert not refused.done and CORRECTION in refused.message
+    assert postings(database_url, correction) == 0
 
 
 def test_a_prepayment_stated_without_an_amount_due_is_not_paid_again(
@@ -139,11 +151,6 @@ def test_chf_amounts_in_a_euro_document_are_held(database_url: str, store: Invoi
     _held_for(database_url, invoice, CURRENCY_MISMATCH)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine/stages.py posting_of sets Posting.payment_means from domain.doctypes.payment_means_kind "
-    "(the lead's; remove this mark when it does)",
-)
 def test_a_direct_debit_is_posted_as_collected_not_as_a_transfer(
     database_url: str, store: InvoiceStore
 ) -> None:

@@ -4,9 +4,10 @@ import json
 from pathlib import Path
 
 from invoice_pipeline.documents import BadDocument, extract_fields, extract_text
-from invoice_pipeline.domain.identity import Vendor, matching_vendor, vendor_reasons
+from invoice_pipeline.domain.identity import OrgProfile, Vendor
 from invoice_pipeline.domain.matching import MatchCandidate, find_match
-from invoice_pipeline.domain.review import SUSPECTED_DUPLICATE, ReviewPolicy, reason_code, review_reasons
+from invoice_pipeline.domain.payment import PaymentFacts, payment_reasons
+from invoice_pipeline.domain.review import SUSPECTED_DUPLICATE, ReviewPolicy
 from invoice_pipeline.domain.validation import validate_fields
 from invoice_pipeline.engine.vendors import read_vendor_csv
 from invoice_pipeline.samples import MANIFEST_NAME, generate_samples
@@ -50,11 +51,10 @@ def test_duplicates_found_exactly_as_declared(tmp_path: Path) -> None:
             assert f.fails_at == "validate", f.name
             continue
         # Business exceptions are valid documents: held for a person, never quarantined.
-        vendor = matching_vendor(fields, registry)
-        reasons = review_reasons(fields, ReviewPolicy()) + vendor_reasons(
-            fields, vendor, registers_einvoice_vendors=True
+        facts = PaymentFacts(
+            "org-demo", fields, tuple(registry), OrgProfile("org-demo"), ReviewPolicy(), "original"
         )
-        held = [reason_code(r) for r in reasons]
+        held = [r.code for r in payment_reasons(facts)]
         # A suspected duplicate is held by the duplicate decision below, not by these reasons.
         assert held == ([f.review] if f.review and f.review != SUSPECTED_DUPLICATE else []), (f.name, held)
         candidate = MatchCandidate.from_fields(f.name, "org-demo", fields)

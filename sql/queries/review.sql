@@ -58,10 +58,16 @@ FROM invoices WHERE id = %(invoice_id)s
 FOR UPDATE
 
 -- name: review_save_approval
-INSERT INTO approvals (invoice_id, job_id, decision, rule)
-VALUES (%(invoice_id)s, %(job_id)s, %(decision)s, %(rule)s)
+INSERT INTO approvals (invoice_id, job_id, decision, rule, vouched)
+VALUES (%(invoice_id)s, %(job_id)s, %(decision)s, %(rule)s, %(vouched)s::text[])
 ON CONFLICT (invoice_id) DO NOTHING
 RETURNING invoice_id
+
+-- An approval refused because the reasons of now are not those the person was shown: the invoice
+-- stays held, showing the new ones too.
+-- name: review_reasons_now
+UPDATE invoices SET review_reasons = %(reasons)s::text[], updated_at = now()
+WHERE id = %(invoice_id)s AND status = 'needs_review'
 
 -- Approved: due again now, so the sensor (or `invoice-pipeline process`) runs the pipeline,
 -- which fast-forwards past its finished stages to post_to_ledger. The reasons move to the audit.

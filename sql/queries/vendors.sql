@@ -73,10 +73,6 @@ INSERT INTO vendors (org_id, name, default_currency, source, created_by)
 VALUES (%(org_id)s, %(name)s, %(default_currency)s, %(source)s, %(actor)s)
 RETURNING id
 
--- name: delete_vendor_unused
-DELETE FROM vendors v WHERE v.org_id = %(org_id)s AND v.id = %(vendor_id)s
-  AND NOT EXISTS (SELECT 1 FROM vendor_identifiers vi WHERE vi.org_id = v.org_id AND vi.vendor_id = v.id)
-
 -- Names are not unique; a VAT id, tax number or IBAN already owned by a vendor of the org is
 -- left with its owner (nothing returned).
 -- name: add_vendor_identifier
@@ -98,3 +94,8 @@ VALUES (%(org_id)s, %(vendor_id)s, %(event)s, %(detail)s, %(actor)s, %(invoice_i
 -- name: vendor_events_of
 SELECT event, detail, actor, invoice_id, at FROM vendor_events
 WHERE org_id = %(org_id)s AND vendor_id = %(vendor_id)s ORDER BY id
+
+-- The identity keys' advisory locks (domain/payment.identity_lock_id), in one sorted call: the
+-- same function, and so the same global order, as the dedupe locks (sql/0003, sql/0009).
+-- name: take_identity_locks
+SELECT take_dedupe_locks(%(lock_ids)s::bigint[])

@@ -10,11 +10,15 @@ another part only through its public methods:
     claims.py       store.claims: locks and leases (acquire, heartbeat, complete, fail),
                     claiming due work                                                    claims.sql
     documents.py    store.documents: documents and the stages' results (text, fields,
-                    verdicts, postings; a posting registers its vendor via vendors)   documents.sql
+                    verdicts, the ledger row)                                         documents.sql
+    payments.py     store.payments: who is paid, decided in the posting's transaction
+                    under the identity keys' advisory locks (registering via vendors,
+                    the ledger row via documents)                                      payments.sql
     dedupe.py       store.dedupe: duplicate decisions under the blocking keys' advisory
                     locks                                                                dedupe.sql
     review.py       store.review: a person's actions and the review policies (the lock
-                    released via claims, a released copy decided again via dedupe)       review.sql
+                    released via claims, a released copy decided again via dedupe, an
+                    approval re-decided via payments)                                  review.sql
     review_pages.py store.review_pages: the review page's reads and the correction of
                     fields (a review action, via review, dedupe and claims)           review_ui.sql
     maintenance.py  store.maintenance: the sweep (stale locks, orphans, abandoned and
@@ -47,6 +51,7 @@ from invoice_pipeline.engine.store.documents import Documents
 from invoice_pipeline.engine.store.layouts import LayoutRow, Layouts
 from invoice_pipeline.engine.store.maintenance import Maintenance
 from invoice_pipeline.engine.store.metrics import Metrics
+from invoice_pipeline.engine.store.payments import PaymentRequest, Payments
 from invoice_pipeline.engine.store.reporting import Reporting
 from invoice_pipeline.engine.store.review import Review
 from invoice_pipeline.engine.store.review_pages import ReviewPages
@@ -64,8 +69,9 @@ class InvoiceStore:
         self.claims = Claims(db)
         self.dedupe = Dedupe(db)
         self.vendors = Vendors(db)
-        self.documents = Documents(db, self.vendors)
-        self.review = Review(db, self.claims, self.dedupe)
+        self.documents = Documents(db)
+        self.payments = Payments(db, self.vendors, self.documents)
+        self.review = Review(db, self.claims, self.dedupe, self.payments)
         self.review_pages = ReviewPages(db, self.claims, self.dedupe, self.review)
         self.maintenance = Maintenance(db, self.claims)
         self.reporting = Reporting(db)
@@ -98,6 +104,8 @@ __all__ = [
     "Maintenance",
     "MatchFunction",
     "Metrics",
+    "PaymentRequest",
+    "Payments",
     "Reporting",
     "RequestedBy",
     "Review",

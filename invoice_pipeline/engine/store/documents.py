@@ -31,21 +31,18 @@ from invoice_pipeline.engine.records import (
     LedgerPosting,
     Posting,
     StoredDocument,
-    VendorRegistration,
     Verdict,
 )
 from invoice_pipeline.engine.store.database import Database, as_uuid
-from invoice_pipeline.engine.store.vendors import Vendors
 
 DOCUMENTS = QueryFile("documents")
 
 
 class Documents:
-    """Documents and the stages' results (queries: documents.sql); a posting registers its vendor through `vendors`."""
+    """Documents and the stages' results (queries: documents.sql)."""
 
-    def __init__(self, db: Database, vendors: Vendors) -> None:
+    def __init__(self, db: Database) -> None:
         self.db = db
-        self.vendors = vendors
 
     def store_document(self, content: bytes, org_id: str, filename: str | None = None) -> IngestResult:
         """Keep the original bytes and create its invoice; the same bytes again are the same invoice."""
@@ -230,35 +227,17 @@ class Documents:
     def load_approval(self, invoice_id: UUID | str) -> Approval | None:
         return self.load_approvals([as_uuid(invoice_id)]).get(as_uuid(invoice_id))
 
-    def post_many(
-        self, items: Sequence[tuple[Lease, Posting]], *, step: str | None = None
-    ) -> ChunkWrite[None]:
-        """Post once: a second post of an invoice changes nothing (UNIQUE invoice_id). A posting
-        that registers its vendor does so in the same fenced transaction (store/vendors.py)."""
-        post = self.db.writer(DOCUMENTS["post_to_ledger"])
-        # A new vendor's invoices in one chunk register it once. Per transaction attempt: a
-        # retried or isolated write starts over, since a rolled-back vendor id is no vendor.
-        registered: dict[tuple[str, VendorRegistration], int] = {}
-
-        def write(conn: psycopg.Connection[Any], lease: Lease, p: Posting) -> None:
-            vendor_id = p.vendor_id
-            if p.registration is not None:
-                key = (p.org_id, p.registration)
-                if key not in registered:
-                    registered[key] = self.vendors.vendor_for_posting(
-                        conn, p.org_id, lease.invoice_id, p.registration
-                    )
-                vendor_id = registered[key]
-            values = {f.name: getattr(p, f.name) for f in dataclass_fields(p) if f.name != "registration"}
-            post(conn, lease, values | {"vendor_id": vendor_id})
-
-        return self.db.write_chunk(items, write, lambda conn, leases: registered.clear(), step=step)
+    def post_in(self, conn: psycopg.Connection[Any], lease: Lease, posting: Posting) -> None:
+        """The ledger row, in the caller's fenced transaction (store/payments.py decides it). Once:
+        a second post of an invoice changes nothing (UNIQUE invoice_id)."""
+        values = {f.name: getattr(posting, f.name) for f in dataclass_fields(posting)}
+        self.db.writer(DOCUMENTS["post_to_ledger"])(conn, lease, values)
 
     def post_to_ledger(self, lease: Lease, org_id: str, amount: Decimal, currency: str) -> LedgerPosting:
-        self.db.only(self.post_many([(lease, Posting(org_id, amount, currency))]), lease)
-        posting = self.load_ledger_posting(lease.invoice_id)
-        assert posting is not None
-        return posting
+        self.db.only(self.db.write_chunk([(lease, Posting(org_id, amount, currency))], self.post_in), lease)
+        posted = self.load_ledger_posting(lease.invoice_id)
+        assert posted is not None
+        return posted
 
     def load_ledger_posting(self, invoice_id: UUID | str) -> LedgerPosting | None:
         with self.db.pool.connection() as conn:

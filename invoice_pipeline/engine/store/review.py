@@ -11,7 +11,7 @@ Queries: sql/queries/review.sql.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from datetime import timedelta
 from typing import Any
@@ -22,6 +22,7 @@ import psycopg
 from invoice_pipeline.db.sqlfiles import QueryFile
 from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.matching import MatchCandidate
+from invoice_pipeline.domain.payment import payment_reasons, vouch
 from invoice_pipeline.domain.review import DEFAULT_POLICY, SUSPECTED_DUPLICATE, ReviewPolicy, reason_code
 from invoice_pipeline.domain.validation import posting_gaps
 from invoice_pipeline.engine.records import (
@@ -40,18 +41,24 @@ from invoice_pipeline.engine.review_records import (
 from invoice_pipeline.engine.store.claims import Claims
 from invoice_pipeline.engine.store.database import Database, as_uuid
 from invoice_pipeline.engine.store.dedupe import Dedupe
+from invoice_pipeline.engine.store.payments import Payments
+
+# The refusal of an approval whose reasons changed since the person looked (issue 52).
+REASONS_CHANGED = "the reasons changed since you looked"
 
 REVIEW = QueryFile("review")
 
 
 class Review:
     """A person's actions and the review policies (queries: review.sql): each action releases its
-    lock through `claims`, and a released suspected duplicate is decided again through `dedupe`."""
+    lock through `claims`, a released suspected duplicate is decided again through `dedupe`, and an
+    approval re-decides who is paid through `payments`."""
 
-    def __init__(self, db: Database, claims: Claims, dedupe: Dedupe) -> None:
+    def __init__(self, db: Database, claims: Claims, dedupe: Dedupe, payments: Payments) -> None:
         self.db = db
         self.claims = claims
         self.dedupe = dedupe
+        self.payments = payments
 
     def review_policies(self, org_ids: list[str]) -> dict[str, ReviewPolicy]:
         """Each org's review policy; an org without a row gets the default."""
@@ -110,7 +117,25 @@ class Review:
         return Lease(row[0], invoice_id, int(row[1]), owner)
 
     def review_approve(self, lease: Lease, actor: str, note: str | None) -> ActionOutcome:
-        """Approved by a person: due again, so the pipeline runs on to post_to_ledger (once)."""
+        """Approved by a person: due again, so the pipeline runs on to post_to_ledger (once).
+
+        The approval re-decides who is paid on the current fields and registry, under the
+        identity keys' advisory locks (store/payments.py): a person vouches only for the reasons
+        they were shown. A reason of now that the invoice was not held for (the registry changed
+        since: the vendor was registered meanwhile with another account, say) refuses the
+        approval and is added to the invoice's reasons for the person to see; a reason nobody may
+        vouch for (the org's own identity as the seller, an impossible IBAN) refuses it too. What
+        the approval vouches for is recorded with it; the posting holds again for anything else.
+        """
+        policies: dict[str, ReviewPolicy] = {}
+
+        def identity_locks_first(conn: psycopg.Connection[Any]) -> None:
+            # Before any row (the lock order, sql/0009), from the fields as they are now: only
+            # this lock's holder changes them, so they are what the row lock will see.
+            keys = self.dedupe.decision_keys_of(conn, lease.invoice_id)
+            if keys is not None:
+                policies.update(self.review_policies([keys[0]]))
+                self.payments.take_identity_locks(conn, [keys])
 
         def write(conn: psycopg.Connection[Any], target: LockedTarget) -> tuple[str, str] | str:
             if target.duplicate_status is None:
@@ -123,20 +148,50 @@ class Review:
                     f"it is a suspected duplicate of {target.duplicate_of}: approving would pay it twice; "
                     "decide that first with not-duplicate (then it continues) or confirm-duplicate"
                 )
-            gaps = posting_gaps(InvoiceFields.from_json(target.fields)) if target.fields else ["fields"]
-            if gaps:
+            fields = InvoiceFields.from_json(target.fields) if target.fields else None
+            gaps = posting_gaps(fields) if fields is not None else ["fields"]
+            if gaps or fields is None:
                 return (
                     f"it has no {' and no '.join(g.removeprefix('a ') for g in gaps)}, which posting needs: "
                     "reject it and ask the seller for a corrected copy"
                 )
+            facts = self.payments.facts_in(
+                conn,
+                target.org_id,
+                fields,
+                policies.get(target.org_id, DEFAULT_POLICY),
+                target.duplicate_status,
+                target.duplicate_of,
+            )
+            now = payment_reasons(facts)
+            never = [r.text for r in now if not r.vouchable]
+            if never:
+                return (
+                    f"it cannot be approved as it is: {'; '.join(never)}. Correct what is wrong "
+                    "(review correct), or reject it"
+                )
+            shown = target.review_reasons or []
+            # A reason about the invoice as a whole (a business exception) was shown if its code
+            # was: its text may name today's date. One about a party or an account was shown only
+            # as that very text, which names them.
+            codes = {reason_code(r) for r in shown}
+            new = [r.text for r in now if r.text not in shown and (r.subject or r.code not in codes)]
+            if new:
+                conn.execute(
+                    REVIEW["review_reasons_now"], {"invoice_id": lease.invoice_id, "reasons": [*shown, *new]}
+                )
+                return (
+                    f"{REASONS_CHANGED}: {'; '.join(new)}. Look at the invoice again: approving vouches only "
+                    "for the reasons you were shown"
+                )
             if not self._save_review_approval(
-                conn, lease, "approved", self._said(f"approved by {actor}", note)
+                conn, lease, "approved", self._said(f"approved by {actor}", note), sorted(vouch(now))
             ):
                 return "it already has an approval decision"
             conn.execute(REVIEW["review_continue"], {"invoice_id": lease.invoice_id})
             return "pending", "approved: due now, the pipeline posts it"
 
-        return self._review_write(lease, "approve", actor, note, write)
+        return self._review_write(lease, "approve", actor, note, write, before_fence=identity_locks_first)
 
     def review_reject(self, lease: Lease, actor: str, reason: str) -> ActionOutcome:
         """Rejected by a person: finished, never posted."""
@@ -261,9 +316,20 @@ class Review:
         return f"{what}: {note}" if note else what
 
     def _save_review_approval(
-        self, conn: psycopg.Connection[Any], lease: Lease, decision: str, rule: str
+        self,
+        conn: psycopg.Connection[Any],
+        lease: Lease,
+        decision: str,
+        rule: str,
+        vouched: Sequence[str] = (),
     ) -> bool:
-        params = {"invoice_id": lease.invoice_id, "job_id": lease.job_id, "decision": decision, "rule": rule}
+        params = {
+            "invoice_id": lease.invoice_id,
+            "job_id": lease.job_id,
+            "decision": decision,
+            "rule": rule,
+            "vouched": list(vouched),
+        }
         return conn.execute(REVIEW["review_save_approval"], params).fetchone() is not None
 
     def _review_write(

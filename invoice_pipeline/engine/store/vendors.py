@@ -12,7 +12,7 @@ Queries: sql/queries/vendors.sql.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -27,7 +27,7 @@ from invoice_pipeline.domain.identity import (
     Vendor,
     normalise,
 )
-from invoice_pipeline.engine.records import VendorRegistration
+from invoice_pipeline.domain.payment import Registration, identity_lock_id
 from invoice_pipeline.engine.store.database import Database
 
 VENDORS = QueryFile("vendors")
@@ -66,12 +66,21 @@ class Vendors:
 
     def org_profiles(self, org_ids: Sequence[str]) -> dict[str, OrgProfile]:
         wanted = sorted(set(org_ids))
-        found: dict[str, list[Identifier]] = {org: [] for org in wanted}
-        if wanted:
-            with self.db.pool.connection() as conn:
-                for org, kind, value, shown in conn.execute(VENDORS["org_identities"], {"org_ids": wanted}):
-                    found[org].append(Identifier(kind, value, shown))
+        if not wanted:
+            return {}
+        with self.db.pool.connection() as conn:
+            return self.org_profiles_in(conn, wanted)
+
+    @staticmethod
+    def org_profiles_in(conn: psycopg.Connection[Any], org_ids: Sequence[str]) -> dict[str, OrgProfile]:
+        """The orgs' own identities as `conn` sees them (the payment decision's transaction)."""
+        found: dict[str, list[Identifier]] = {org: [] for org in org_ids}
+        for org, kind, value, shown in conn.execute(VENDORS["org_identities"], {"org_ids": list(org_ids)}):
+            found[org].append(Identifier(kind, value, shown))
         return {org: OrgProfile(org, tuple(idents)) for org, idents in found.items()}
+
+    def org_profile_in(self, conn: psycopg.Connection[Any], org_id: str) -> OrgProfile:
+        return self.org_profiles_in(conn, [org_id])[org_id]
 
     def add_org_identity(
         self, org_id: str, kind: IdentifierKind, value: str, *, source: str, added_by: str
@@ -120,6 +129,16 @@ class Vendors:
 
     def vendors_named_by(self, wanted: Sequence[tuple[str, Identifier]]) -> dict[str, list[Vendor]]:
         """Per org, the vendors that own any of the given (org, identifier) pairs."""
+        if not wanted:
+            return {}
+        with self.db.pool.connection() as conn:
+            return self.vendors_named_in(conn, wanted)
+
+    @staticmethod
+    def vendors_named_in(
+        conn: psycopg.Connection[Any], wanted: Sequence[tuple[str, Identifier]]
+    ) -> dict[str, list[Vendor]]:
+        """`vendors_named_by` as `conn` sees the registry (the payment decision's transaction)."""
         out: dict[str, list[Vendor]] = {}
         if not wanted:
             return out
@@ -128,10 +147,9 @@ class Vendors:
             "kinds": [i.kind for _, i in wanted],
             "values": [i.value for _, i in wanted],
         }
-        with self.db.pool.connection() as conn:
-            for row in conn.execute(VENDORS["vendors_named_by"], params):
-                vendor = _vendor(row)
-                out.setdefault(vendor.org_id, []).append(vendor)
+        for row in conn.execute(VENDORS["vendors_named_by"], params):
+            vendor = _vendor(row)
+            out.setdefault(vendor.org_id, []).append(vendor)
         return out
 
     def list_vendors(self, org_id: str) -> list[Vendor]:
@@ -145,12 +163,24 @@ class Vendors:
                 for r in conn.execute(VENDORS["vendor_events_of"], {"org_id": org_id, "vendor_id": vendor_id})
             ]
 
+    @staticmethod
+    def lock_identities(conn: psycopg.Connection[Any], keys: Iterable[tuple[str, Identifier]]) -> None:
+        """The (org, identifier) keys' advisory locks (domain/payment.identity_lock_id), in one sorted
+        call: whoever reads or changes who owns an identifier, or who bears a name, takes them first."""
+        ids = sorted({identity_lock_id(org_id, ident) for org_id, ident in keys})
+        if ids:
+            conn.execute(VENDORS["take_identity_locks"], {"lock_ids": ids})
+
     def import_vendors(self, org_id: str, rows: Sequence[VendorImportRow], actor: str) -> VendorImportResult:
         """The ERP's vendor master, in one transaction: a row whose identifier another vendor of the
         org already owns extends that vendor; a row naming two different vendors is refused."""
         created = extended = added = 0
         refused: list[str] = []
         with self.db.transaction() as conn:
+            named = [Identifier("name", normalise("name", r.name), r.name) for r in rows]
+            self.lock_identities(
+                conn, [(org_id, i) for i in (*named, *(i for r in rows for i in r.identifiers))]
+            )
             for number, row in enumerate(rows, start=1):
                 owners = self._owners(conn, org_id, row.identifiers)
                 if len(owners) > 1:
@@ -174,39 +204,29 @@ class Vendors:
                         added += 1
         return VendorImportResult(created, extended, added, tuple(refused))
 
-    def vendor_for_posting(
-        self, conn: psycopg.Connection[Any], org_id: str, invoice_id: UUID, registration: VendorRegistration
+    def register_for_posting(
+        self,
+        conn: psycopg.Connection[Any],
+        org_id: str,
+        invoice_id: UUID,
+        registration: Registration,
+        vendor_id: int | None,
+        currency: str | None,
     ) -> int:
-        """The vendor an invoice is posted to, registering it and the identifiers vouched for.
+        """The vendor an invoice is posted to, registered (`vendor_id` None) or taught the
+        identifiers vouched for, in the posting's fenced transaction.
 
-        Runs in the posting's fenced transaction. Of two postings registering the same new vendor
-        at once, the second finds the first's identifier under the unique index and joins it.
+        The payment decision (store/payments.py) read the registry under the advisory locks of
+        every identifier registered here, so no other transaction can register them meanwhile:
+        the decision's "no vendor owns them" still holds. An identifier found owned all the same
+        (a writer that took no lock) is left with its owner: the unique index says so, and
+        nothing is taken from another vendor.
         """
         name = Identifier("name", normalise("name", registration.name), registration.name)
-        # Without an identifier, a vendor already registered under the same name is reused rather
-        # than registered twice (a name confirms no invoice; it only names a row).
-        owners = self._owners(conn, org_id, registration.identifiers or (name,), names_too=True)
-        if len(owners) == 1:
-            vendor_id = owners.pop()
-        elif owners:
-            # The identifiers belong to different vendors: the approval stage held this, and a
-            # person approved it; the strongest identifier (VAT id first) decides.
-            vendor_id = self._owners(conn, org_id, registration.identifiers[:1]).pop()
-        else:
+        if vendor_id is None:
             vendor_id = self._insert_vendor(
-                conn,
-                org_id,
-                registration.name,
-                registration.default_currency,
-                registration.source,
-                registration.actor,
+                conn, org_id, registration.name, currency, registration.source, registration.actor
             )
-            first = registration.identifiers[0] if registration.identifiers else None
-            if first is not None and not self._add_identifier(
-                conn, org_id, vendor_id, first, registration.source, registration.actor, invoice_id
-            ):
-                conn.execute(VENDORS["delete_vendor_unused"], {"org_id": org_id, "vendor_id": vendor_id})
-                return self.vendor_for_posting(conn, org_id, invoice_id, registration)
             self._event(
                 conn,
                 org_id,
@@ -239,12 +259,10 @@ class Vendors:
         conn: psycopg.Connection[Any],
         org_id: str,
         idents: Sequence[Identifier],
-        *,
-        names_too: bool = False,
     ) -> set[int]:
         owners: set[int] = set()
         for ident in idents:
-            if ident.kind == "name" and not names_too:
+            if ident.kind == "name":
                 continue
             row = conn.execute(
                 VENDORS["vendor_owning"], {"org_id": org_id, "kind": ident.kind, "value": ident.value}

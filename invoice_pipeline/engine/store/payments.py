@@ -1,0 +1,178 @@
+"""The payment decision, taken where the money moves (issue 52; docs/vendors.md).
+
+The posting stage writes each chunk in one fenced transaction that first takes the advisory
+locks of every identity key its invoices depend on (each VAT id and IBAN, the seller's name),
+in one sorted call, before any row is locked (the lock order, sql/0009). Under those locks and
+the fence it reads the registry and the org's own identity as they are now, decides each
+invoice (domain/payment.decide_payment), and either posts it (registering what a structured
+e-invoice or a person vouched for, in the same transaction) or holds it with the reasons of
+now. Everything else that reads or changes who owns an identity key takes the same locks: a
+person's approval (store/review.py), vendor registration and import, the org profile
+(store/vendors.py). So two invoices racing for a vendor's first registration decide one after
+the other, and the second sees the first's vendor.
+
+Queries: sql/queries/payments.sql; the posting row itself is written by store.documents.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+import psycopg
+
+from invoice_pipeline.db.sqlfiles import QueryFile
+from invoice_pipeline.domain.doctypes import payment_means_kind
+from invoice_pipeline.domain.fields import InvoiceFields
+from invoice_pipeline.domain.identity import OrgProfile
+from invoice_pipeline.domain.payment import (
+    PaymentDecision,
+    PaymentFacts,
+    decide_payment,
+    identity_keys,
+)
+from invoice_pipeline.domain.review import ReviewPolicy
+from invoice_pipeline.engine.records import Approval, ChunkWrite, Lease, Posting
+from invoice_pipeline.engine.store.database import Database
+from invoice_pipeline.engine.store.documents import Documents
+from invoice_pipeline.engine.store.vendors import Vendors
+
+PAYMENTS = QueryFile("payments")
+
+
+@dataclass(frozen=True)
+class PaymentRequest:
+    """An approved invoice the posting stage asks to pay: its own facts, which only its lease's
+    holder changes (so they may be read before the transaction); the shared facts, the registry
+    and the org's identity, are read inside it."""
+
+    org_id: str
+    fields: InvoiceFields
+    policy: ReviewPolicy
+    duplicate_status: str | None
+    duplicate_of: UUID | None
+    approval: Approval | None
+
+
+class Payments:
+    """Who is paid, decided in the posting's transaction (queries: payments.sql)."""
+
+    def __init__(self, db: Database, vendors: Vendors, documents: Documents) -> None:
+        self.db = db
+        self.vendors = vendors
+        self.documents = documents
+
+    def take_identity_locks(
+        self, conn: psycopg.Connection[Any], keys: Iterable[tuple[str, InvoiceFields]]
+    ) -> None:
+        """The advisory locks of the (org, fields) pairs' identity keys, in one sorted call (an
+        org's keys are its own: the lock ids hash the org in)."""
+        self.vendors.lock_identities(
+            conn, [(org_id, i) for org_id, fields in keys for i in identity_keys(fields)]
+        )
+
+    def facts_in(
+        self,
+        conn: psycopg.Connection[Any],
+        org_id: str,
+        fields: InvoiceFields,
+        policy: ReviewPolicy,
+        duplicate_status: str | None,
+        duplicate_of: UUID | None,
+        approval: Approval | None = None,
+        profile: OrgProfile | None = None,
+    ) -> PaymentFacts:
+        """The facts of this moment, read in `conn` (under the identity locks for a decision)."""
+        registry = self.vendors.vendors_named_in(conn, [(org_id, i) for i in identity_keys(fields)])
+        return PaymentFacts(
+            org_id,
+            fields,
+            tuple(registry.get(org_id, ())),
+            profile if profile is not None else self.vendors.org_profile_in(conn, org_id),
+            policy,
+            duplicate_status,
+            duplicate_of,
+            approval.approver if approval else None,
+            frozenset(approval.vouched) if approval else frozenset(),
+        )
+
+    def post_many(
+        self, items: Sequence[tuple[Lease, PaymentRequest]], *, step: str | None = None
+    ) -> ChunkWrite[PaymentDecision]:
+        """Decide and post (or hold) each approved invoice, in one fenced transaction per chunk."""
+        by_invoice = {lease.invoice_id: request for lease, request in items}
+        profiles: dict[str, OrgProfile] = {}
+
+        def locks(conn: psycopg.Connection[Any], leases: list[Lease]) -> None:
+            self.take_identity_locks(
+                conn,
+                [
+                    (by_invoice[lease.invoice_id].org_id, by_invoice[lease.invoice_id].fields)
+                    for lease in leases
+                ],
+            )
+
+        def profiles_now(conn: psycopg.Connection[Any], live: list[Lease]) -> None:
+            profiles.clear()
+            for org_id in sorted({by_invoice[lease.invoice_id].org_id for lease in live}):
+                profiles[org_id] = self.vendors.org_profile_in(conn, org_id)
+
+        def write(conn: psycopg.Connection[Any], lease: Lease, request: PaymentRequest) -> PaymentDecision:
+            facts = self.facts_in(
+                conn,
+                request.org_id,
+                request.fields,
+                request.policy,
+                request.duplicate_status,
+                request.duplicate_of,
+                request.approval,
+                profiles[request.org_id],
+            )
+            decision = decide_payment(facts)
+            if not decision.posts:
+                self.db.writer(PAYMENTS["hold_at_posting"])(
+                    conn, lease, {"reasons": [r.text for r in decision.held]}
+                )
+                return decision
+            self.documents.post_in(conn, lease, self._posting(conn, lease.invoice_id, facts, decision))
+            return decision
+
+        return self.db.write_chunk(items, write, profiles_now, step=step, before_fence=locks)
+
+    def _posting(
+        self, conn: psycopg.Connection[Any], invoice_id: UUID, facts: PaymentFacts, decision: PaymentDecision
+    ) -> Posting:
+        """The ledger's record: the vendor (registered now when the decision says so), the registry's
+        name and VAT id for it at this moment beside what the document printed, and the account."""
+        fields = facts.fields
+        vendor_id = decision.vendor.vendor_id if decision.vendor is not None else None
+        if decision.registration is not None:
+            vendor_id = self.vendors.register_for_posting(
+                conn, facts.org_id, invoice_id, decision.registration, vendor_id, fields.currency
+            )
+        registered = (
+            conn.execute(
+                PAYMENTS["vendor_of_posting"], {"org_id": facts.org_id, "vendor_id": vendor_id}
+            ).fetchone()
+            if vendor_id is not None
+            else None
+        )
+        assert fields.currency is not None and fields.payable_total is not None
+        amount = fields.payable_total
+        return Posting(
+            facts.org_id,
+            -abs(amount) if fields.document_type == "credit_note" else amount,
+            fields.currency,
+            invoice_number=fields.invoice_number,
+            issue_date=fields.issue_date,
+            due_date=fields.due_date,
+            iban=decision.iban,
+            vendor_id=vendor_id,
+            registered_name=registered[0] if registered else None,
+            registered_vat_id=registered[1] if registered else None,
+            printed_seller_name=fields.seller_name,
+            printed_seller_vat_id=fields.seller_vat_id,
+            payment_means=payment_means_kind(fields),
+        )
