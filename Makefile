@@ -48,8 +48,9 @@ chaos: install
 	$(BIN)/python -m chaos $(CHAOS_ARGS) || status=1; \
 	exit $$status
 
-# Spin on the protocol model (model/protocol.pml): every property must verify, every mutant must
-# fail, and each mutant's counterexample is written to model/trails/ (the replay tests' input).
+# Spin on the protocol model (model/protocol.pml) and the payment model (model/payment.pml): every
+# property must verify, every mutant must fail, and each mutant's counterexample is written to
+# model/trails/ (the replay tests' input).
 # Installs spin and a C compiler with apt-get when missing and run as root. A few minutes at most.
 model:
 	$(PYTHON) model/run.py

@@ -61,6 +61,7 @@ from chaos.worker import resources, single_run_config
 from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.identity import VENDOR_UNCONFIRMED, Identifier, normalise
 from invoice_pipeline.domain.matching import MatchCandidate, find_match
+from invoice_pipeline.domain.payment import POSSIBLE_IMPERSONATION
 from invoice_pipeline.domain.review import reason_code
 from invoice_pipeline.engine.records import ChunkWrite, DuplicateDecision, Lease
 from invoice_pipeline.engine.store import Dedupe, InvoiceStore, MatchFunction, VendorImportRow
@@ -639,12 +640,15 @@ class Outcome:
 
     @property
     def held_for_who_is_paid(self) -> bool:
-        """Held only because no registered vendor confirms its seller (a seller the race's vendor
-        master knows by name only; docs/vendors.md): a person decides who is paid, the race is over."""
-        no_vat = self.fields is None or not self.fields.seller_vat_id
-        return no_vat and self.status == "needs_review" and set(self.review_codes) == {VENDOR_UNCONFIRMED}
+        """Held only because no registered vendor confirms its seller: a seller the race's vendor
+        master knows by name only, or an invoice in the name of a vendor another pair registered
+        that gives none of its identifiers (possible_impersonation, issue 52; docs/vendors.md). A
+        person decides who is paid; the race is over."""
+        codes = set(self.review_codes)
+        return self.status == "needs_review" and bool(codes) and codes <= WHO_IS_PAID
 
 
+WHO_IS_PAID = {VENDOR_UNCONFIRMED, POSSIBLE_IMPERSONATION}
 OUTCOMES_SQL = """
 SELECT i.id::text, i.status, i.duplicate_status, i.duplicate_of::text, a.decision,
        (SELECT count(*) FROM ledger_postings l WHERE l.invoice_id = i.id), i.fields,

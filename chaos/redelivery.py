@@ -37,7 +37,10 @@ WAVE = 6
 SELLERS = [
     ("Nordwind Logistik GmbH", "DE811907980"),
     ("Blue Heron Consulting Ltd", "GB123456782"),
-    ("Fjordlys AS", None),
+    # Every seller gives a VAT id: one that gave none would, from its second invoice on, be a
+    # namesake of the vendor its first registered, held for a person (possible_impersonation,
+    # issue 52), and this scenario is about redelivered messages, not about who is paid.
+    ("Fjordlys AS", "NO974760673MVA"),
 ]
 
 

@@ -1,4 +1,5 @@
-"""`make model`: Spin on every property of model/protocol.pml, then on every mutant.
+"""`make model`: Spin on every property of model/protocol.pml and model/payment.pml, then on every
+mutant.
 
 Each run compiles the model with its -D bounds into a scratch folder, runs the verifier and
 prints the states stored and the time. The properties must verify with 0 errors; each mutant
@@ -26,6 +27,8 @@ from pathlib import Path
 
 MODEL_DIR = Path(__file__).resolve().parent
 MODEL = MODEL_DIR / "protocol.pml"
+# Who is paid (issue 52): the payment decision under the identity lock, against registration.
+PAYMENT = MODEL_DIR / "payment.pml"
 TRAILS = MODEL_DIR / "trails"
 
 
@@ -39,6 +42,7 @@ class Run:
     pan_args: tuple[str, ...]
     must_fail: bool = False
     budget_s: float | None = None  # a search stopped (SIGINT) after this long: partial, said so
+    model: Path = MODEL
 
 
 SMALL = ("W=2", "M=2", "FAULTS=1")
@@ -59,6 +63,7 @@ RUNS = (
         ("-DNFAIR=3",),  # weak fairness over the 6 processes (init, 2 workers, sweeper, clock, faults)
         ("-a", "-f", "-m2000000", "-w24"),
     ),
+    Run("payment decision: safety, exhaustive (2 workers, one new vendor)", (), SAFETY, ("-m100000",), model=PAYMENT),
 )
 MUTANTS = ("NO_FENCE", "NO_ADVISORY", "SWEEP_NO_RECHECK", "HB_QUEUED", "NO_INDEX")
 # Breadth-first, so that each counterexample is a shortest one (what the replay drives).
@@ -71,6 +76,15 @@ MUTANT_RUNS = (
         ("-DNFAIR=3",),
         ("-a", "-f", "-m2000000", "-w24"),
         must_fail=True,
+    ),
+    # The payment model's mutant: the decision the approval stage took, before any lock.
+    Run(
+        "mutant APPROVAL_ONLY (payment)",
+        ("APPROVAL_ONLY",),
+        (*SAFETY, "-DBFS"),
+        (),
+        must_fail=True,
+        model=PAYMENT,
     ),
 )
 
@@ -92,9 +106,9 @@ def ensure_tools() -> None:
 
 def verify(run: Run, work: Path) -> tuple[bool, str]:
     """Compile and run one verification; returns (errors found, pan's output)."""
-    shutil.copy(MODEL, work / MODEL.name)
+    shutil.copy(run.model, work / run.model.name)
     defines = [f"-D{d}" for d in run.defines]
-    subprocess.run(["spin", *defines, "-a", MODEL.name], cwd=work, check=True, capture_output=True)
+    subprocess.run(["spin", *defines, "-a", run.model.name], cwd=work, check=True, capture_output=True)
     subprocess.run(
         ["cc", "-O2", *run.cflags, "-o", "pan", "pan.c"], cwd=work, check=True, capture_output=True
     )
@@ -115,10 +129,10 @@ def keep_trail(run: Run, work: Path) -> Path:
     """Copy the trail into model/trails and write its schedule (the @@ lines, in order)."""
     mutant = run.defines[-1]
     TRAILS.mkdir(exist_ok=True)
-    shutil.copy(work / f"{MODEL.name}.trail", TRAILS / f"{mutant}.trail")
+    shutil.copy(work / f"{run.model.name}.trail", TRAILS / f"{mutant}.trail")
     defines = [f"-D{d}" for d in run.defines]
     replay = subprocess.run(
-        ["spin", "-t", *defines, MODEL.name], cwd=work, capture_output=True, text=True, check=True
+        ["spin", "-t", *defines, run.model.name], cwd=work, capture_output=True, text=True, check=True
     ).stdout
     steps = []
     for line in replay.splitlines():
@@ -128,7 +142,7 @@ def keep_trail(run: Run, work: Path) -> Path:
             steps.append("cycle_starts")  # a liveness counterexample: the rest repeats forever
     violated = re.search(r"text of failed assertion: (.*)", replay)
     lines = [
-        f"# Counterexample of model/protocol.pml with -D{' -D'.join(run.defines)}, written by `make model`",
+        f"# Counterexample of model/{run.model.name} with -D{' -D'.join(run.defines)}, written by `make model`",
         "# from model/trails/" + f"{mutant}.trail (spin -t). One model step a line, in trail order.",
         *steps,
         f"violated {violated.group(1).strip() if violated else 'ltl terminates (an acceptance cycle)'}",

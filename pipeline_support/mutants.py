@@ -949,6 +949,17 @@ SABOTAGES: tuple[Sabotage, ...] = (
         f"{PAYMENT_TESTS}::test_one_chunk_cannot_register_a_vendor_and_pay_its_second_iban",
     ),
     _one(
+        "posting-redecides-model-trail",
+        "the payment model's counterexample (the decision of the approval stage alone, the race of "
+        "a registry read once per chunk) replayed on the real stages is refused by the posting's "
+        "decision (issue 52)",
+        "invoice_pipeline/engine/store/payments.py",
+        "            if not decision.posts:\n",
+        "            if False:\n",
+        "invoice_pipeline_tests/model/test_payment_trail.py::"
+        "test_approval_only_trail_is_refused_by_the_posting_decision",
+    ),
+    _one(
         "identity-locks",
         "the posting takes the advisory locks of its identity keys before deciding, so a "
         "registration racing it is seen, not duplicated (issue 52)",

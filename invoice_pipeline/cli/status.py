@@ -166,6 +166,13 @@ def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
             f" to vendor #{posting.vendor_id} {printable(posting.vendor_name)}, invoice "
             f"{printable(posting.invoice_number)}, issued {posting.issue_date}, due {posting.due_date}, "
             f"IBAN {printable(posting.iban) if posting.iban else 'none recorded'}"
+            + (f", {printable(posting.payment_means)}" if posting.payment_means else "")
+        )
+        print(
+            f"  paid as the registry's {printable(posting.registered_name)} "
+            f"({printable(posting.registered_vat_id) if posting.registered_vat_id else 'no VAT id'}); "
+            f"the document printed {printable(posting.printed_seller_name)} "
+            f"({printable(posting.printed_seller_vat_id) if posting.printed_seller_vat_id else 'no VAT id'})"
         )
     print("attempts:")
     for j in jobs:

@@ -267,3 +267,13 @@ def test_a_vendor_confirmed_by_its_account_while_the_page_names_another_vat_id_i
     status, codes = status_and_reasons(database_url, invoice)
     assert status == "needs_review" and VENDOR_IDENTITY_CONFLICT in codes, codes
     assert postings(database_url, invoice) == 0
+
+    assert act(store, "approve", invoice, ALICE).done
+    _run(database_url, [invoice])
+    ((iban, vendor_id, registered_name, registered_vat, _printed_name, printed_vat),) = _paid_into(
+        database_url, invoice
+    )
+    (vendor,) = store.vendors.list_vendors("acme")
+    assert (iban, vendor_id) == (IBAN_A, vendor.vendor_id)
+    assert (registered_name, registered_vat, printed_vat) == ("Hafenkran Technik GmbH", VAT, OTHER_VAT)
+    assert vendor.of_kind("vat") == [VAT], "a vouched conflict teaches the registry nothing"

@@ -12,12 +12,6 @@ VALUES (%(org_id)s, %(kind)s, %(value)s, %(shown)s, %(source)s, %(added_by)s)
 ON CONFLICT (org_id, kind, value) DO NOTHING
 RETURNING value
 
--- Taken before `vendor_owning_identifier`, in the transaction that then adds to the org's
--- profile: a vendor identifier committed meanwhile would slip past the check. Short (one
--- insert), and adding to an org's profile is rare.
--- name: hold_vendor_identifiers
-LOCK TABLE vendor_identifiers IN SHARE MODE
-
 -- The registered vendor of the org that has this identifier (an org identity must not be one).
 -- name: vendor_owning_identifier
 SELECT v.id, v.name FROM vendor_identifiers vi

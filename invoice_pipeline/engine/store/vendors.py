@@ -89,7 +89,8 @@ class Vendors:
         and for one a registered vendor of the org has: the org's own identity is taken out of
         every invoice's seller position, so a vendor's VAT id, IBAN or name in the org's profile
         would hide that vendor on its own invoices (issue 52). The check and the insert share one
-        transaction, with the registry's writers held off until it commits."""
+        transaction under the identifier's identity lock, which every registration of it takes too
+        (store/payments.py, `import_vendors`): none can slip in between."""
         if not org_id.strip():
             raise ValueError("org_id must be a non-empty string")
         params = {
@@ -101,7 +102,7 @@ class Vendors:
             "added_by": added_by,
         }
         with self.db.transaction() as conn:
-            conn.execute(VENDORS["hold_vendor_identifiers"])
+            self.lock_identities(conn, [(org_id, Identifier(kind, params["value"], params["shown"]))])
             owner = conn.execute(VENDORS["vendor_owning_identifier"], params).fetchone()
             if owner is not None:
                 raise ValueError(
