@@ -36,6 +36,7 @@ BENCHMARK_MODULES = (
     "benchmarks.dedupe_contention",
     "benchmarks.dedupe_scaling",
     "benchmarks.duplicate_accuracy",
+    "benchmarks.holds_by_reason",
     "benchmarks.sensor_tick",
     "benchmarks.end_to_end",
     "benchmarks.default_path",
