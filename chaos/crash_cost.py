@@ -219,10 +219,10 @@ def run(ctx: ChaosContext, params: dict[str, int], seed: int) -> ScenarioResult:
                 "SELECT count(*), count(DISTINCT invoice_id) FROM ledger_postings"
             ).fetchone()
             # A scan whose seller prints no VAT id, or one OCR misread, is held for a person to
-            # confirm who is paid: finished, not posted, and never a loss of work.
-            held = conn.execute(
-                "SELECT count(*) FROM invoices WHERE status = 'needs_review' AND org_id = 'crash-scans'"
-            ).fetchone()
+            # confirm who is paid: finished, not posted, and never a loss of work. So is an
+            # e-invoice in the name of a vendor an earlier one registered under another VAT id
+            # (the drawn invoices give one seller name several VAT ids: possible_impersonation).
+            held = conn.execute("SELECT count(*) FROM invoices WHERE status = 'needs_review'").fetchone()
         total = params["scans"] + params["xml"]
         expected = total - (held[0] if held else 0)
         result.figures["scans_held_for_a_person"] = held[0] if held else None

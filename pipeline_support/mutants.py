@@ -998,8 +998,8 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "possible-impersonation",
         "a seller with a registered vendor's name but none of its identifiers is held (issue 52)",
         "invoice_pipeline/domain/payment.py",
-        '    namesakes = [v for v in facts.registry if name is not None and v.has("name", name.shown)]\n',
-        "    namesakes: list[Vendor] = []\n",
+        "    if namesakes and (known or asks_an_account or len(namesakes) > 1):\n",
+        "    if False:\n",
         f"{PAYMENT_TESTS}::test_a_registered_vendors_name_without_its_vat_id_is_held_as_a_possible_impersonation",
     ),
     _one(

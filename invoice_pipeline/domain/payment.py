@@ -287,34 +287,43 @@ def _confirmed_reasons(fields: InvoiceFields, vendor: Vendor) -> list[Reason]:
 
 
 def _unconfirmed(facts: PaymentFacts) -> _WhoIsPaid:
-    """No vendor owns the invoice's identifiers: a namesake, a first e-invoice, or nobody."""
+    """No vendor owns the invoice's identifiers: a namesake, a first e-invoice, or nobody.
+
+    A registered vendor bearing the seller's name is a possible impersonation when anything could
+    tell the two apart and does not: the vendor has a VAT id or an account on record, or the
+    invoice asks to be paid into an account, or several vendors bear the name. A vendor known by
+    its name alone (a vendor master without identifiers, a seller that prints none), named by an
+    invoice that asks for no account, is that vendor: nothing is paid into an account nobody
+    confirmed."""
     fields, identity = facts.fields, _identity_text(facts.fields)
     name = seller_name_key(fields)
-    namesakes = [v for v in facts.registry if name is not None and v.has("name", name.shown)]
-    if namesakes:
+    namesakes = tuple(v for v in facts.registry if name is not None and v.has("name", name.shown))
+    known = [v for v in namesakes if v.of_kind("vat") or v.of_kind("iban")]
+    asks_an_account = _valid("iban", fields.payee_iban) is not None
+    if namesakes and (known or asks_an_account or len(namesakes) > 1):
         reason = Reason(
             POSSIBLE_IMPERSONATION,
             ",".join(str(v.vendor_id) for v in namesakes) + "|" + _identity_subject(fields),
             f"{POSSIBLE_IMPERSONATION}: the seller ({identity}) has the name of "
             f"{'; '.join(_vendor_text(v) for v in namesakes)}, but none of its identifiers: its VAT "
-            "id is missing, invalid or another one's; call the vendor on a number you already know "
-            "before approving (approving registers a new vendor; one that gives no identifier at "
-            "all is paid as that vendor)",
+            "id is missing, invalid or another one's, or it asks to be paid into an account nobody "
+            "confirmed; call the vendor on a number you already know before approving (approving "
+            "registers a new vendor; one that gives no identifier at all is paid as that vendor)",
         )
-        return _WhoIsPaid((reason,), None, False, tuple(namesakes))
+        return _WhoIsPaid((reason,), None, False, namesakes)
     if (
         not fields.read_from_page
         and facts.policy.register_einvoice_vendors
         and (fields.seller_vat_id or fields.seller_name)
     ):
-        return _WhoIsPaid((), None, True)
+        return _WhoIsPaid((), None, True, namesakes)
     reason = Reason(
         VENDOR_UNCONFIRMED,
         _identity_subject(fields),
         f"{VENDOR_UNCONFIRMED}: the seller ({identity}) is not a registered vendor of the org; check "
         "who sent it, then approve to register the vendor, or reject it",
     )
-    return _WhoIsPaid((reason,), None, False)
+    return _WhoIsPaid((reason,), None, False, namesakes)
 
 
 def who_is_paid(facts: PaymentFacts) -> _WhoIsPaid:
@@ -380,9 +389,13 @@ def decide_payment(facts: PaymentFacts) -> PaymentDecision:
     registration = None
     vendor = paid.vendor
     teaches = {VENDOR_UNCONFIRMED, BANK_DETAILS_CHANGED, POSSIBLE_IMPERSONATION} & vouched_codes
-    if len(paid.namesakes) == 1 and not seller_identifiers(fields):
-        # Vouched for, and nothing tells it from the namesake: it is that vendor, not a second one.
-        vendor, teaches = paid.namesakes[0], set()
+    if vendor is None and len(paid.namesakes) == 1:
+        namesake = paid.namesakes[0]
+        if not (namesake.of_kind("vat") or namesake.of_kind("iban")) or not seller_identifiers(fields):
+            # Nothing tells the seller from its namesake (a vendor known by name alone, or an
+            # invoice without identifiers): it is that vendor, taught what was vouched for, not
+            # a second vendor of the same name.
+            vendor = namesake
     if not own and (paid.registers or (facts.approver is not None and teaches)):
         name = fields.seller_name or (vendor.name if vendor else None)
         idents = tuple(seller_identifiers(fields))

@@ -150,10 +150,17 @@ def check_oracle(world: World, vouched: frozenset[str], approver: str | None) ->
     owners = _owners(world)
     if len(owners) > 1:
         assert VENDOR_IDENTITY_CONFLICT in codes_vouched, "paid although the identifiers name two vendors"
-    named = {v.vendor_id for v in world.registry if fields.seller_name and v.has("name", fields.seller_name)}
+    named = [v for v in world.registry if fields.seller_name and v.has("name", fields.seller_name)]
+    unconfirmed_by_policy = fields.read_from_page or not world.policy.register_einvoice_vendors
     if not owners and named:
-        assert POSSIBLE_IMPERSONATION in codes_vouched, "paid a namesake of a registered vendor unasked"
-    if not owners and not named and (fields.read_from_page or not world.policy.register_einvoice_vendors):
+        # A namesake is that vendor only when nothing could tell them apart: it has no VAT id or
+        # account on record, it is the only one, and the invoice asks for no account.
+        telling = any(v.of_kind("vat") or v.of_kind("iban") for v in named) or len(named) > 1
+        if telling or (fields.payee_iban and iban_valid(fields.payee_iban)):
+            assert POSSIBLE_IMPERSONATION in codes_vouched, "paid a namesake of a registered vendor unasked"
+        elif unconfirmed_by_policy:
+            assert VENDOR_UNCONFIRMED in codes_vouched, "paid an unconfirmed seller unasked"
+    if not owners and not named and unconfirmed_by_policy:
         assert VENDOR_UNCONFIRMED in codes_vouched, "paid an unconfirmed seller unasked"
     # The account paid is the vendor's, or registered for a vendor nobody owned, or vouched for.
     if decision.iban is not None:

@@ -277,3 +277,31 @@ def test_a_vendor_confirmed_by_its_account_while_the_page_names_another_vat_id_i
     assert (iban, vendor_id) == (IBAN_A, vendor.vendor_id)
     assert (registered_name, registered_vat, printed_vat) == ("Hafenkran Technik GmbH", VAT, OTHER_VAT)
     assert vendor.of_kind("vat") == [VAT], "a vouched conflict teaches the registry nothing"
+
+
+def test_a_vendor_known_by_its_name_alone_is_paid_as_itself_unless_an_account_is_asked_for(
+    database_url: str, store: InvoiceStore
+) -> None:
+    """A vendor master may list a vendor by its name only (a seller abroad that prints no VAT id).
+    Its e-invoice, asking for no account, is that vendor's: posted, no second vendor. One in its
+    name asking to be paid into an account nobody confirmed is a possible impersonation."""
+    _import(store, "acme", "name\nKettle Works LLC\n")
+    plain, asking = _store_all(
+        store,
+        "acme",
+        [
+            (json_invoice("K-1", seller="KETTLE WORKS, LLC", vat_id=None, currency="USD"), "a.json"),
+            (
+                json_invoice(
+                    "K-2", seller="Kettle Works LLC", vat_id=None, currency="USD", payee_iban=IBAN_B
+                ),
+                "b.json",
+            ),
+        ],
+    )
+    _run(database_url, [plain, asking])
+    (vendor,) = store.vendors.list_vendors("acme")
+    assert status_and_reasons(database_url, plain) == ("processed", [])
+    assert _paid_into(database_url, plain)[0][:2] == (None, vendor.vendor_id)
+    assert status_and_reasons(database_url, asking) == ("needs_review", [POSSIBLE_IMPERSONATION])
+    assert postings(database_url, asking) == 0
