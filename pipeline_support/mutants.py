@@ -67,6 +67,7 @@ BUDGET_TESTS = "invoice_pipeline_tests/review_ui/test_review_ui_budget.py"
 ATTACKS_TESTS = "invoice_pipeline_tests/review_ui/test_review_ui_attacks.py"
 OCR_TESTS = "invoice_pipeline_tests/documents/test_ocr.py"
 GLYPH_TESTS = "invoice_pipeline_tests/documents/test_ocr_glyphs.py"
+ACCOUNTANT_STATEFUL = "invoice_pipeline_tests/engine/test_accountant_stateful.py"
 PAYMENT_TESTS = "invoice_pipeline_tests/engine/test_payment_decision.py"
 LAUNCHPAD_TESTS = "invoice_pipeline_tests/orchestration/test_launchpad_reviewers.py"
 ON_CONFLICT = "ON CONFLICT (invoice_id) WHERE status = 'running' DO NOTHING"
@@ -1127,6 +1128,40 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "                 coalesce(extract(year FROM issue_date), 0))\n",
         "    ON invoices (org_id, business_key, payable_total, currency, block_key)\n",
         "invoice_pipeline_tests/engine/test_one_number_paid_once.py::test_invoice_7_of_2026_is_held_beside_invoice_7_of_2025_not_rejected",
+    ),
+    # -- the accountant's stateful property (issue 58): the same mechanisms, its oracle --------
+    _one(
+        "proforma-no-original",
+        "a pro-forma or a correction is compared for duplicates only with its own kind: an invoice "
+        "that follows a pro-forma with its number is not rejected as its copy (issue 58)",
+        "invoice_pipeline/domain/doctypes.py",
+        '    if row is not None and row.document_class in ("not_a_claim", "correction"):\n',
+        "    if False:\n",
+        f"{ACCOUNTANT_STATEFUL}::test_random_sequences_are_booked_as_an_accountant_books_them",
+    ),
+    Sabotage(
+        "accountant-oracle-year",
+        "the accountant's property catches an automatic duplicate across issue years (issue 58)",
+        (
+            Edit(
+                "invoice_pipeline/domain/matching.py",
+                "    if seller_exact and same_number and amounts_agree and same_year:\n",
+                "    if seller_exact and same_number and amounts_agree:\n",
+            ),
+        ),
+        f"{ACCOUNTANT_STATEFUL}::test_random_sequences_are_booked_as_an_accountant_books_them",
+    ),
+    Sabotage(
+        "accountant-oracle-prepaid",
+        "the accountant's property catches a prepaid amount paid again (issue 58)",
+        (
+            Edit(
+                "invoice_pipeline/documents/collect.py",
+                "            amount -= prepaid.amount\n",
+                "            amount -= 0\n",
+            ),
+        ),
+        f"{ACCOUNTANT_STATEFUL}::test_random_sequences_are_booked_as_an_accountant_books_them",
     ),
 )
 

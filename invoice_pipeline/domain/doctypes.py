@@ -116,6 +116,18 @@ def document_type_of(type_code: str | None) -> DocumentType | None:
     return DOCUMENT_TYPES.get(type_code.strip()) if type_code else None
 
 
+def duplicate_class(fields: InvoiceFields) -> str:
+    """What the duplicate check compares a document with (domain/keys.py, domain/matching.py):
+    invoices with invoices, credit notes with credit notes, and a document that claims nothing or
+    corrects another only with its own kind. A pro-forma is not the original of the invoice that
+    follows it with the same number: were it, that invoice would be rejected as its copy and
+    never paid, as the pro-forma never is (issue 58)."""
+    row = document_type_of(fields.type_code)
+    if row is not None and row.document_class in ("not_a_claim", "correction"):
+        return row.document_class
+    return fields.document_type
+
+
 def is_credit_note_code(type_code: str | None) -> bool:
     row = document_type_of(type_code)
     return row is not None and row.document_class == "credit_note"

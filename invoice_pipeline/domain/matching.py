@@ -51,6 +51,7 @@ from decimal import Decimal
 
 from rapidfuzz import fuzz
 
+from .doctypes import duplicate_class
 from .fields import InvoiceFields
 from .keys import AMOUNT_TOLERANCE, BlockingKey, BusinessKey, NumberKey
 from .normalize import (
@@ -113,7 +114,7 @@ class MatchCandidate:
             payable_total=fields.payable_total,
             currency=fields.currency,
             issue_date=fields.issue_date,
-            document_type=fields.document_type,
+            document_type=duplicate_class(fields),
         )
 
 

@@ -10,6 +10,7 @@ import re
 import unicodedata
 from collections.abc import Callable
 
+from .doctypes import duplicate_class
 from .fields import InvoiceFields
 from .keys import BlockingKey, BusinessKey
 
@@ -252,7 +253,7 @@ def business_key(org_id: str, fields: InvoiceFields) -> BusinessKey:
         raise ValueError(f"invoice number {fields.invoice_number!r} has no letters or digits")
     vendor = normalize_vendor(fields.seller_name, fields.seller_vat_id)
     return BusinessKey(
-        org_id=org_id, vendor=vendor, invoice_number=number, document_type=fields.document_type
+        org_id=org_id, vendor=vendor, invoice_number=number, document_type=duplicate_class(fields)
     )
 
 
@@ -271,7 +272,7 @@ def blocking_key(org_id: str, fields: InvoiceFields) -> BlockingKey | None:
         return None
     return BlockingKey(
         org_id=org_id,
-        document_type=fields.document_type,
+        document_type=duplicate_class(fields),
         currency=normalize_currency(fields.currency),
         number_skeleton=skeleton,
     )

@@ -12,8 +12,9 @@ Every reason has a code, a subject and a text. The subject is what a person vouc
 they approve: the IBAN of `bank_details_changed`, the identity of `vendor_unconfirmed`, the
 vendors of `possible_impersonation`. A person's approval is recorded as the (code, subject)
 pairs they were shown (`vouch`); at posting, any reason of that moment that is not among them
-holds the invoice again, with the reason of now. Two reasons can never be vouched for: the
-org's own identity as the seller, and an IBAN that fails its check digits.
+holds the invoice again, with the reason of now. Some reasons can never be vouched for
+(`NOT_VOUCHABLE`): the org's own identity as the seller, an IBAN that fails its check digits, a
+document that claims nothing or corrects another, an impossible amount or currency.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ NOT_VOUCHABLE = frozenset(
     {OWN_IDENTITY_AS_SELLER, IBAN_INVALID, NOT_A_CLAIM, CORRECTION, AMOUNT_PRECISION, CURRENCY_MISMATCH}
 )
 
-# The codes of this module, for the review queue's filters (domain/review.REASON_CODES).
+# The codes of this module, listed beside domain/review.REASON_CODES where a person is told the codes.
 PAYMENT_REASON_CODES: tuple[str, ...] = (
     POSSIBLE_IMPERSONATION,
     OWN_IDENTITY_AS_SELLER,

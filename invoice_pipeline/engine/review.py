@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from uuid import UUID
 
+from invoice_pipeline.domain.payment import PAYMENT_REASON_CODES
 from invoice_pipeline.domain.review import REASON_CODES
 from invoice_pipeline.engine.dedupe import match_outcome
 from invoice_pipeline.engine.layouts import learn_quietly, unlearn_quietly
@@ -86,7 +87,7 @@ class TargetFilter:
 def check_reason_code(code: str) -> str:
     """A --reason filter: one of the review codes, or a quarantine code (lowercase words)."""
     if not re.fullmatch(r"[a-z][a-z0-9_]*", code):
-        known = ", ".join(REASON_CODES)
+        known = ", ".join((*REASON_CODES, *PAYMENT_REASON_CODES))
         raise ValueError(f"reason must be a code such as {known} (or a quarantine code), got {code!r}")
     return code
 

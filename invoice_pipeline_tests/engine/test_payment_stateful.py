@@ -113,6 +113,39 @@ def _env(store: InvoiceStore) -> StageEnv:
     )
 
 
+def two_workers_run_what_is_due(database_url: str, store: InvoiceStore, org: str, cut: int) -> int:
+    """What is due in `org`, cut in two chunks at `cut`, processed by two workers AT ONCE (threads
+    released together by a barrier), each with its own leases; returns how many were due."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        due = [
+            r[0]
+            for r in conn.execute(
+                "SELECT id FROM invoices WHERE org_id = %s AND status = 'pending' ORDER BY seq", (org,)
+            )
+        ]
+    chunks = [due[:cut], due[cut:]]
+    claimed = [
+        claim_chunk(store, [(i, None) for i in part], f"worker-{n}", TTL) for n, part in enumerate(chunks)
+    ]
+    errors: list[BaseException] = []
+    start = threading.Barrier(2)
+
+    def work(chunk: Any) -> None:
+        start.wait()
+        try:
+            process_chunk(_env(store), chunk)
+        except BaseException as exc:  # reported below, in the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(c,)) for c in claimed]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    return len(due)
+
+
 def make_machine(database_url: str, store: InvoiceStore) -> type[RuleBasedStateMachine]:
     class PaymentMachine(RuleBasedStateMachine):
         def __init__(self) -> None:
@@ -173,36 +206,8 @@ def make_machine(database_url: str, store: InvoiceStore) -> type[RuleBasedStateM
 
         @rule(cut=st.integers(0, 4))
         def two_workers_run_what_is_due(self, cut: int) -> None:
-            with psycopg.connect(database_url, autocommit=True) as conn:
-                due = [
-                    r[0]
-                    for r in conn.execute(
-                        "SELECT id FROM invoices WHERE org_id = %s AND status = 'pending' ORDER BY seq",
-                        (self.org,),
-                    )
-                ]
-            chunks = [due[:cut], due[cut:]]
-            claimed = [
-                claim_chunk(store, [(i, None) for i in part], f"worker-{n}", TTL)
-                for n, part in enumerate(chunks)
-            ]
-            errors: list[BaseException] = []
-            start = threading.Barrier(2)
-
-            def work(chunk: Any) -> None:
-                start.wait()
-                try:
-                    process_chunk(_env(store), chunk)
-                except BaseException as exc:  # reported below, in the test's thread
-                    errors.append(exc)
-
-            threads = [threading.Thread(target=work, args=(c,)) for c in claimed]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            assert not errors, errors
-            event(f"a run of {min(len(due), 6)}{'+' if len(due) > 6 else ''} invoices")
+            due = two_workers_run_what_is_due(database_url, store, self.org, cut)
+            event(f"a run of {min(due, 6)}{'+' if due > 6 else ''} invoices")
 
         @rule(pick=st.integers(0, 50))
         def a_person_approves(self, pick: int) -> None:

@@ -62,9 +62,14 @@ class Review:
 
     def review_policies(self, org_ids: list[str]) -> dict[str, ReviewPolicy]:
         """Each org's review policy; an org without a row gets the default."""
-        wanted = sorted(set(org_ids))
         with self.db.pool.connection() as conn:
-            rows = conn.execute(REVIEW["review_policies"], {"org_ids": wanted}).fetchall()
+            return self.review_policies_in(conn, org_ids)
+
+    @staticmethod
+    def review_policies_in(conn: psycopg.Connection[Any], org_ids: list[str]) -> dict[str, ReviewPolicy]:
+        """`review_policies`, read on `conn` (inside a transaction that holds a pool connection)."""
+        wanted = sorted(set(org_ids))
+        rows = conn.execute(REVIEW["review_policies"], {"org_ids": wanted}).fetchall()
         found = {str(r[0]): ReviewPolicy(r[1], r[2], r[3], r[4], r[5]) for r in rows}
         return {org: found.get(org, DEFAULT_POLICY) for org in wanted}
 
@@ -134,7 +139,7 @@ class Review:
             # this lock's holder changes them, so they are what the row lock will see.
             keys = self.dedupe.decision_keys_of(conn, lease.invoice_id)
             if keys is not None:
-                policies.update(self.review_policies([keys[0]]))
+                policies.update(self.review_policies_in(conn, [keys[0]]))
                 self.payments.take_identity_locks(conn, [keys])
 
         def write(conn: psycopg.Connection[Any], target: LockedTarget) -> tuple[str, str] | str:

@@ -62,7 +62,7 @@ class ReviewMeetingAtTheLock(Review):
     the round (the parties of `meet`) has made its attempt at the lock: the decisions overlap."""
 
     def __init__(self, store: InvoiceStore, meet: Any) -> None:
-        super().__init__(store.database, store.claims, store.dedupe)
+        super().__init__(store.database, store.claims, store.dedupe, store.payments)
         self.meet = meet
         self.took_lock: bool | None = None
 

@@ -1,0 +1,200 @@
+"""What an accountant posts, played as a stateful property on the real store (issue 58).
+
+Hypothesis sends random sequences of one seller's e-invoices, built by hand as UBL or CII:
+invoices, re-sends in the other format, with a rounding difference, with the number written
+another way ("INV-1001", "1001", "inv 1001") or in another year; credit notes (a UBL CreditNote
+with positive amounts, a CII 381 with negative ones); corrections (384) and pro-formas (325);
+prepayment invoices that state no amount due; SEPA direct debits. Each batch is processed by two
+workers AT ONCE, cut at a random place. After every step an accountant's oracle reads the ledger:
+
+* one seller's number is paid at most once: per document class and number (its digits), at
+  most one posting, whatever the formats, amounts and dates;
+* what is posted is what the accountant books for that very document: the amount due (grand
+  total less prepaid), negative for a credit note whatever sign the document wrote, and a direct
+  debit as collected by direct debit, not as a transfer to make;
+* a pro-forma and a correction are never posted;
+* nothing is rejected unseen: an invoice the pipeline rejects by itself as a duplicate is an
+  exact copy of one that was posted (the same number as written once normalised, the same
+  amount within 0.01, the same year); anything else that shares a number is held for a person;
+* every document ends processed or held: none is quarantined or left in flight.
+
+Nobody acts in between: the pipeline's own decisions are under test.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from decimal import Decimal
+from uuid import UUID, uuid4
+
+import psycopg
+import pytest
+from hypothesis import HealthCheck, event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+
+from invoice_pipeline.domain.normalize import normalize_invoice_number
+from invoice_pipeline.engine.store import InvoiceStore
+from invoice_pipeline_tests.engine.test_payment_stateful import two_workers_run_what_is_due
+from pipeline_support.einvoices import EInvoice, cii, ubl
+
+KINDS = ("invoice", "credit", "proforma", "correction", "prepayment", "direct_debit")
+NUMBER_FORMS = ("INV-{n}", "{n}", "inv {n}")
+AMOUNTS = ("1190.00", "1190.01", "1190.02", "595.00")
+DEBITED = "DE02120300000000202051"
+
+
+@dataclass(frozen=True)
+class Sent:
+    """One document as the accountant knows it, and what booking it would mean."""
+
+    kind: str
+    number: str
+    year: int
+    books: Decimal  # the amount due, as posted (a credit negative)
+    means: str  # "direct_debit" or "transfer"
+
+    @property
+    def group(self) -> tuple[str, str]:
+        """A seller's number as the accountant reads it: its class and its digits (a pro-forma and a
+        correction are compared only with their own kind)."""
+        cls = {"credit": "credit", "proforma": "not_a_claim", "correction": "correction"}.get(
+            self.kind, "invoice"
+        )
+        return cls, re.sub(r"\D", "", self.number)
+
+    @property
+    def claims(self) -> bool:
+        return self.kind not in ("proforma", "correction")
+
+
+def document(kind: str, n: int, form: str, year: int, total: str, as_cii: bool) -> tuple[bytes, Sent]:
+    grand = Decimal(total)
+    net = (grand / Decimal("1.19")).quantize(Decimal("0.01"))
+    tax = grand - net
+    number = ("CN-{n}" if kind == "credit" else form).format(n=n)
+    inv = EInvoice(
+        number=number, issue_date=f"{year}-11-02", net=str(net), tax=str(tax), grand=total, due=total
+    )
+    books, means = grand, "transfer"
+    if kind == "credit":
+        inv = EInvoice(
+            number=number,
+            issue_date=f"{year}-11-02",
+            type_code="381",
+            net=str(-net if as_cii else net),
+            tax=str(-tax if as_cii else tax),
+            grand=str(-grand if as_cii else grand),
+            due=str(-grand if as_cii else grand),
+        )
+        books = -grand
+    elif kind == "proforma":
+        inv = EInvoice(**{**inv.__dict__, "type_code": "325"})
+    elif kind == "correction":
+        inv = EInvoice(**{**inv.__dict__, "type_code": "384", "preceding": f"INV-{n}"})
+    elif kind == "prepayment":
+        inv = EInvoice(**{**inv.__dict__, "prepaid": "500.00", "due": None})
+        books = grand - Decimal("500.00")
+    elif kind == "direct_debit":
+        inv = EInvoice(
+            **{
+                **inv.__dict__,
+                "payment_means": "59",
+                "mandate": "MANDATE-7",
+                "debited_account": DEBITED,
+                "iban": None,
+            }
+        )
+        means = "direct_debit"
+    if as_cii:
+        content = cii(inv)
+    else:
+        content = ubl(inv, root="CreditNote") if kind == "credit" else ubl(inv)
+    return content, Sent(kind, number, year, books, means)
+
+
+ARRIVALS = st.tuples(
+    st.sampled_from(KINDS),
+    st.sampled_from((1001, 1002)),
+    st.sampled_from(NUMBER_FORMS),
+    st.sampled_from((2025, 2026)),
+    st.sampled_from(AMOUNTS),
+    st.booleans(),
+)
+
+LEDGER_SQL = """
+SELECT i.id, i.status, a.decision, p.amount, p.payment_means, i.duplicate_of
+FROM invoices i
+LEFT JOIN approvals a ON a.invoice_id = i.id
+LEFT JOIN ledger_postings p ON p.invoice_id = i.id
+WHERE i.org_id = %s
+"""
+
+
+def make_machine(database_url: str, store: InvoiceStore) -> type[RuleBasedStateMachine]:
+    class AccountantMachine(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            self.org = f"books-{uuid4().hex[:12]}"
+            self.sent: dict[UUID, Sent] = {}
+
+        @rule(arrivals=st.lists(ARRIVALS, min_size=1, max_size=4), cut=st.integers(0, 4))
+        def documents_arrive_and_two_workers_run_what_is_due(
+            self, arrivals: list[tuple[str, int, str, int, str, bool]], cut: int
+        ) -> None:
+            for kind, n, form, year, total, as_cii in arrivals:
+                content, sent = document(kind, n, form, year, total, as_cii)
+                stored = store.documents.store_document(content, self.org, f"{len(self.sent)}.xml")
+                self.sent.setdefault(stored.invoice_id, sent)  # the same bytes again: the same invoice
+            due = two_workers_run_what_is_due(database_url, store, self.org, cut)
+            event(f"a run of {min(due, 6)}{'+' if due > 6 else ''} documents")
+
+        @invariant()
+        def the_ledger_is_what_an_accountant_books(self) -> None:
+            with psycopg.connect(database_url, autocommit=True) as conn:
+                rows = conn.execute(LEDGER_SQL, (self.org,)).fetchall()
+            posted: dict[tuple[str, str], list[UUID]] = {}
+            for invoice_id, status, approval, amount, means, _ in rows:
+                sent = self.sent[invoice_id]
+                assert status in ("processed", "needs_review"), (sent, status)
+                if amount is not None:
+                    assert sent.claims, f"{sent.kind} {sent.number} was posted"
+                    assert (amount, means) == (sent.books, sent.means), (sent, amount, means)
+                    posted.setdefault(sent.group, []).append(invoice_id)
+                elif status == "processed":
+                    assert approval == "rejected", (sent, status, approval)
+            for group, ids in posted.items():
+                assert len(ids) == 1, f"{group} posted {len(ids)} times: {[self.sent[i] for i in ids]}"
+            for invoice_id, status, _, amount, _, duplicate_of in rows:
+                if amount is None and status == "processed":
+                    # Rejected by the pipeline itself: only as an exact copy of its original.
+                    sent, original = self.sent[invoice_id], self.sent.get(duplicate_of)
+                    assert original is not None, f"{sent} rejected, as a copy of nothing"
+                    assert sent.group == original.group, (sent, original)
+                    assert normalize_invoice_number(sent.number) == normalize_invoice_number(
+                        original.number
+                    ), (
+                        sent,
+                        original,
+                    )
+                    assert abs(sent.books - original.books) <= Decimal("0.01"), (sent, original)
+                    assert sent.year == original.year, (sent, original)
+                    event("an exact copy rejected")
+
+    return AccountantMachine
+
+
+@pytest.mark.hypothesis
+def test_random_sequences_are_booked_as_an_accountant_books_them(
+    database_url: str, store: InvoiceStore
+) -> None:
+    run_state_machine_as_test(
+        make_machine(database_url, store),
+        settings=settings(
+            max_examples=60,
+            stateful_step_count=6,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+        ),
+    )
