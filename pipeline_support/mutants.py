@@ -1129,6 +1129,33 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "    ON invoices (org_id, business_key, payable_total, currency, block_key)\n",
         "invoice_pipeline_tests/engine/test_one_number_paid_once.py::test_invoice_7_of_2026_is_held_beside_invoice_7_of_2025_not_rejected",
     ),
+    _one(
+        "unread-number-near-copy",
+        "a page whose number was not read is still compared by seller, amount and date, and the "
+        "original it may copy is shown to the person who types the number (issue 52)",
+        "invoice_pipeline/engine/stages.py",
+        "                reasons += unread_number_copies(near, found)\n",
+        "                reasons += []\n",
+        "invoice_pipeline_tests/documents/test_number_never_another_value.py::"
+        "test_a_resent_copy_whose_number_is_not_text_is_held_not_posted",
+    ),
+    _one(
+        "conflict-pays-account-owner",
+        "identifiers of two vendors, once vouched for, pay (and record) the owner of the account to "
+        "pay, never one vendor's invoice into another's account (issue 52)",
+        "invoice_pipeline/domain/payment.py",
+        '        paid = next((v for v in owners if iban is not None and v.has("iban", iban.value)), owners[0])\n',
+        "        paid = owners[0]\n",
+        f"{PAYMENT_TESTS}::test_identifiers_of_two_vendors_once_vouched_pay_the_owner_of_the_account",
+    ),
+    _one(
+        "import-refuses-own-identity",
+        "a vendor master row naming the org's own identity is refused (issue 52)",
+        "invoice_pipeline/engine/store/vendors.py",
+        "                if theirs:\n",
+        "                if False:\n",
+        f"{PAYMENT_TESTS}::test_a_vendor_master_row_with_the_orgs_own_identity_is_refused",
+    ),
     # -- the accountant's stateful property (issue 58): the same mechanisms, its oracle --------
     _one(
         "proforma-no-original",

@@ -227,6 +227,14 @@ def _settle(fn: Callable[[str], str], value: str) -> str:
     return value
 
 
+def vendor_key_or_none(name: str | None, vat_id: str | None = None) -> str | None:
+    """`normalize_vendor`, or None when neither the name nor the VAT id is usable."""
+    try:
+        return normalize_vendor(name, vat_id)
+    except ValueError:
+        return None
+
+
 def normalize_vendor(name: str | None, vat_id: str | None = None) -> str:
     """ "vat:DE123456789" when a VAT id is known, else "name:acme"; ValueError when neither is usable."""
     vat = normalize_vat_id(vat_id)

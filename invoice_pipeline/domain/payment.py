@@ -332,14 +332,18 @@ def who_is_paid(facts: PaymentFacts) -> _WhoIsPaid:
     fields = facts.fields
     owners = _owners(fields, facts.registry)
     if len(owners) > 1:
+        # Vouched for, the money goes where the account is: the vendor that owns the IBAN to pay
+        # is the one paid (and recorded), whoever the VAT id names.
+        iban = _valid("iban", fields.payee_iban)
+        paid = next((v for v in owners if iban is not None and v.has("iban", iban.value)), owners[0])
         reason = Reason(
             VENDOR_IDENTITY_CONFLICT,
             ",".join(str(v.vendor_id) for v in owners) + "|" + _identity_subject(fields),
             f"{VENDOR_IDENTITY_CONFLICT}: the seller's identifiers ({_identity_text(fields)}) belong to "
             f"different vendors: {'; '.join(_vendor_text(v) for v in owners)}; find out who sent it before "
-            "approving (approving pays the vendor of its VAT id)",
+            f"approving (approving pays {paid.name} #{paid.vendor_id}, the owner of the account to pay)",
         )
-        return _WhoIsPaid((reason,), owners[0], False)
+        return _WhoIsPaid((reason,), paid, False)
     if owners:
         return _WhoIsPaid(tuple(_confirmed_reasons(fields, owners[0])), owners[0], False)
     return _unconfirmed(facts)

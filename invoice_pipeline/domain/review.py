@@ -329,6 +329,18 @@ def unread_reasons(problems: Sequence[ValidationProblem]) -> list[str]:
     ]
 
 
+def unread_number_copies(originals: Sequence[object], fields: InvoiceFields) -> list[str]:
+    """A page whose number was not read may still be a copy: the originals of the same seller,
+    amount and date are named (issue 52), so the person who types the number looks there first.
+    The duplicate check itself runs once the number is typed, under its locks."""
+    return [
+        f"{SUSPECTED_DUPLICATE} of {original}: its number was not read, but the seller, the amount "
+        f"{fields.payable_total} {fields.currency or ''} and the date match that invoice; check it is not "
+        "a copy before typing its number"
+        for original in originals
+    ]
+
+
 def with_default_currency(fields: InvoiceFields, policy: ReviewPolicy) -> InvoiceFields:
     """The org's default currency for a document that names none; the fields unchanged otherwise."""
     if fields.currency or policy.default_currency is None:

@@ -36,6 +36,7 @@ from invoice_pipeline.domain.review import (
     SUSPECTED_DUPLICATE,
     ReviewPolicy,
     review_reasons,
+    unread_number_copies,
     unread_reasons,
     with_default_currency,
 )
@@ -445,6 +446,9 @@ def validate(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID, Outco
         problems = validate_fields(found)
         if problems and found.read_from_page:
             reasons = unread_reasons(problems)
+            if any(p.field == "invoice_number" for p in problems):
+                near = env.store.dedupe.originals_like_an_unread_number(c.org_id, c.invoice_id, found)
+                reasons += unread_number_copies(near, found)
             unread.append((c.lease, Verdict("held", "; ".join(reasons), tuple(reasons))))
         elif problems:
             outcomes[c.invoice_id] = Quarantined(problems[0].code, "; ".join(p.reason for p in problems))

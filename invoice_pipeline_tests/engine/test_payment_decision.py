@@ -305,3 +305,42 @@ def test_a_vendor_known_by_its_name_alone_is_paid_as_itself_unless_an_account_is
     assert _paid_into(database_url, plain)[0][:2] == (None, vendor.vendor_id)
     assert status_and_reasons(database_url, asking) == ("needs_review", [POSSIBLE_IMPERSONATION])
     assert postings(database_url, asking) == 0
+
+
+def test_identifiers_of_two_vendors_once_vouched_pay_the_owner_of_the_account(
+    database_url: str, store: InvoiceStore
+) -> None:
+    """The VAT id names one vendor, the IBAN another: held. A person who vouches for it pays the
+    account's owner, and the ledger records that vendor: never one vendor's invoice into another
+    vendor's account (found by the stateful property)."""
+    _import(
+        store,
+        "acme",
+        f"name,vat_id,iban\nHafenkran Technik GmbH,{VAT},{IBAN_A}\nKaiwerk AG,{OTHER_VAT},{IBAN_B}\n",
+    )
+    (invoice,) = _store_all(
+        store,
+        "acme",
+        [(json_invoice("INV-7801", seller="Kaiwerk AG", vat_id=OTHER_VAT, payee_iban=IBAN_A), "a.json")],
+    )
+    _run(database_url, [invoice])
+    assert status_and_reasons(database_url, invoice) == ("needs_review", [VENDOR_IDENTITY_CONFLICT])
+    assert act(store, "approve", invoice, ALICE).done
+    _run(database_url, [invoice])
+    owner = next(v for v in store.vendors.list_vendors("acme") if v.has("iban", IBAN_A))
+    assert _paid_into(database_url, invoice)[0][:2] == (IBAN_A, owner.vendor_id)
+
+
+def test_a_vendor_master_row_with_the_orgs_own_identity_is_refused(store: InvoiceStore) -> None:
+    store.vendors.add_org_identity("acme", "vat", VAT, source="test", added_by="test")
+    result = store.vendors.import_vendors(
+        "acme",
+        read_vendor_csv(f"name,vat_id,iban\nAcme Supplies GmbH,{VAT},{IBAN_A}\nKaiwerk AG,{OTHER_VAT},\n"),
+        "erp",
+    )
+    assert (
+        len(result.refused) == 1
+        and "org's own identity" in result.refused[0]
+        and "row 1" in result.refused[0]
+    )
+    assert [v.name for v in store.vendors.list_vendors("acme")] == ["Kaiwerk AG"]

@@ -97,3 +97,18 @@ SELECT id AS invoice_id, duplicate_status AS status, duplicate_group_id AS group
        duplicate_of AS original_id, business_key, match_how AS how, match_score AS score,
        coalesce(match_reasons, '{}') AS reasons
 FROM invoices WHERE id = ANY(%(invoice_ids)s::uuid[]) AND duplicate_status IS NOT NULL
+
+-- Originals an invoice whose number was not read may copy (issue 52): the same seller (vendor
+-- key), document type and currency, the amount within 0.01, issued within 31 days when both
+-- dates are known. Not a decision (that is taken under the locks once a person types the
+-- number): what the person is shown beside the invoice. The (org_id, vendor_key) index of
+-- originals serves it.
+-- name: originals_like_an_unread_number
+SELECT id FROM invoices
+WHERE org_id = %(org_id)s AND duplicate_status = 'original' AND id <> %(invoice_id)s
+  AND vendor_key = ANY(%(vendor_keys)s::text[]) AND document_type = %(document_type)s
+  AND currency IS NOT DISTINCT FROM %(currency)s
+  AND abs(payable_total - %(payable_total)s::numeric) <= 0.01
+  AND (issue_date IS NULL OR %(issue_date)s::date IS NULL OR abs(issue_date - %(issue_date)s::date) <= 31)
+ORDER BY seq
+LIMIT 3

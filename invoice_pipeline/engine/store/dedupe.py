@@ -19,6 +19,7 @@ from invoice_pipeline.db.sqlfiles import QueryFile
 from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.keys import decision_lock_ids, search_ids
 from invoice_pipeline.domain.matching import MatchCandidate
+from invoice_pipeline.domain.normalize import vendor_key_or_none
 from invoice_pipeline.engine.records import (
     ChunkWrite,
     DuplicateCandidateRow,
@@ -371,6 +372,30 @@ class Dedupe:
                 {"invoice_ids": list(invoice_ids)},
             )
         return {d.invoice_id: d for d in found}
+
+    def originals_like_an_unread_number(
+        self, org_id: str, invoice_id: UUID, fields: InvoiceFields
+    ) -> list[UUID]:
+        """Originals the invoice may copy although its number was not read: the same seller, type
+        and currency, the amount within 0.01, a close issue date (issue 52). None without a
+        seller or an amount to compare."""
+        keys = sorted(
+            {key for key in (vendor_key_or_none(fields.seller_name, fields.seller_vat_id),
+                             vendor_key_or_none(fields.seller_name, None)) if key}
+        )  # fmt: skip
+        if not keys or fields.payable_total is None:
+            return []
+        params = {
+            "org_id": org_id,
+            "invoice_id": invoice_id,
+            "vendor_keys": keys,
+            "document_type": fields.document_type,
+            "currency": fields.currency,
+            "payable_total": fields.payable_total,
+            "issue_date": fields.issue_date,
+        }
+        with self.db.pool.connection() as conn:
+            return [row[0] for row in conn.execute(DEDUPE["originals_like_an_unread_number"], params)]
 
     def load_duplicate_decision(self, invoice_id: UUID | str) -> DuplicateDecision | None:
         return self.load_duplicate_decisions([as_uuid(invoice_id)]).get(as_uuid(invoice_id))

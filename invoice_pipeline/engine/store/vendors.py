@@ -174,7 +174,8 @@ class Vendors:
 
     def import_vendors(self, org_id: str, rows: Sequence[VendorImportRow], actor: str) -> VendorImportResult:
         """The ERP's vendor master, in one transaction: a row whose identifier another vendor of the
-        org already owns extends that vendor; a row naming two different vendors is refused."""
+        org already owns extends that vendor; a row naming two different vendors, or the org's own
+        identity, is refused."""
         created = extended = added = 0
         refused: list[str] = []
         with self.db.transaction() as conn:
@@ -182,7 +183,17 @@ class Vendors:
             self.lock_identities(
                 conn, [(org_id, i) for i in (*named, *(i for r in rows for i in r.identifiers))]
             )
+            own = self.org_profile_in(conn, org_id)
             for number, row in enumerate(rows, start=1):
+                theirs = [i for i in row.identifiers if own.has(i.kind, i.shown)]
+                if theirs:
+                    # The org's own identity is never a vendor's: the registry would then say the
+                    # org pays itself (domain/payment.py holds such an invoice).
+                    refused.append(
+                        f"row {number} ({row.name}): {', '.join(f'{i.kind} {i.shown}' for i in theirs)} "
+                        "is the org's own identity (org profile); correct the row or the profile"
+                    )
+                    continue
                 owners = self._owners(conn, org_id, row.identifiers)
                 if len(owners) > 1:
                     refused.append(
