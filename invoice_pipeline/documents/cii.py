@@ -116,11 +116,7 @@ def _totals(cii: _CiiInvoice, currency: str | None) -> None:
         stated(*total("TotalPrepaidAmount")),
         stated(*total("RoundingAmount")),
     )
-    net = stated(*total("TaxBasisTotalAmount"))
-    if net is not None:
-        if net.amount is None:
-            c.miss("net_total", unparseable(net.path, net.raw, "amount"))
-        c.set("net_total", net.amount, net.path)
+    c.stated_amount("net_total", stated(*total("TaxBasisTotalAmount")))
     tax_currency_node, _ = _first(root, _SETTLEMENT, ("ram:TaxCurrencyCode",))
     c.foreign_amounts.extend(foreign_amounts(root, currency, collapse(text_of(tax_currency_node))))
 

@@ -105,6 +105,14 @@ class FieldCollector:
             foreign_amounts=tuple(self.foreign_amounts),
         )
 
+    def stated_amount(self, name: str, stated: Stated | None) -> None:
+        """A total the document states, as a field; one it states unreadably is a miss, with why."""
+        if stated is None:
+            return
+        if stated.amount is None:
+            self.miss(name, unparseable(stated.path, stated.raw, "amount"))
+        self.set(name, stated.amount, stated.path)
+
     def amount_due(
         self, due: Stated | None, grand: Stated | None, prepaid: Stated | None, rounding: Stated | None
     ) -> None:

@@ -109,11 +109,7 @@ def _totals(root: etree._Element, c: FieldCollector, p: Callable[[str], str], cu
         stated(*total("PrepaidAmount")),
         stated(*total("PayableRoundingAmount")),
     )
-    net = stated(*total("TaxExclusiveAmount"))
-    if net is not None:
-        if net.amount is None:
-            c.miss("net_total", unparseable(net.path, net.raw, "amount"))
-        c.set("net_total", net.amount, net.path)
+    c.stated_amount("net_total", stated(*total("TaxExclusiveAmount")))
     tax_currency = collapse(text_of(find(root, "cbc:TaxCurrencyCode")))
     c.foreign_amounts.extend(foreign_amounts(root, currency, tax_currency))
 

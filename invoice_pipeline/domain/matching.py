@@ -21,8 +21,8 @@ Past the gate, the seller must be the same: by VAT id when both sides have one (
 id is a different seller, whatever the names say), otherwise by name.
 
 * **exact** (an automatic `duplicate`, rejected): the same normalised seller, number, document
-  type and currency, amounts as posted at most `AMOUNT_TOLERANCE` apart, and the same issue year
-  (or a date missing on one side). Invoice "7" of 2026 is not invoice "7" of 2025.
+  type and currency, equal amounts as posted, and the same issue year (or a date missing on one
+  side); a rounding difference of a cent is held, never rejected unseen. Invoice "7" of 2026 is not invoice "7" of 2025.
 * **fuzzy** (`suspected`, held for a person with both shown): every other agreement of number
   and seller — another amount, another year, a reformatted or OCR-confused number at any
   distance in time, a seller named alike but not identically. A pair of one seller (VAT ids
@@ -37,8 +37,8 @@ A pair that cannot pass the gate because one side lacks what the gate compares (
 digits in the number, so no blocking key) is not waved through unchecked: **number twins** (the
 same org, document type and normalised number, `keys.NumberKey`) of the same seller are
 compared on what both sides do have. Currencies that both sides state and that differ make them
-two invoices. Otherwise: exact when both state the same currency and a total within
-`AMOUNT_TOLERANCE`, in the same year, else suspected — a scan that read less than the
+two invoices. Otherwise: exact when both state the same currency and the same total, in the
+same year, else suspected — a scan that read less than the
 e-invoice it copies is held for a person, never paid.
 """
 
@@ -177,7 +177,9 @@ def _seller(new: MatchCandidate, old: MatchCandidate) -> tuple[float, bool, str]
 
 
 def _amounts(new: MatchCandidate, old: MatchCandidate, currency: str) -> tuple[bool, str]:
-    """(the amounts as posted agree within AMOUNT_TOLERANCE, why); unknown never agrees."""
+    """(the amounts as posted are equal, why); unknown never agrees. A rounding difference (at
+    most AMOUNT_TOLERANCE) is the same invoice's amount only in a person's eyes: held, never
+    rejected unseen (issue 58: "equal amounts in the same year: a duplicate")."""
     a, b = posted_amount(new), posted_amount(old)
     cur = f" {currency}" if currency else ""
     if a is None or b is None:
@@ -185,7 +187,10 @@ def _amounts(new: MatchCandidate, old: MatchCandidate, currency: str) -> tuple[b
     if a == b:
         return True, f"same total {b}{cur}"
     if abs(a - b) <= AMOUNT_TOLERANCE:
-        return True, f"totals {old.payable_total} ~ {new.payable_total}{cur} (within {AMOUNT_TOLERANCE})"
+        return False, (
+            f"totals {old.payable_total} ~ {new.payable_total}{cur} (within {AMOUNT_TOLERANCE}): a rounding "
+            "difference, or two invoices; a person decides"
+        )
     return False, (
         f"totals {old.payable_total} and {new.payable_total}{cur} differ by {abs(a - b)}: "
         f"a person decides whether the seller's number {new.invoice_number} was re-priced or is another invoice"

@@ -29,6 +29,7 @@ from invoice_pipeline.engine.vendors import read_vendor_csv
 from invoice_pipeline.samples.render import Party
 from invoice_pipeline_tests.engine.review.helpers import (
     failure_messages,
+    import_vendor_master,
     postings,
     render,
     run_batch,
@@ -53,11 +54,6 @@ def _store_all(store: InvoiceStore, org: str, documents: list[tuple[bytes, str]]
 def _run(database_url: str, ids: list[UUID]) -> None:
     result = run_batch(database_url, ids)
     assert result.success, failure_messages(result)
-
-
-def _import(store: InvoiceStore, org: str, csv_text: str) -> None:
-    result = store.vendors.import_vendors(org, read_vendor_csv(csv_text), "test")
-    assert not result.refused, result.refused
 
 
 def _paid_into(database_url: str, invoice_id: UUID) -> list[tuple[Any, ...]]:
@@ -200,7 +196,7 @@ def test_a_registered_vendors_name_without_its_vat_id_is_held_as_a_possible_impe
     """Impersonation: an e-invoice in a registered vendor's exact name, its VAT id left out, or
     written with a Cyrillic look-alike letter, asks to be paid into a new IBAN. Held, with both
     parties shown; no second vendor of that name is registered."""
-    _import(store, "acme", f"name,vat_id,iban\nAcme Supplies GmbH,{VAT},{IBAN_A}\n")
+    import_vendor_master(store, "acme", f"name,vat_id,iban\nAcme Supplies GmbH,{VAT},{IBAN_A}\n")
     look_alike = VAT.replace("E", "\u0415", 1)  # CYRILLIC CAPITAL LETTER IE
     missing, faked = _store_all(
         store,
@@ -259,7 +255,7 @@ def test_a_vendor_confirmed_by_its_account_while_the_page_names_another_vat_id_i
     """An identity that contradicts itself: the page asks to be paid into the registered
     vendor's IBAN but prints another company's VAT id as the seller's. Held; once a person
     vouches for it, the posting records the registry's name and VAT id beside the printed ones."""
-    _import(store, "acme", f"name,vat_id,iban\nHafenkran Technik GmbH,{VAT},{IBAN_A}\n")
+    import_vendor_master(store, "acme", f"name,vat_id,iban\nHafenkran Technik GmbH,{VAT},{IBAN_A}\n")
     seller = Party("Bénéficiaire", OTHER_VAT, "Kai 3", "20457", "Hamburg", "DE")
     page = replace(sample("INV-7601", seller=seller), payee_iban=IBAN_A)
     (invoice,) = _store_all(store, "acme", [(render(page, "pdf"), "a.pdf")])
@@ -285,7 +281,7 @@ def test_a_vendor_known_by_its_name_alone_is_paid_as_itself_unless_an_account_is
     """A vendor master may list a vendor by its name only (a seller abroad that prints no VAT id).
     Its e-invoice, asking for no account, is that vendor's: posted, no second vendor. One in its
     name asking to be paid into an account nobody confirmed is a possible impersonation."""
-    _import(store, "acme", "name\nKettle Works LLC\n")
+    import_vendor_master(store, "acme", "name\nKettle Works LLC\n")
     plain, asking = _store_all(
         store,
         "acme",
@@ -313,7 +309,7 @@ def test_identifiers_of_two_vendors_once_vouched_pay_the_owner_of_the_account(
     """The VAT id names one vendor, the IBAN another: held. A person who vouches for it pays the
     account's owner, and the ledger records that vendor: never one vendor's invoice into another
     vendor's account (found by the stateful property)."""
-    _import(
+    import_vendor_master(
         store,
         "acme",
         f"name,vat_id,iban\nHafenkran Technik GmbH,{VAT},{IBAN_A}\nKaiwerk AG,{OTHER_VAT},{IBAN_B}\n",

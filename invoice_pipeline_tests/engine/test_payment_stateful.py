@@ -31,16 +31,14 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
-from invoice_pipeline.config import DEFAULT_MAX_DOCUMENT_BYTES
 from invoice_pipeline.engine.chunk_loop import claim_chunk, process_chunk
 from invoice_pipeline.engine.corrections import correct_invoice
 from invoice_pipeline.engine.review import Actor, act
-from invoice_pipeline.engine.stages import StageEnv
 from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.engine.vendors import read_vendor_csv
 from invoice_pipeline.samples.render import Party, render_invoice
 from invoice_pipeline_tests.engine.review.helpers import sample
-from invoice_pipeline_tests.engine.test_liveness import InProcessReader
+from invoice_pipeline_tests.engine.test_liveness import stage_env
 from pipeline_support.factories import json_invoice
 
 TTL = timedelta(minutes=5)
@@ -102,17 +100,6 @@ POSTED_TWICE = (
 )
 
 
-def _env(store: InvoiceStore) -> StageEnv:
-    return StageEnv(
-        store=store,
-        parser=InProcessReader(),
-        max_document_bytes=DEFAULT_MAX_DOCUMENT_BYTES,
-        max_stage_seconds=120,
-        max_attempts=3,
-        retry_base=timedelta(seconds=0),
-    )
-
-
 def two_workers_run_what_is_due(database_url: str, store: InvoiceStore, org: str, cut: int) -> int:
     """What is due in `org`, cut in two chunks at `cut`, processed by two workers AT ONCE (threads
     released together by a barrier), each with its own leases; returns how many were due."""
@@ -133,7 +120,7 @@ def two_workers_run_what_is_due(database_url: str, store: InvoiceStore, org: str
     def work(chunk: Any) -> None:
         start.wait()
         try:
-            process_chunk(_env(store), chunk)
+            process_chunk(stage_env(store), chunk)
         except BaseException as exc:  # reported below, in the test's thread
             errors.append(exc)
 

@@ -164,3 +164,11 @@ def decided_invoice(
         store.documents.hold_for_review(lease, reasons)
     store.claims.complete(lease)
     return invoice_id
+
+
+def import_vendor_master(store: InvoiceStore, org: str, csv_text: str) -> None:
+    """The org's vendor master, as `invoice-pipeline vendors import` reads it; every row taken."""
+    from invoice_pipeline.engine.vendors import read_vendor_csv
+
+    result = store.vendors.import_vendors(org, read_vendor_csv(csv_text), "test")
+    assert not result.refused, result.refused
