@@ -56,7 +56,7 @@ def test_runs_page_filtered_by_invoice_tag_shows_its_run(
     dev_server: DevServer, dev_store: InvoiceStore, page
 ) -> None:  # type: ignore[no-untyped-def]
     inv = dev_store.documents.store_document(
-        json_invoice("UI-1", total="21.00"), "acme", "ui.json"
+        json_invoice("UI-7101", total="21.00"), "acme", "ui.json"
     ).invoice_id
     hide_from_sensor(dev_server.database_url, inv)
     gql = DagsterGraphQLClient("127.0.0.1", port_number=dev_server.port)

@@ -61,7 +61,7 @@ def launch(gql: DagsterGraphQLClient, invoice_id: object) -> str:
 
 
 def test_launch_process_invoice_to_success(dev_server: DevServer, dev_store: InvoiceStore) -> None:
-    inv = dev_store.documents.store_document(json_invoice("GQL-1"), "acme", "gql1.json").invoice_id
+    inv = dev_store.documents.store_document(json_invoice("GQL-7201"), "acme", "gql1.json").invoice_id
     hide_from_sensor(dev_server.database_url, inv)
     gql = client(dev_server)
     run_id = launch(gql, inv)
@@ -71,7 +71,7 @@ def test_launch_process_invoice_to_success(dev_server: DevServer, dev_store: Inv
 
 def test_reexecute_from_failure_skips_completed_steps(dev_server: DevServer, dev_store: InvoiceStore) -> None:
     inv = dev_store.documents.store_document(
-        json_invoice("GQL-2", total="77.00"), "acme", "gql2.json"
+        json_invoice("GQL-7202", total="77.00"), "acme", "gql2.json"
     ).invoice_id
     hide_from_sensor(dev_server.database_url, inv)
     gql = client(dev_server)
@@ -108,7 +108,7 @@ def test_sensor_launches_a_run_for_a_newly_ingested_invoice(
     dev_server: DevServer, dev_store: InvoiceStore
 ) -> None:
     inv = dev_store.documents.store_document(
-        json_invoice("SENSOR-1", total="12.00"), "acme", "sensor.json"
+        json_invoice("SENSOR-7301", total="12.00"), "acme", "sensor.json"
     ).invoice_id
     gql = client(dev_server)
 
@@ -128,7 +128,7 @@ def test_inbox_file_becomes_a_processed_invoice_without_a_click(
 ) -> None:
     inbox = dev_server.home / "inbox" / "globex"
     inbox.mkdir(parents=True, exist_ok=True)
-    (inbox / "dropped.json").write_bytes(json_invoice("INBOX-1", total="33.00"))
+    (inbox / "dropped.json").write_bytes(json_invoice("INBOX-7401", total="33.00"))
 
     def processed() -> bool:
         with psycopg.connect(dev_server.database_url) as conn:

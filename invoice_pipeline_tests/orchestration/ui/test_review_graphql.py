@@ -92,7 +92,7 @@ def test_dead_letter_is_not_redriven_by_process_invoice_but_by_requeue_invoices(
     dev_server: DevServer, dev_store: InvoiceStore
 ) -> None:
     invoice_id = dev_store.documents.store_document(
-        json_invoice("UI-DL-1", total="42.00"), "acme", "dl.json"
+        json_invoice("UI-DL-7501", total="42.00"), "acme", "dl.json"
     ).invoice_id
     hide_from_sensor(dev_server.database_url, invoice_id)
     make_dead_letter(dev_server.database_url, invoice_id)
@@ -126,7 +126,7 @@ def test_a_refused_review_fails_its_run_with_the_reason(
     dev_server: DevServer, dev_store: InvoiceStore
 ) -> None:
     invoice_id = dev_store.documents.store_document(
-        json_invoice("UI-OK-1", total="10.00"), "acme", "ok.json"
+        json_invoice("UI-OK-7601", total="10.00"), "acme", "ok.json"
     ).invoice_id
     wait_for(
         lambda: status_of(dev_store, invoice_id) == "processed",
