@@ -62,7 +62,7 @@ class BusinessKey:
     @property
     def hash(self) -> int:
         """Signed 64-bit hash of the key, stored beside it."""
-        return _hash64(self.text)
+        return hash64(self.text)
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ class BlockingKey:
         with 50% probability after ~77k keys, and then contend for no reason.
         """
         # "block2": the amount bucket is gone (sql/0021), so no id of the old keys is reused.
-        return _hash64(
+        return hash64(
             "\x1f".join(("block2", self.org_id, self.document_type, self.currency, self.number_skeleton))
         )
 
@@ -98,7 +98,7 @@ class NumberKey:
     @property
     def id(self) -> int:
         """Signed 64-bit id: an advisory lock of every decision and the indexed `invoices.number_key`."""
-        return _hash64("\x1f".join(("number", self.org_id, self.document_type, self.invoice_number)))
+        return hash64("\x1f".join(("number", self.org_id, self.document_type, self.invoice_number)))
 
 
 def lock_ids(key: BlockingKey | None) -> tuple[int, ...]:
@@ -124,6 +124,8 @@ def decision_lock_ids(block: BlockingKey | None, number: NumberKey) -> tuple[int
     return tuple(sorted({*lock_ids(block), number.id}))
 
 
-def _hash64(text: str) -> int:
+def hash64(text: str) -> int:
+    """A signed 64-bit id of a key's text (blake2b): an advisory lock id, an indexed key column;
+    64 bits, not hashtext's 32, so unrelated keys practically never share one."""
     digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
     return int.from_bytes(digest, "big", signed=True)

@@ -19,7 +19,6 @@ document that claims nothing or corrects another, an impossible amount or curren
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -36,6 +35,7 @@ from .identity import (
     iban_valid,
     normalise,
 )
+from .keys import hash64
 from .review import (
     AMOUNT_PRECISION,
     CORRECTION,
@@ -164,9 +164,8 @@ def identity_keys(fields: InvoiceFields) -> list[Identifier]:
 def identity_lock_id(org_id: str, ident: Identifier) -> int:
     """One identity key's advisory lock: taken by every transaction that reads or writes who owns
     it (the posting, a person's approval, a registration, an import, the org profile). Signed
-    64 bits, like the dedupe keys' (domain/keys.py), so unrelated keys practically never share one."""
-    text = _US.join(("identity", org_id, ident.kind, ident.value))
-    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "big", signed=True)
+    64 bits, as the dedupe keys' (domain/keys.hash64)."""
+    return hash64(_US.join(("identity", org_id, ident.kind, ident.value)))
 
 
 def _identity_text(fields: InvoiceFields) -> str:
@@ -355,18 +354,29 @@ def business_reasons(fields: InvoiceFields, policy: ReviewPolicy) -> list[Reason
     return [Reason(reason_code(text), "", text) for text in review_reasons(fields, policy)]
 
 
+def _payee(facts: PaymentFacts) -> tuple[list[Reason], _WhoIsPaid, bool]:
+    """Who is paid, assessed once: the reasons, the registry's answer, and whether the seller is the
+    org itself (then the registry is not asked to confirm anyone)."""
+    own = own_identity_reasons(facts.fields, facts.profile)
+    paid = who_is_paid(facts)
+    return [*own, *identifier_reasons(facts.fields), *(paid.reasons if not own else ())], paid, bool(own)
+
+
 def payee_reasons(facts: PaymentFacts) -> list[Reason]:
     """Why whom the invoice pays is not confirmed: the org itself as the seller, impossible
     identifiers, and the registry's word (`who_is_paid`)."""
-    own = own_identity_reasons(facts.fields, facts.profile)
-    return [*own, *identifier_reasons(facts.fields), *(who_is_paid(facts).reasons if not own else ())]
+    return _payee(facts)[0]
+
+
+def _all_reasons(facts: PaymentFacts, payee: list[Reason]) -> list[Reason]:
+    # The approval stage's order, so a person sees the same texts in the same order.
+    return [*duplicate_reasons(facts), *business_reasons(facts.fields, facts.policy), *payee]
 
 
 def payment_reasons(facts: PaymentFacts) -> list[Reason]:
     """Every reason of this moment not to pay the invoice, vouched for or not: the duplicate
-    decision, the business exceptions and money checks, then who is paid (the approval stage's
-    order, so a person sees the same texts in the same order)."""
-    return [*duplicate_reasons(facts), *business_reasons(facts.fields, facts.policy), *payee_reasons(facts)]
+    decision, the business exceptions and money checks, then who is paid."""
+    return _all_reasons(facts, payee_reasons(facts))
 
 
 def vouch(reasons: Iterable[Reason]) -> frozenset[str]:
@@ -384,9 +394,8 @@ def decide_payment(facts: PaymentFacts) -> PaymentDecision:
     registry that IBAN or vendor, in the same transaction.
     """
     fields = facts.fields
-    own = own_identity_reasons(fields, facts.profile)
-    paid = who_is_paid(facts)
-    reasons = payment_reasons(facts)
+    payee, paid, own = _payee(facts)
+    reasons = _all_reasons(facts, payee)
     held = tuple(r for r in reasons if r.voucher not in facts.vouched or not r.vouchable)
     if held:
         return PaymentDecision(held, paid.vendor)

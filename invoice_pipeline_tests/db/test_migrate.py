@@ -11,7 +11,7 @@ import pytest
 from invoice_pipeline.db.migrate import MigrationError, migrate
 from invoice_pipeline.db.sqlfiles import migration_files, sql_dir
 from invoice_pipeline.domain.fields import InvoiceFields
-from invoice_pipeline.domain.keys import _hash64
+from invoice_pipeline.domain.keys import hash64
 from invoice_pipeline.domain.matching import MatchCandidate
 from invoice_pipeline.engine.dedupe import decide_duplicate
 from invoice_pipeline.engine.store import InvoiceStore
@@ -207,7 +207,7 @@ def test_invoices_decided_before_0021_are_rekeyed_and_a_repriced_resend_is_held(
     _migrate_before(empty_database_url, tmp_path, "0021")
     fields = InvoiceFields.from_json(json.loads(json_invoice("INV-1001", total="1190.00")))
     keys = MatchCandidate.from_fields("x", "acme", fields).stored_keys
-    old_block = _hash64("\x1f".join(("block", "acme", "invoice", "EUR", "1001", "119000")))
+    old_block = hash64("\x1f".join(("block", "acme", "invoice", "EUR", "1001", "119000")))
     with psycopg.connect(empty_database_url) as conn:
         row = conn.execute(
             "INSERT INTO invoices (org_id, status, fields, payable_total, currency, issue_date,"

@@ -184,7 +184,7 @@ class Vendors:
                 conn, [(org_id, i) for i in (*named, *(i for r in rows for i in r.identifiers))]
             )
             own = self.org_profile_in(conn, org_id)
-            for number, row in enumerate(rows, start=1):
+            for number, (row, name) in enumerate(zip(rows, named, strict=True), start=1):
                 theirs = [i for i in row.identifiers if own.has(i.kind, i.shown)]
                 if theirs:
                     # The org's own identity is never a vendor's: the registry would then say the
@@ -210,8 +210,7 @@ class Vendors:
                     )
                     created += 1
                     self._event(conn, org_id, vendor_id, "imported", f"imported as {row.name}", actor, None)
-                names = (Identifier("name", normalise("name", row.name), row.name),)
-                for ident in names + row.identifiers:
+                for ident in (name, *row.identifiers):
                     if self._add_identifier(conn, org_id, vendor_id, ident, "import", actor, None):
                         added += 1
         return VendorImportResult(created, extended, added, tuple(refused))
