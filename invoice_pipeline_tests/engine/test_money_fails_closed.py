@@ -24,7 +24,7 @@ from invoice_pipeline.domain.review import (
 from invoice_pipeline.engine.review import Actor, act
 from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.samples.render import render_invoice
-from invoice_pipeline_tests.engine.review.helpers import failure_messages, postings, run_batch, sample, sql
+from invoice_pipeline_tests.engine.review.helpers import postings, process_documents, sample, sql
 from invoice_pipeline_tests.engine.test_dedupe import new_invoice, run_deciders
 from pipeline_support.factories import json_invoice
 
@@ -34,10 +34,7 @@ ROUNDS = 10
 
 def _process(database_url: str, store: InvoiceStore, documents: list[tuple[bytes, str]]) -> list[UUID]:
     """Ingest the documents in this order and process them as one batch (one chunk, arrival order)."""
-    ids = [store.documents.store_document(content, "acme", name).invoice_id for content, name in documents]
-    result = run_batch(database_url, ids)
-    assert result.success, failure_messages(result)
-    return ids
+    return process_documents(database_url, store, "acme", documents)
 
 
 def _state(database_url: str, invoice_id: UUID) -> tuple[str, str | None, list[str]]:

@@ -11,7 +11,7 @@ import pytest
 
 from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.engine.vendors import org_profile_candidates, read_vendor_csv
-from invoice_pipeline_tests.engine.review.helpers import failure_messages, postings, run_batch
+from invoice_pipeline_tests.engine.review.helpers import postings, process_documents
 from pipeline_support.factories import json_invoice
 from pipeline_support.helpers import run_cli
 
@@ -26,9 +26,7 @@ def _register_vendor(store: InvoiceStore) -> None:
 
 
 def _post(database_url: str, store: InvoiceStore, documents: list[bytes]) -> None:
-    ids = [store.documents.store_document(d, "acme", f"{i}.json").invoice_id for i, d in enumerate(documents)]
-    result = run_batch(database_url, ids)
-    assert result.success, failure_messages(result)
+    ids = process_documents(database_url, store, "acme", [(d, f"{i}.json") for i, d in enumerate(documents)])
     assert [postings(database_url, i) for i in ids] == [1] * len(ids)
 
 

@@ -31,8 +31,10 @@ from invoice_pipeline_tests.engine.review.helpers import (
     failure_messages,
     import_vendor_master,
     postings,
+    process_documents,
     render,
     run_batch,
+    run_ok,
     sample,
     sql,
     status_and_reasons,
@@ -45,15 +47,6 @@ IBAN_A = "DE89370400440532013000"
 IBAN_B = "GB82WEST12345698765432"
 VAT = "DE136695976"  # check digits valid
 OTHER_VAT = "DE812871812"  # check digits valid, another company
-
-
-def _store_all(store: InvoiceStore, org: str, documents: list[tuple[bytes, str]]) -> list[UUID]:
-    return [store.documents.store_document(content, org, name).invoice_id for content, name in documents]
-
-
-def _run(database_url: str, ids: list[UUID]) -> None:
-    result = run_batch(database_url, ids)
-    assert result.success, failure_messages(result)
 
 
 def _paid_into(database_url: str, invoice_id: UUID) -> list[tuple[Any, ...]]:
@@ -71,7 +64,8 @@ def test_one_chunk_cannot_register_a_vendor_and_pay_its_second_iban(
     """A registry read once per chunk: two e-invoices of a vendor not yet registered, same VAT
     id, IBANs A and B, in ONE chunk. The first registers the vendor with A and is paid; the
     second is decided after it, in the same transaction, and is held: B is not the vendor's."""
-    first, second = _store_all(
+    first, second = process_documents(
+        database_url,
         store,
         "acme",
         [
@@ -79,7 +73,6 @@ def test_one_chunk_cannot_register_a_vendor_and_pay_its_second_iban(
             (json_invoice("INV-7002", vat_id=VAT, payee_iban=IBAN_B), "b.json"),
         ],
     )
-    _run(database_url, [first, second])
     assert status_and_reasons(database_url, first) == ("processed", [])
     assert status_and_reasons(database_url, second) == ("needs_review", [BANK_DETAILS_CHANGED])
     assert postings(database_url, second) == 0
@@ -93,9 +86,8 @@ def test_a_registration_racing_the_posting_is_seen_by_it(database_url: str, stor
     identity lock and has not committed yet. The posting of an e-invoice with the same VAT id and
     IBAN B waits on that lock, then reads the registry as it is after the commit, and holds.
     Without the identity locks it reads no vendor, registers its own and pays B."""
-    (invoice,) = _store_all(
-        store, "acme", [(json_invoice("INV-7101", vat_id=VAT, payee_iban=IBAN_B), "b.json")]
-    )
+    content = json_invoice("INV-7101", vat_id=VAT, payee_iban=IBAN_B)
+    invoice = store.documents.store_document(content, "acme", "b.json").invoice_id
     holder = psycopg.connect(database_url)
     vat = Identifier("vat", normalise("vat", VAT), VAT)
     store.vendors.lock_identities(holder, [("acme", vat)])
@@ -129,7 +121,8 @@ def test_a_registration_racing_the_posting_is_seen_by_it(database_url: str, stor
 def _two_new_vendor_pages(database_url: str, store: InvoiceStore) -> tuple[UUID, UUID]:
     """Two page-read invoices of a vendor nobody registered, asking for IBANs A and B: both held."""
     seller = Party("Hafenkran Technik GmbH", VAT, "Kai 3", "20457", "Hamburg", "DE")
-    first, second = _store_all(
+    first, second = process_documents(
+        database_url,
         store,
         "acme",
         [
@@ -137,7 +130,6 @@ def _two_new_vendor_pages(database_url: str, store: InvoiceStore) -> tuple[UUID,
             (render(replace(sample("INV-7202", seller=seller), payee_iban=IBAN_B), "pdf"), "b.pdf"),
         ],
     )
-    _run(database_url, [first, second])
     for invoice in (first, second):
         assert status_and_reasons(database_url, invoice) == ("needs_review", [VENDOR_UNCONFIRMED])
     return first, second
@@ -152,7 +144,7 @@ def test_an_approval_whose_reasons_changed_is_refused_and_shows_the_new_ones(
     the vendor, vouched for by the person, audited."""
     first, second = _two_new_vendor_pages(database_url, store)
     assert act(store, "approve", first, ALICE).done
-    _run(database_url, [first])
+    run_ok(database_url, [first])
     assert status_and_reasons(database_url, first) == ("processed", [])
 
     refused = act(store, "approve", second, ALICE)
@@ -166,7 +158,7 @@ def test_an_approval_whose_reasons_changed_is_refused_and_shows_the_new_ones(
     assert act(store, "approve", second, ALICE).done
     (vouched,) = sql(database_url, "SELECT vouched FROM approvals WHERE invoice_id = %s", (second,))[0]
     assert any(v.startswith(BANK_DETAILS_CHANGED) and IBAN_B in v for v in vouched)
-    _run(database_url, [second])
+    run_ok(database_url, [second])
     assert status_and_reasons(database_url, second) == ("processed", [])
     (vendor,) = store.vendors.list_vendors("acme")
     assert sorted(vendor.of_kind("iban")) == sorted([IBAN_A, IBAN_B])
@@ -183,7 +175,7 @@ def test_an_approval_made_before_the_registry_changed_is_decided_again_at_postin
     first, second = _two_new_vendor_pages(database_url, store)
     assert act(store, "approve", first, ALICE).done
     assert act(store, "approve", second, ALICE).done
-    _run(database_url, [first, second])
+    run_ok(database_url, [first, second])
     assert status_and_reasons(database_url, first) == ("processed", [])
     assert status_and_reasons(database_url, second) == ("needs_review", [BANK_DETAILS_CHANGED])
     assert postings(database_url, second) == 0
@@ -198,7 +190,8 @@ def test_a_registered_vendors_name_without_its_vat_id_is_held_as_a_possible_impe
     parties shown; no second vendor of that name is registered."""
     import_vendor_master(store, "acme", f"name,vat_id,iban\nAcme Supplies GmbH,{VAT},{IBAN_A}\n")
     look_alike = VAT.replace("E", "\u0415", 1)  # CYRILLIC CAPITAL LETTER IE
-    missing, faked = _store_all(
+    missing, faked = process_documents(
+        database_url,
         store,
         "acme",
         [
@@ -206,7 +199,6 @@ def test_a_registered_vendors_name_without_its_vat_id_is_held_as_a_possible_impe
             (json_invoice("INV-7302", vat_id=look_alike, payee_iban=IBAN_B), "b.json"),
         ],
     )
-    _run(database_url, [missing, faked])
     assert status_and_reasons(database_url, missing) == ("needs_review", [POSSIBLE_IMPERSONATION])
     status, codes = status_and_reasons(database_url, faked)
     assert status == "needs_review" and POSSIBLE_IMPERSONATION in codes
@@ -224,12 +216,12 @@ def test_the_orgs_own_identity_as_the_seller_is_held_never_registered(
     """An e-invoice whose seller VAT id is the org's own, under another name: held, never
     posted, no vendor registered, and nobody may approve it."""
     store.vendors.add_org_identity("acme", "vat", VAT, source="test", added_by="test")
-    (invoice,) = _store_all(
+    (invoice,) = process_documents(
+        database_url,
         store,
         "acme",
         [(json_invoice("INV-7401", seller="Somebody Else Ltd", vat_id=VAT, payee_iban=IBAN_B), "a.json")],
     )
-    _run(database_url, [invoice])
     assert status_and_reasons(database_url, invoice) == ("needs_review", [OWN_IDENTITY_AS_SELLER])
     refused = act(store, "approve", invoice, ALICE)
     assert not refused.done and OWN_IDENTITY_AS_SELLER in refused.message
@@ -241,8 +233,9 @@ def test_an_iban_that_fails_its_check_digits_is_never_paid_into(
     database_url: str, store: InvoiceStore
 ) -> None:
     bad = IBAN_A[:-1] + ("1" if IBAN_A[-1] != "1" else "2")
-    (invoice,) = _store_all(store, "acme", [(json_invoice("INV-7501", vat_id=VAT, payee_iban=bad), "a.json")])
-    _run(database_url, [invoice])
+    (invoice,) = process_documents(
+        database_url, store, "acme", [(json_invoice("INV-7501", vat_id=VAT, payee_iban=bad), "a.json")]
+    )
     status, codes = status_and_reasons(database_url, invoice)
     assert status == "needs_review" and IBAN_INVALID in codes
     assert not act(store, "approve", invoice, ALICE).done
@@ -258,14 +251,13 @@ def test_a_vendor_confirmed_by_its_account_while_the_page_names_another_vat_id_i
     import_vendor_master(store, "acme", f"name,vat_id,iban\nHafenkran Technik GmbH,{VAT},{IBAN_A}\n")
     seller = Party("Bénéficiaire", OTHER_VAT, "Kai 3", "20457", "Hamburg", "DE")
     page = replace(sample("INV-7601", seller=seller), payee_iban=IBAN_A)
-    (invoice,) = _store_all(store, "acme", [(render(page, "pdf"), "a.pdf")])
-    _run(database_url, [invoice])
+    (invoice,) = process_documents(database_url, store, "acme", [(render(page, "pdf"), "a.pdf")])
     status, codes = status_and_reasons(database_url, invoice)
     assert status == "needs_review" and VENDOR_IDENTITY_CONFLICT in codes, codes
     assert postings(database_url, invoice) == 0
 
     assert act(store, "approve", invoice, ALICE).done
-    _run(database_url, [invoice])
+    run_ok(database_url, [invoice])
     ((iban, vendor_id, registered_name, registered_vat, _printed_name, printed_vat),) = _paid_into(
         database_url, invoice
     )
@@ -282,7 +274,8 @@ def test_a_vendor_known_by_its_name_alone_is_paid_as_itself_unless_an_account_is
     Its e-invoice, asking for no account, is that vendor's: posted, no second vendor. One in its
     name asking to be paid into an account nobody confirmed is a possible impersonation."""
     import_vendor_master(store, "acme", "name\nKettle Works LLC\n")
-    plain, asking = _store_all(
+    plain, asking = process_documents(
+        database_url,
         store,
         "acme",
         [
@@ -295,7 +288,6 @@ def test_a_vendor_known_by_its_name_alone_is_paid_as_itself_unless_an_account_is
             ),
         ],
     )
-    _run(database_url, [plain, asking])
     (vendor,) = store.vendors.list_vendors("acme")
     assert status_and_reasons(database_url, plain) == ("processed", [])
     assert _paid_into(database_url, plain)[0][:2] == (None, vendor.vendor_id)
@@ -314,15 +306,15 @@ def test_identifiers_of_two_vendors_once_vouched_pay_the_owner_of_the_account(
         "acme",
         f"name,vat_id,iban\nHafenkran Technik GmbH,{VAT},{IBAN_A}\nKaiwerk AG,{OTHER_VAT},{IBAN_B}\n",
     )
-    (invoice,) = _store_all(
+    (invoice,) = process_documents(
+        database_url,
         store,
         "acme",
         [(json_invoice("INV-7801", seller="Kaiwerk AG", vat_id=OTHER_VAT, payee_iban=IBAN_A), "a.json")],
     )
-    _run(database_url, [invoice])
     assert status_and_reasons(database_url, invoice) == ("needs_review", [VENDOR_IDENTITY_CONFLICT])
     assert act(store, "approve", invoice, ALICE).done
-    _run(database_url, [invoice])
+    run_ok(database_url, [invoice])
     owner = next(v for v in store.vendors.list_vendors("acme") if v.has("iban", IBAN_A))
     assert _paid_into(database_url, invoice)[0][:2] == (IBAN_A, owner.vendor_id)
 

@@ -35,9 +35,9 @@ from invoice_pipeline.engine.vendors import read_vendor_csv
 from invoice_pipeline.samples.render import Party
 from invoice_pipeline_tests.engine.review.helpers import (
     SELLER_DE,
-    failure_messages,
     import_vendor_master,
     postings,
+    process_documents,
     render,
     run_batch,
     sample,
@@ -49,15 +49,6 @@ from pipeline_support.factories import json_invoice
 ALICE = Actor("os-user:alice", "review:alice@test:1")
 IBAN_A = "DE89370400440532013000"
 IBAN_B = "GB82WEST12345698765432"
-
-
-def _process(
-    database_url: str, store: InvoiceStore, org: str, documents: list[tuple[bytes, str]]
-) -> list[UUID]:
-    ids = [store.documents.store_document(content, org, name).invoice_id for content, name in documents]
-    result = run_batch(database_url, ids)
-    assert result.success, failure_messages(result)
-    return ids
 
 
 def _posting(database_url: str, invoice_id: UUID) -> tuple[object, ...]:
@@ -78,7 +69,7 @@ def test_a_legible_page_without_its_total_is_held_corrected_and_posted_as_typed(
     quarantining it (stages.validate); a correction then decides it, approval posts it."""
     import_vendor_master(store, "acme", f"name,vat_id\n{SELLER_DE.name},{SELLER_DE.vat_id}\n")
     page = render(dataclasses.replace(sample("INV-9001"), omit_payable=True), "pdf")
-    (held,) = _process(database_url, store, "acme", [(page, "no-total.pdf")])
+    (held,) = process_documents(database_url, store, "acme", [(page, "no-total.pdf")])
     status, codes = status_and_reasons(database_url, held)
     assert status == "needs_review", f"a legible page must be held for a person, not {status}"
     assert FIELD_UNREAD in codes
@@ -102,7 +93,7 @@ def test_a_page_read_seller_not_in_the_registry_is_held_and_approval_registers_i
 ) -> None:
     """Mechanism: the payment decision (domain/payment.py) holds an unconfirmed page-read seller; the approved posting
     registers it (source approval, audited), so its next invoice posts by itself."""
-    (first,) = _process(database_url, store, "acme", [(render(sample("INV-9101"), "pdf"), "a.pdf")])
+    (first,) = process_documents(database_url, store, "acme", [(render(sample("INV-9101"), "pdf"), "a.pdf")])
     assert status_and_reasons(database_url, first) == ("needs_review", [VENDOR_UNCONFIRMED])
     assert postings(database_url, first) == 0
     assert store.vendors.list_vendors("acme") == []
@@ -116,11 +107,13 @@ def test_a_page_read_seller_not_in_the_registry_is_held_and_approval_registers_i
     events = store.vendors.vendor_events("acme", vendor.vendor_id)
     assert events[0][0] == "registered" and events[0][2] == ALICE.name and events[0][3] == first
 
-    (second,) = _process(database_url, store, "acme", [(render(sample("INV-9102"), "pdf"), "b.pdf")])
+    (second,) = process_documents(database_url, store, "acme", [(render(sample("INV-9102"), "pdf"), "b.pdf")])
     assert status_and_reasons(database_url, second) == ("processed", [])
     assert postings(database_url, second) == 1
     # Another org's registry is its own: the same seller is unconfirmed there.
-    (elsewhere,) = _process(database_url, store, "globex", [(render(sample("INV-9103"), "pdf"), "c.pdf")])
+    (elsewhere,) = process_documents(
+        database_url, store, "globex", [(render(sample("INV-9103"), "pdf"), "c.pdf")]
+    )
     assert status_and_reasons(database_url, elsewhere) == ("needs_review", [VENDOR_UNCONFIRMED])
 
 
@@ -128,14 +121,14 @@ def test_a_name_alone_confirms_no_vendor(database_url: str, store: InvoiceStore)
     """Mechanism: only an identifier in the seller's position confirms; a registered name does not:
     a page in a registered vendor's name with another VAT id is a possible impersonation (issue 52)."""
     import_vendor_master(store, "acme", "name,vat_id\nNordwind Logistik GmbH,DE999999995\n")
-    (held,) = _process(database_url, store, "acme", [(render(sample("INV-9201"), "pdf"), "a.pdf")])
+    (held,) = process_documents(database_url, store, "acme", [(render(sample("INV-9201"), "pdf"), "a.pdf")])
     assert status_and_reasons(database_url, held) == ("needs_review", [POSSIBLE_IMPERSONATION])
 
 
 def test_a_changed_iban_is_held_on_a_structured_invoice_too(database_url: str, store: InvoiceStore) -> None:
     """Mechanism: the payment decision's IBAN check (bank_details_changed), for every format."""
     import_vendor_master(store, "acme", f"name,vat_id,iban\nAcme Supplies GmbH,DE123456788,{IBAN_A}\n")
-    known, changed = _process(
+    known, changed = process_documents(
         database_url,
         store,
         "acme",
@@ -167,7 +160,7 @@ def test_a_first_einvoice_registers_its_vendor_unless_the_policy_holds_it(
     database_url: str, store: InvoiceStore
 ) -> None:
     """Mechanism: the org policy register_einvoice_vendors, and registration at posting."""
-    first, same_chunk = _process(
+    first, same_chunk = process_documents(
         database_url,
         store,
         "acme",
@@ -189,7 +182,7 @@ def test_a_first_einvoice_registers_its_vendor_unless_the_policy_holds_it(
         "e-invoice",
     )
     store.review.set_review_policy("strict", ReviewPolicy(register_einvoice_vendors=False), "test")
-    (held,) = _process(database_url, store, "strict", [(json_invoice("INV-9402"), "b.json")])
+    (held,) = process_documents(database_url, store, "strict", [(json_invoice("INV-9402"), "b.json")])
     assert status_and_reasons(database_url, held) == ("needs_review", [VENDOR_UNCONFIRMED])
     assert store.vendors.list_vendors("strict") == []
 
@@ -207,7 +200,7 @@ def test_the_orgs_own_identity_is_never_taken_for_the_sellers(database_url: str,
         "INSERT INTO org_identities (org_id, kind, value, shown, source, added_by)"
         " VALUES ('maison', 'vat', 'FR36345678908', 'FR 36345678908', 'test', 'test') RETURNING value",
     )
-    (held,) = _process(
+    (held,) = process_documents(
         database_url, store, "maison", [(render(sample("INV-9501", seller=own), "pdf"), "a.pdf")]
     )
     fields = store.documents.load_fields(held)
@@ -261,7 +254,7 @@ def test_a_seller_known_by_name_only_is_registered_once(database_url: str, store
     first registered, known by its name alone, since nothing tells the two apart and it asks for
     no account (domain/payment.decide_payment)."""
     nameless = dataclasses.replace(SELLER_DE, vat_id=None)
-    ids = _process(
+    ids = process_documents(
         database_url,
         store,
         "acme",

@@ -22,9 +22,8 @@ from invoice_pipeline.domain.review import (
 from invoice_pipeline.engine.review import Actor, act
 from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline_tests.engine.review.helpers import (
-    failure_messages,
     postings,
-    run_batch,
+    process_documents,
     sql,
     status_and_reasons,
 )
@@ -34,13 +33,9 @@ ALICE = Actor("os-user:alice", "review:alice@test:1")
 
 
 def _process(database_url: str, store: InvoiceStore, *documents: bytes) -> list[UUID]:
-    ids = [
-        store.documents.store_document(content, "acme", f"doc-{n}.xml").invoice_id
-        for n, content in enumerate(documents)
-    ]
-    result = run_batch(database_url, ids)
-    assert result.success, failure_messages(result)
-    return ids
+    return process_documents(
+        database_url, store, "acme", [(c, f"doc-{n}.xml") for n, c in enumerate(documents)]
+    )
 
 
 def _ledger(database_url: str, invoice_id: UUID) -> list[tuple[Decimal, str, str | None]]:

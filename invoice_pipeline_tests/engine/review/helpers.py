@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 from uuid import UUID
@@ -172,3 +173,18 @@ def import_vendor_master(store: InvoiceStore, org: str, csv_text: str) -> None:
 
     result = store.vendors.import_vendors(org, read_vendor_csv(csv_text), "test")
     assert not result.refused, result.refused
+
+
+def run_ok(database_url: str, invoice_ids: list[UUID]) -> None:
+    """The real batch job over these invoices, in process; the run itself must succeed."""
+    result = run_batch(database_url, invoice_ids)
+    assert result.success, failure_messages(result)
+
+
+def process_documents(
+    database_url: str, store: InvoiceStore, org: str, documents: Sequence[tuple[bytes, str]]
+) -> list[UUID]:
+    """Ingest the documents in this order and process them as one batch (one chunk, arrival order)."""
+    ids = [store.documents.store_document(content, org, name).invoice_id for content, name in documents]
+    run_ok(database_url, ids)
+    return ids
