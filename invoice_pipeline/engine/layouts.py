@@ -84,6 +84,16 @@ def learn_from_decision(store: InvoiceStore, invoice_id: UUID | str, taught_by: 
         wrong = contradictions(read, fields)
         more = sorted({r.field for r in learnt.rules} - set(read.values))
         if not wrong and not more:
+            if row.learnt_from == invoice_id:
+                # The store refuses this confirmation too (sql/queries/layouts.sql confirm_layout).
+                return skipped(
+                    f"layout {row.id} v{row.version} was learnt from this invoice, which confirms nothing"
+                    + (
+                        "; it stays in shadow until a person approves another invoice read with it"
+                        if row.state == "shadow"
+                        else ""
+                    )
+                )
             activated = store.layouts.confirm_layout(
                 state.org_id, row.id, invoice_id=invoice_id, actor=taught_by
             )

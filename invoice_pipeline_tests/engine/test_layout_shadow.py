@@ -8,9 +8,10 @@ from invoice_pipeline.documents import extract_text
 from invoice_pipeline.documents.reading import layouts as L
 from invoice_pipeline.domain.review import SHADOW_SOURCE
 from invoice_pipeline.engine.corrections import correct_invoice
-from invoice_pipeline.engine.layouts import export_layouts, import_layouts
+from invoice_pipeline.engine.layouts import export_layouts, import_layouts, teach_layout
 from invoice_pipeline.engine.review import act
 from invoice_pipeline.engine.store import InvoiceStore
+from invoice_pipeline.samples.vendor_series import vendor_series
 from invoice_pipeline_tests.documents.test_vendor_layouts import truth
 from invoice_pipeline_tests.engine.test_vendor_layouts_store import (
     ALICE,
@@ -67,3 +68,36 @@ def test_an_imported_layout_runs_in_shadow_until_a_person_approves_an_invoice_re
     assert fields is not None and right(store, later, third)
     assert fields.sources["invoice_number"].source.startswith(f"layout:{row.id}:")
     assert store.documents.invoice_state(later).status == "processed"  # type: ignore[union-attr]
+
+
+def test_vouching_twice_for_the_invoice_a_layout_was_learnt_from_leaves_it_in_shadow(
+    store: InvoiceStore,
+) -> None:
+    """Issue 59: `review layouts learn` run twice on one invoice stored a layout in shadow, then
+    activated it. Only a person's approval of another invoice read with it ends shadow mode."""
+    plain = next(
+        v.invoices
+        for v in vendor_series(11, 8, 4)
+        if not v.house_labels and not any(i.case.prepaid for i in v.invoices)
+    )
+    first, second, *_ = plain
+    [first_id] = run(store, "acme", [first])
+    assert teach_layout(store, first_id, ALICE.name).outcome == "learnt"
+
+    again = teach_layout(store, first_id, ALICE.name)
+    assert again.outcome == "skipped", again.detail
+    assert "stays in shadow" in again.detail
+    [row] = store.layouts.list_layouts("acme")
+    assert (row.state, row.confirmations) == ("shadow", 0)
+    assert store.layouts.layout_events("acme") == []
+    # The store refuses it too, whoever calls it.
+    assert store.layouts.confirm_layout("acme", row.id, invoice_id=first_id, actor=ALICE.name) is False
+    assert store.layouts.list_layouts("acme")[0].state == "shadow"
+
+    # Another invoice read with it, vouched for by a person: active.
+    [second_id] = run(store, "acme", [second])
+    assert teach_layout(store, second_id, ALICE.name).outcome == "confirmed"
+    [active] = store.layouts.list_layouts("acme")
+    assert (active.id, active.state, active.confirmations) == (row.id, "active", 1)
+    [event] = store.layouts.layout_events("acme")
+    assert (event.event, event.invoice_id) == ("activated", second_id)

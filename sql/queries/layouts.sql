@@ -50,10 +50,13 @@ WHERE id = %(id)s AND org_id = %(org_id)s
 -- A decision read as the layout reads it: counted, and a shadow version becomes active. Returns
 -- the state it had, so the activation is recorded once (vendor_layout_events).
 -- name: confirm_layout
+-- The invoice a version was learnt from never confirms it: vouching for that invoice twice would
+-- end shadow mode with nobody having seen the version read another page (issue 59).
 UPDATE vendor_layouts v
 SET confirmations = v.confirmations + 1, last_confirmed_at = now(), state = 'active'
 FROM (SELECT id, state FROM vendor_layouts
-      WHERE id = %(id)s AND org_id = %(org_id)s AND enabled FOR UPDATE) AS before
+      WHERE id = %(id)s AND org_id = %(org_id)s AND enabled
+        AND learnt_from IS DISTINCT FROM %(invoice_id)s FOR UPDATE) AS before
 WHERE v.id = before.id
 RETURNING before.state
 

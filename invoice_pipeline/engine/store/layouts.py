@@ -178,15 +178,16 @@ class Layouts:
         assert stored is not None
         return stored
 
-    def confirm_layout(
-        self, org_id: str, layout_id: int, *, invoice_id: UUID | None = None, actor: str = "system"
-    ) -> bool:
-        """A decision read as the layout reads it: counted; a shadow version becomes active, and
-        that is recorded with the invoice and the person. True when it was activated."""
+    def confirm_layout(self, org_id: str, layout_id: int, *, invoice_id: UUID, actor: str) -> bool:
+        """A decision on another invoice than the one the layout was learnt from, read as the
+        layout reads it: counted; a shadow version becomes active, and that is recorded with the
+        invoice and the person. True when it was activated."""
 
         def confirm() -> bool:
             with self.db.transaction() as conn:
-                row = conn.execute(LAYOUTS["confirm_layout"], {"id": layout_id, "org_id": org_id}).fetchone()
+                row = conn.execute(
+                    LAYOUTS["confirm_layout"], {"id": layout_id, "org_id": org_id, "invoice_id": invoice_id}
+                ).fetchone()
                 if row is None or row[0] != "shadow":
                     return False
                 conn.execute(
