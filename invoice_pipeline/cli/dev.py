@@ -8,6 +8,7 @@ import argparse
 import os
 import signal
 import subprocess
+import textwrap
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,6 +31,10 @@ from invoice_pipeline.terminal import printable
 DEV_STOP_GRACE_SECONDS = 20.0
 
 
+# The start of the SupersessionWarning `dagster dev` prints (Dagster 1.13).
+DAGSTER_DEV_SUPERSEDED = "Function `dev_command` is superseded"
+
+
 class _StopRequested(Exception):
     pass
 
@@ -46,7 +51,19 @@ def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
     # The folder holding the package: the checkout, or site-packages when installed from a wheel.
     root = Path(invoice_pipeline.__file__).resolve().parents[1]
     workspace = root / "workspace.yaml"
-    command = python_command("-m", "dagster", "dev", "-h", args.host, "-p", str(args.port))
+    command = python_command(
+        # `dagster dev` warns that `dg dev` supersedes it; dg is no dependency of this project, and
+        # the warning is noise in every `make dev`. Only that message is silenced.
+        "-W",
+        f"ignore:{DAGSTER_DEV_SUPERSEDED}:FutureWarning",
+        "-m",
+        "dagster",
+        "dev",
+        "-h",
+        args.host,
+        "-p",
+        str(args.port),
+    )
     if workspace.exists():
         command += ["-w", str(workspace)]
     else:
@@ -71,7 +88,6 @@ def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
         )
     finally:
         signal.signal(signal.SIGINT, inherited)
-    print(f"Review page on http://127.0.0.1:{args.review_port}  (invoices held for a person)", flush=True)
     try:
         return run_process_group(
             command,
@@ -174,11 +190,13 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     started = time.monotonic()
     org = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
     out = settings.home / "demo-samples" / org
-    # The demo includes two scans (OCR): a scanned copy of an XML invoice and a photo (PNG).
-    samples = generate_samples(out, count=args.count, seed=args.seed, scans=True)
-    print(f"generated {len(samples.files)} sample files in {out}")
+    # The database first: a home that cannot have its server (a port taken) gets one line and
+    # is left as it was, with no samples written into it.
     store = open_store(settings)
     try:
+        # The demo includes two scans (OCR): a scanned copy of an XML invoice and a photo (PNG).
+        samples = generate_samples(out, count=args.count, seed=args.seed, scans=True)
+        print(f"generated {len(samples.files)} sample files in {out}; their org is {org}")
         # A team starts from its ERP's vendor master: page-read invoices of these sellers are
         # confirmed by the VAT id they print; any other seller's are held (vendor_unconfirmed).
         from invoice_pipeline.engine.vendors import read_vendor_csv
@@ -199,7 +217,21 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     finally:
         store.close()
     print_demo_summary(outcomes, time.monotonic() - started, review_queue_counts(held))
+    print_next_steps(org)
     return 0
+
+
+def print_next_steps(org: str) -> None:
+    """What a newcomer does right after the demo (README.md says the same)."""
+    print(f"\nthe demo's invoices are in org {org}. Next:")
+    for command, what in (
+        ("invoice-pipeline status", "counts, every org, what is held and why"),
+        (f"invoice-pipeline review list --org {org}", "the held invoices, each with its reasons"),
+        ("invoice-pipeline show INVOICE_ID", "one invoice: fields and where they were read, attempts"),
+        ("make dev", "Dagster's UI on :3000 and the review page on :3100 to decide on them"),
+    ):
+        print(f"  {command:<58} {what}")
+    print("  (invoice-pipeline is .venv/bin/invoice-pipeline)")
 
 
 def review_queue_counts(held: Sequence[ReviewTarget]) -> dict[str, int]:
@@ -244,13 +276,22 @@ def print_demo_summary(
         for o in duplicates:
             print(f"  {printable(o.filename):<40} = {printable(o.original_filename):<40} {o.match_how}")
     if review:
-        print("\nneeds review (why):")
+        print("\nneeds review (why; in full: invoice-pipeline review list):")
         for o in review:
-            print(f"  {printable(o.filename):<40} {printable(o.reason[:110])}")
+            print(f"  {printable(o.filename):<40} {shortened(o.reason)}")
     if quarantined or attention:
-        print("\nquarantined / needs attention (reason):")
+        print("\nquarantined / needs attention (reason; in full: invoice-pipeline status):")
         for o in quarantined + attention:
-            print(f"  {printable(o.filename):<40} {printable(o.code)}: {printable(o.reason[:110])}")
+            print(f"  {printable(o.filename):<40} {printable(o.code)}: {shortened(o.reason)}")
+
+
+# How much of a reason the demo's summary prints on a file's line.
+SUMMARY_REASON_CHARS = 110
+
+
+def shortened(reason: str) -> str:
+    """A reason cut at a word, never inside one, with "…" where it was cut."""
+    return textwrap.shorten(printable(reason), width=SUMMARY_REASON_CHARS, placeholder=" …")
 
 
 def add_dev_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -15,7 +15,7 @@ from psycopg_pool import PoolTimeout
 
 from invoice_pipeline.cli.database import add_database_commands
 from invoice_pipeline.cli.dev import add_dev_commands
-from invoice_pipeline.cli.exit_codes import EXIT_DATABASE, EXIT_USAGE
+from invoice_pipeline.cli.exit_codes import EXIT_DATABASE, EXIT_OK, EXIT_USAGE
 from invoice_pipeline.cli.process import add_process_commands
 from invoice_pipeline.cli.review import add_review_commands
 from invoice_pipeline.cli.status import add_status_commands
@@ -51,6 +51,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = Settings.from_env()
         return int(args.func(args, settings))
+    except BrokenPipeError:
+        # The reader stopped reading (`status | head`), as it meant to: no traceback. What is
+        # left to write goes nowhere, so the final flush cannot fail a second time.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
     except (ConfigError, MigrationError, ValueError, FileNotFoundError) as exc:
         print(f"invoice-pipeline: error: {one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE
@@ -72,6 +77,9 @@ def console() -> None:
 
     close_shared_sandboxes()
     logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BrokenPipeError:
+            pass  # the reader stopped reading (`status | head`): see main
     os._exit(code)

@@ -24,6 +24,8 @@ from invoice_pipeline.forked import run_forked, usable_cores
 from invoice_pipeline.orchestration.run_requests import batch_run_config
 from invoice_pipeline.terminal import printable
 
+# The org of invoices ingested without --org (said on stderr when it is used).
+DEFAULT_ORG = "default"
 # How `process` ends for the invoices it ran: these make it exit EXIT_INVOICES_FAILED.
 BAD_OUTCOMES = ("quarantined", "failed", "needs_attention")
 
@@ -31,18 +33,26 @@ BAD_OUTCOMES = ("quarantined", "failed", "needs_attention")
 def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
     from invoice_pipeline.engine.ingest import collect_files, ingest_files
 
-    checked_org(args.org)
+    org = checked_org(DEFAULT_ORG if args.org is None else args.org)
     # Every argument is checked before the first file is stored: a bad one stores nothing.
     paths = collect_files([Path(p) for p in args.paths])
     store = open_store(settings)
     try:
-        files = ingest_files(store, paths, args.org)
+        files = ingest_files(store, paths, org)
     finally:
         store.close()
     new = sum(1 for f in files if f.result.created)
     for f in files:
         print(f"{'new ' if f.result.created else 'same'}  {f.result.invoice_id}  {printable(f.path)}")
-    print(f"ingested {len(files)} file(s): {new} new invoice(s), {len(files) - new} already known")
+    print(
+        f"ingested {len(files)} file(s) into org {printable(org)}: {new} new invoice(s), "
+        f"{len(files) - new} already known"
+    )
+    if args.org is None:
+        print(
+            f"no --org given: stored in org {DEFAULT_ORG} (`invoice-pipeline status` lists every org)",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -195,7 +205,9 @@ def cmd_sweep(args: argparse.Namespace, settings: Settings) -> int:
 def add_process_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     ingest = sub.add_parser("ingest", help="store files (or folders) as invoices")
     ingest.add_argument("paths", nargs="+")
-    ingest.add_argument("--org", default="default")
+    ingest.add_argument(
+        "--org", default=None, help=f"the organisation the invoices belong to (default: {DEFAULT_ORG})"
+    )
     ingest.set_defaults(func=cmd_ingest)
     process = sub.add_parser("process", help="process every due invoice through the Dagster jobs, headlessly")
     add_batch_size_argument(process)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from dataclasses import asdict
 from datetime import timedelta
@@ -12,8 +13,10 @@ from invoice_pipeline.cli.arguments import invoice_id_arg
 from invoice_pipeline.cli.output import in_days
 from invoice_pipeline.cli.store import open_store
 from invoice_pipeline.config import Settings
+from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.review import reason_code
-from invoice_pipeline.engine.review import REVIEW_STATUSES
+from invoice_pipeline.engine.records import JobRecord
+from invoice_pipeline.engine.review import REVIEW_OWNER_PREFIX, REVIEW_STATUSES
 from invoice_pipeline.engine.store import dumps
 from invoice_pipeline.orchestration.run_requests import run_id_of
 from invoice_pipeline.terminal import printable
@@ -49,6 +52,8 @@ def cmd_metrics(args: argparse.Namespace, settings: Settings) -> int:
 
 # How many of the longest waiting held invoices `status` names (the rest are counted).
 STATUS_OLDEST_HELD = 5
+# How many orgs `status` names, the one ingested into last first (`--json` lists every one).
+STATUS_ORGS = 8
 
 
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
@@ -57,6 +62,7 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         summary = store.reporting.status_summary()
         queue = store.review.review_queue_summary()
         oldest_held = store.review.review_targets(REVIEW_STATUSES, limit=STATUS_OLDEST_HELD)
+        orgs = store.reporting.orgs()
     finally:
         store.close()
     if args.json:
@@ -69,9 +75,13 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
             }
             for q in queue
         ]
-        print(dumps(asdict(summary) | {"review_queue": review_queue}))
+        print(dumps(asdict(summary) | {"review_queue": review_queue, "orgs": [asdict(o) for o in orgs]}))
         return 0
     print("invoices by status:  " + (", ".join(f"{k} {v}" for k, v in summary.by_status.items()) or "none"))
+    if orgs:
+        named = ", ".join(f"{printable(o.org_id)} {o.invoices} ({o.held} held)" for o in orgs[:STATUS_ORGS])
+        more = f", and {len(orgs) - STATUS_ORGS} more (--json lists them)" if len(orgs) > STATUS_ORGS else ""
+        print(f"orgs (--org):        {named}{more}")
     if summary.by_stage:
         print("unfinished by stage: " + ", ".join(f"{k} {v}" for k, v in summary.by_stage.items()))
     print(f"locks held:          {summary.locks_held}", end="")
@@ -94,8 +104,8 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         for q in queue:
             count, oldest = by_reason.get(q.reason, (0, timedelta(0)))
             by_reason[q.reason] = (count + q.invoices, max(oldest, q.oldest))
-        orgs = len({q.org_id for q in queue})
-        print(f"  by reason ({orgs} org(s); an invoice held for two reasons counts under both):")
+        held_orgs = len({q.org_id for q in queue})
+        print(f"  by reason ({held_orgs} org(s); an invoice held for two reasons counts under both):")
         for reason, (count, oldest) in sorted(by_reason.items(), key=lambda kv: -kv[1][0]):
             print(f"    {printable(reason):<28} {count:>7}   oldest {in_days(oldest)}")
         print(f"  the {len(oldest_held)} longest waiting:")
@@ -150,9 +160,8 @@ def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
         print(f"problem: {printable(o.quarantine_code)} {printable(o.quarantine_reason or o.last_error)}")
     for reason in o.review_reasons or []:
         print(f"held for review: {printable(reason)}")
-    for name, value in (o.fields or {}).items():
-        if name != "sources":
-            print(f"  {printable(name):<15} {printable(value)}")
+    for line in field_lines(o.fields or {}):
+        print(line)
     if decision:
         print(
             f"duplicate status: {decision.status}"
@@ -174,12 +183,10 @@ def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
             f"the document printed {printable(posting.printed_seller_name)} "
             f"({printable(posting.printed_seller_vat_id) if posting.printed_seller_vat_id else 'no VAT id'})"
         )
-    print("attempts:")
+    print("attempts (each time the invoice's lock was taken, oldest first):")
     for j in jobs:
-        print(
-            f"  #{j.attempt} {j.status:<9} {printable(j.owner):<50} {j.started_at:%H:%M:%S} → "
-            f"{j.finished_at and f'{j.finished_at:%H:%M:%S}'} {printable(j.error)}"
-        )
+        ended = f"{j.finished_at:%H:%M:%S}" if j.finished_at else "(holding)"
+        print(f"  {j.started_at:%Y-%m-%d %H:%M:%S} → {ended}  {lock_use(j)}")
         run_id = run_id_of(j.owner)
         if run_id:
             print(f"      Dagster run {run_id}: {args.ui_url.rstrip('/')}/runs/{run_id}")
@@ -194,6 +201,57 @@ def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
         for reason in r.review_reasons:
             print(f"      was held for: {printable(reason)}")
     return 0
+
+
+def field_lines(fields: dict[str, Any]) -> list[str]:
+    """The stored fields as `show` prints them: each value with where it was read (or why it was
+    not), then the page's arithmetic on the payable total. Fields neither read nor explained
+    (a structured format's extras on a page-read invoice) are left out."""
+    sources: dict[str, dict[str, Any]] = fields.get("sources") or {}
+    lines = ["fields (value; where it was read, or why not):"]
+    # The record's own order (jsonb keeps its keys in another), then anything it does not know.
+    order = [f.name for f in dataclasses.fields(InvoiceFields)]
+    for name in sorted(fields, key=lambda n: order.index(n) if n in order else len(order)):
+        value = fields[name]
+        source = sources.get(name)
+        if name in ("sources", "amount_check") or (value is None and source is None):
+            continue
+        where: list[str] = []
+        if source is not None:
+            text = str(source.get("source") or "")
+            where += [text] if text else []
+            if source.get("page") is not None and f"page {source['page']}" not in text:
+                where.append(f"page {source['page']}")
+            if source.get("confidence", 1.0) != 1.0:
+                where.append(f"confidence {float(source['confidence']):.2f}")
+        reason = f"; {source['reason']}" if source is not None and source.get("reason") else ""
+        shown = "-" if value is None else str(value)
+        lines.append(printable(f"  {name:<20} {shown:<28} {', '.join(where)}{reason}").rstrip())
+    check = fields.get("amount_check")
+    if check:
+        verdict = "confirmed" if check.get("confirmed") else "NOT confirmed (held for a person)"
+        lines.append(f"amount check: {verdict}: {printable(check.get('rule'))}")
+        candidates = ", ".join(
+            f"{printable(c.get('role'))} {printable(c.get('amount'))}" for c in check.get("candidates") or ()
+        )
+        if candidates:
+            lines.append(f"  amounts on the page: {candidates}")
+    return lines
+
+
+def lock_use(job: JobRecord) -> str:
+    """One taking of the invoice's lock: a processing attempt (numbered as the invoice counts its
+    attempts) or a person's review action, which holds the same lock and may be refused."""
+    owner = printable(job.owner or "unknown")
+    if (job.owner or "").startswith(REVIEW_OWNER_PREFIX):
+        if job.status == "running":
+            return f"a person's action, in progress, by {owner}"
+        if job.status == "failed" or (job.error and " refused: " in job.error):
+            return f"a person's action by {owner}: {printable(job.error)}"
+        return f"a person's action by {owner}: done (see review actions)"
+    return f"processing attempt {job.attempt} {job.status} by {owner}" + (
+        f": {printable(job.error)}" if job.error else ""
+    )
 
 
 def add_status_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

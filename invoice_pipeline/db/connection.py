@@ -8,9 +8,8 @@ from invoice_pipeline.db.migrate import migrate
 
 
 def embedded_server(settings: Settings) -> EmbeddedPostgres:
-    server = EmbeddedPostgres(settings.pgdata, settings.pg_port, settings.pg_listen)
-    server.use_password_file()
-    return server
+    """The home's server, as a handle: nothing is written until it is started or attached to."""
+    return EmbeddedPostgres(settings.pgdata, settings.pg_port, settings.pg_listen)
 
 
 def database_url(settings: Settings, *, start: bool = True) -> str:
@@ -20,6 +19,8 @@ def database_url(settings: Settings, *, start: bool = True) -> str:
     server = embedded_server(settings)
     if start:
         server.start()
+    else:
+        server.use_password_file()
     return server.ensure_database(settings.database_name)
 
 

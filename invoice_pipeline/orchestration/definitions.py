@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 from dagster import (
     AssetSelection,
+    BetaWarning,
     DefaultScheduleStatus,
     Definitions,
     JobDefinition,
@@ -45,36 +47,52 @@ def make_definitions(
     (a location with two would request each invoice from both). `review`: with the Launchpad
     review jobs (the code location passes its deployment's INVOICE_PIPELINE_REVIEW_JOBS, 1
     unless set; a production deployment sets 0, see config.ENV_REVIEW_JOBS)."""
-    return Definitions(
-        assets=[*pipeline_assets, *report_assets, *review_queue_assets],
-        asset_checks=[*invariant_checks, *review_queue_checks],
-        jobs=[
-            process_invoice,
-            process_invoice_batch,
-            *extra_jobs,
-            refresh_reports,
-            check_invariants,
-            *(review_jobs if review else ()),
-        ],
-        sensors=[intake],
-        schedules=[
-            sweep_stale_locks_schedule,
-            ScheduleDefinition(
-                name="hourly_reports",
-                job=refresh_reports,
-                cron_schedule="7 * * * *",
-                default_status=DefaultScheduleStatus.RUNNING,
-            ),
-            ScheduleDefinition(
-                name="hourly_invariant_checks",
-                job=check_invariants,
-                cron_schedule="17 * * * *",
-                default_status=DefaultScheduleStatus.RUNNING,
-            ),
-        ],
-        # A caller that names no review access gets one that refuses every review run.
-        resources={"review_access": ReviewAccess(), **resources},
+    return resolved(
+        Definitions(
+            assets=[*pipeline_assets, *report_assets, *review_queue_assets],
+            asset_checks=[*invariant_checks, *review_queue_checks],
+            jobs=[
+                process_invoice,
+                process_invoice_batch,
+                *extra_jobs,
+                refresh_reports,
+                check_invariants,
+                *(review_jobs if review else ()),
+            ],
+            sensors=[intake],
+            schedules=[
+                sweep_stale_locks_schedule,
+                ScheduleDefinition(
+                    name="hourly_reports",
+                    job=refresh_reports,
+                    cron_schedule="7 * * * *",
+                    default_status=DefaultScheduleStatus.RUNNING,
+                ),
+                ScheduleDefinition(
+                    name="hourly_invariant_checks",
+                    job=check_invariants,
+                    cron_schedule="17 * * * *",
+                    default_status=DefaultScheduleStatus.RUNNING,
+                ),
+            ],
+            # A caller that names no review access gets one that refuses every review run.
+            resources={"review_access": ReviewAccess(), **resources},
+        )
     )
+
+
+def resolved(defs: Definitions) -> Definitions:
+    """`defs` with its repository built now (Dagster caches it), without the one warning that
+    building prints. Binding the resources re-creates the sensor with `owners=[]`, a beta
+    parameter this project never sets, and Dagster 1.13 warns about it: a BetaWarning through
+    every `process` and `demo` progress bar and in the code server's log. Only that message
+    is silenced, only here; any other warning still shows."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message="Parameter `owners` of initializer `SensorDefinition", category=BetaWarning
+        )
+        defs.get_repository_def()
+    return defs
 
 
 # The environment is read here, once: the deployment's resources and settings (resources/deployments.py).

@@ -21,6 +21,12 @@ SELECT count(*) FILTER (WHERE duplicate_status = 'original') AS originals,
        (SELECT count(*) FROM duplicate_groups) AS groups
 FROM invoices
 
+-- Every org that has invoices, the one ingested into last first (a demo's org is named
+-- demo-<timestamp>): `status` lists them.
+-- name: count_by_org
+SELECT org_id, count(*) AS invoices, count(*) FILTER (WHERE status = 'needs_review') AS held
+FROM invoices GROUP BY org_id ORDER BY max(seq) DESC
+
 -- name: attention_list
 SELECT id AS invoice_id, org_id, status,
        coalesce(quarantine_code, CASE WHEN status = 'needs_review' THEN 'review' END, '') AS code,

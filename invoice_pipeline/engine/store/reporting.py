@@ -7,6 +7,7 @@ Queries: sql/queries/reporting.sql.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
@@ -24,6 +25,15 @@ if TYPE_CHECKING:  # pandas is imported by the reports that use it, not by every
     import pandas as pd
 
 REPORTING = QueryFile("reporting")
+
+
+@dataclass(frozen=True)
+class OrgCount:
+    """An organisation's invoices: how many, and how many wait for a person."""
+
+    org_id: str
+    invoices: int
+    held: int
 
 
 class Reporting:
@@ -63,6 +73,11 @@ class Reporting:
             dupes[3],
             attention,
         )
+
+    def orgs(self) -> list[OrgCount]:
+        """Every org that has invoices, the one ingested into last first."""
+        with self.db.pool.connection() as conn:
+            return self.db.fetch_all(conn, OrgCount, REPORTING["count_by_org"], {})
 
     def invoice_overview(self, invoice_id: UUID | str) -> InvoiceOverview | None:
         with self.db.pool.connection() as conn:
