@@ -37,6 +37,7 @@ from invoice_pipeline.db.embedded import COMBINED_PREFIX, ENV_SERVER_ROOT, Embed
 from invoice_pipeline.db.migrate import migrate
 from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.orchestration.resources.invoice_database import close_shared_stores
+from invoice_pipeline_tests.tools import pytest_runtest_makereport, pytest_runtest_setup
 from pipeline_support.helpers import create_database, drop_database, free_port, with_database
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,6 +49,29 @@ ENV_HYPOTHESIS_PROFILE = "HYPOTHESIS_PROFILE"
 settings.register_profile("fixed", derandomize=True, database=None, deadline=None)
 settings.register_profile("chaos", derandomize=False, max_examples=1000, deadline=None, print_blob=True)
 settings.load_profile(os.environ.get(ENV_HYPOTHESIS_PROFILE) or "fixed")
+
+# `make test` runs the suite in parallel workers (pytest-xdist, --dist loadgroup); each worker has
+# its own embedded PostgreSQL (server_url below), its own server root and password file. Tests of
+# one group below run on one worker, one after another: they share something a worker starts once
+# (the package's dagster dev, podman's images) or each takes the machine (a cluster of hosts in
+# network namespaces, each a PostgreSQL and several Dagster workers). Keys: paths under this folder.
+XDIST_GROUPS = {
+    "cluster/": "hosts",
+    "orchestration/test_celery_deadline.py": "hosts",
+    "containers/": "podman",
+    "test_container_image.py": "podman",
+    "orchestration/ui/": "dagster-dev",
+}
+TESTS = Path(__file__).resolve().parent
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        where = item.path.relative_to(TESTS).as_posix()
+        for prefix, group in XDIST_GROUPS.items():
+            if where.startswith(prefix):
+                item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -128,4 +152,5 @@ def store(database_url: str) -> Iterator[InvoiceStore]:
     s.close()
 
 
-__all__ = ["CORPUS", "ROOT", "with_database"]
+# The needs_tool marker's hooks (invoice_pipeline_tests/tools.py) are exported to be registered.
+__all__ = ["CORPUS", "ROOT", "pytest_runtest_makereport", "pytest_runtest_setup", "with_database"]

@@ -19,11 +19,11 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
+from invoice_pipeline_tests.tools import needs_tool
 from pipeline_support import containers
 from pipeline_support.helpers import answers, free_port, wait_for
 
-REASON = containers.unavailable_reason()
-pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
+pytestmark = needs_tool("podman", containers.unavailable_reason())
 
 
 @pytest.fixture(scope="module")

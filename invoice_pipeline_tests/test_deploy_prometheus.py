@@ -31,6 +31,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from invoice_pipeline.engine.store import InvoiceStore
+from invoice_pipeline_tests.tools import needs_tool
 from pipeline_support.factories import json_invoice
 from pipeline_support.helpers import (
     answers,
@@ -47,12 +48,12 @@ ALERTS_TEST = ROOT / "deploy" / "prometheus" / "alerts_test.yml"
 DASHBOARD = ROOT / "deploy" / "grafana" / "invoice-pipeline.json"
 METRIC_NAME = re.compile(r"\b(?:invoice_pipeline_[a-z_]+|up)\b")
 
-needs_promtool = pytest.mark.skipif(
-    shutil.which("promtool") is None, reason="promtool not installed (Debian: prometheus)"
+needs_promtool = needs_tool(
+    "promtool", None if shutil.which("promtool") else "not installed (Debian: prometheus)"
 )
-needs_prometheus = pytest.mark.skipif(
-    shutil.which("prometheus") is None or shutil.which("promtool") is None,
-    reason="prometheus/promtool not installed (Debian: prometheus)",
+needs_prometheus = needs_tool(
+    "prometheus and promtool",
+    None if shutil.which("prometheus") and shutil.which("promtool") else "not installed (Debian: prometheus)",
 )
 
 

@@ -449,9 +449,9 @@ SABOTAGES: tuple[Sabotage, ...] = (
     ),
     _one(
         "layout-vendor",
-        "a vendor layout reads only pages whose seller-position identifier is its vendor's (issue 37)",
+        "a vendor layout reads only pages whose vendor the registry confirms as its vendor (issues 37, 54)",
         "invoice_pipeline/documents/reading/layouts.py",
-        "    return vendor_key in seller_keys(page)\n",
+        "    return vendor.has(kind, value)\n",
         "    return True\n",
         "invoice_pipeline_tests/documents/test_vendor_layouts.py::"
         "test_a_layout_is_refused_for_another_vendor_that_prints_its_vat_id_as_the_buyers_or_in_a_reference",
@@ -1189,6 +1189,24 @@ SABOTAGES: tuple[Sabotage, ...] = (
             ),
         ),
         f"{ACCOUNTANT_STATEFUL}::test_random_sequences_are_booked_as_an_accountant_books_them",
+    ),
+    _one(
+        "layout-import-shadow",
+        "an imported vendor layout stays in shadow until a person approves an invoice read with it (issue 54)",
+        "invoice_pipeline/engine/store/layouts.py",
+        '                    self._insert_layout(conn, layout, taught_by, None, None, "", active=False)\n',
+        '                    self._insert_layout(conn, layout, taught_by, None, None, "", active=True)\n',
+        "invoice_pipeline_tests/engine/test_layout_shadow.py::"
+        "test_an_imported_layout_runs_in_shadow_until_a_person_approves_an_invoice_read_with_it",
+    ),
+    _one(
+        "layout-approval-teaches",
+        "a layout learnt from a person's approval reads the vendor's next page at once (issue 54)",
+        "invoice_pipeline/engine/layouts.py",
+        "        learnt = learn_from_decision(store, invoice_id, taught_by, approved=True)\n",
+        "        learnt = learn_from_decision(store, invoice_id, taught_by)\n",
+        "invoice_pipeline_tests/engine/test_vendor_layouts_store.py::"
+        "test_an_approved_correction_teaches_at_once_and_later_invoices_are_read_and_posted",
     ),
 )
 

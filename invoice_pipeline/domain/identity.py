@@ -225,6 +225,40 @@ def ibans_on_page(text: str) -> list[str]:
     return found
 
 
+# A country prefix and what may follow it in a VAT id as printed ("DE 123 456 789", "FR 40
+# 303265045", "ATU12345678", "NL123456789B01"): tried at each word end, longest first.
+# A lookahead, so that one candidate never swallows the next ("TVA FR 40 303 265 045").
+_VAT_ON_PAGE = re.compile(r"(?<![A-Za-z0-9])(?=([A-Z]{2}[ ]?[0-9A-Z](?:[ .]?[0-9A-Z]){6,13}))")
+
+
+def vat_ids_on_page(text: str) -> list[str]:
+    """Every VAT id the page prints, wherever (compact, in page order, once each), that passes its
+    country's check digits: a country python-stdnum has no rules for is not taken from free text,
+    where any two capitals and a number would pass."""
+    found: list[str] = []
+    for match in _VAT_ON_PAGE.finditer(text):
+        raw = match.group(1)
+        if not _stdnum_knows(raw[:2]):
+            continue
+        # Word ends inside the match, longest first: "DE123456789 IBAN" stops before "IBAN".
+        ends = [i for i in range(len(raw), 7, -1) if i == len(raw) or raw[i] in " ."]
+        for end in ends:
+            if vat_valid(raw[:end]):
+                vat = _vat_id(raw[:end])
+                if vat not in found:
+                    found.append(vat)
+                break
+    return found
+
+
+def identifiers_on_page(text: str) -> list[Identifier]:
+    """The valid VAT ids and IBANs a page prints anywhere: what the vendor registry can recognise
+    its vendor by (`domain.payment.confirmed_vendor`), whoever the page reader takes for the seller."""
+    return [Identifier("vat", v, v) for v in vat_ids_on_page(text)] + [
+        Identifier("iban", i, i) for i in ibans_on_page(text)
+    ]
+
+
 @dataclass(frozen=True)
 class Identifier:
     kind: IdentifierKind

@@ -247,14 +247,30 @@ class _WhoIsPaid:
     namesakes: tuple[Vendor, ...] = ()  # registered vendors of the seller's name, none of its identifiers
 
 
-def _owners(fields: InvoiceFields, registry: Sequence[Vendor]) -> list[Vendor]:
-    """The vendors owning the invoice's identifiers, strongest identifier first."""
+def owners_of(identifiers: Iterable[Identifier], registry: Sequence[Vendor]) -> list[Vendor]:
+    """The vendors owning any of the identifiers, in the identifiers' order."""
     out: list[Vendor] = []
-    for ident in seller_identifiers(fields):
+    for ident in identifiers:
         for vendor in registry:
             if vendor.has(ident.kind, ident.value) and vendor not in out:
                 out.append(vendor)
     return out
+
+
+def _owners(fields: InvoiceFields, registry: Sequence[Vendor]) -> list[Vendor]:
+    """The vendors owning the invoice's identifiers, strongest identifier first."""
+    return owners_of(seller_identifiers(fields), registry)
+
+
+def confirmed_vendor(
+    identifiers: Iterable[Identifier], registry: Sequence[Vendor], profile: OrgProfile
+) -> Vendor | None:
+    """The vendor these identifiers confirm, as `who_is_paid` confirms one: the identifiers that
+    are not the org's own belong to exactly one of its vendors. None when they belong to none or to
+    several (a page printing two vendors' identifiers says nothing about which one sent it)."""
+    theirs = [i for i in identifiers if i.kind in ("vat", "iban") and not profile.has(i.kind, i.shown)]
+    owners = owners_of(theirs, registry)
+    return owners[0] if len(owners) == 1 else None
 
 
 def _confirmed_reasons(fields: InvoiceFields, vendor: Vendor) -> list[Reason]:

@@ -13,7 +13,12 @@ left them, and then, for that organisation and vendor:
 * a matching layout reads something else, or fewer fields than the page now teaches: a new
   version, and the old one is disabled as superseded by it.
 
-A new version starts in shadow. A rejection undoes what the rejected invoice taught
+The vendor is the one the registry confirms by the seller identifiers the person approved (or
+the one the invoice's posting registers with them): the layout is keyed by one of its
+identifiers, and it reads only pages whose vendor the registry confirms as that vendor (issue 54).
+A version learnt from a person's approval is active at once: the vendor's next page is read with
+it. One learnt by vouching for a posted invoice (`teach_layout`) and every imported one start in
+shadow, until a person approves an invoice read with it. A rejection undoes what the rejected invoice taught
 (`unlearn_quietly`). Layouts are per organisation: every read and write names the invoice's own org.
 """
 
@@ -33,10 +38,15 @@ from invoice_pipeline.documents.reading.layouts import (
     Page,
     VendorLayout,
     contradictions,
+    layout_of_vendor,
     learn_layout,
     page_of,
     read_with_layout,
+    vendor_key_for,
 )
+from invoice_pipeline.domain.fields import InvoiceFields
+from invoice_pipeline.domain.identity import Vendor
+from invoice_pipeline.domain.payment import confirmed_vendor, seller_identifiers
 from invoice_pipeline.engine.store import InvoiceStore, LayoutRow, as_uuid
 
 log = logging.getLogger(__name__)
@@ -53,8 +63,12 @@ class Learnt:
     version: int | None = None
 
 
-def learn_from_decision(store: InvoiceStore, invoice_id: UUID | str, taught_by: str) -> Learnt:
-    """Learn (or confirm) the vendor's layout from a decided page-read invoice (see the module)."""
+def learn_from_decision(
+    store: InvoiceStore, invoice_id: UUID | str, taught_by: str, *, approved: bool = False
+) -> Learnt:
+    """Learn (or confirm) the vendor's layout from a decided page-read invoice (see the module).
+    `approved`: a person approved this invoice (`learn_quietly`), so a version learnt from it is
+    active at once (issue 54); one learnt by vouching for a posted invoice starts in shadow."""
     invoice_id = as_uuid(invoice_id)
 
     def skipped(why: str) -> Learnt:
@@ -68,17 +82,27 @@ def learn_from_decision(store: InvoiceStore, invoice_id: UUID | str, taught_by: 
     if extracted.format not in PAGE_FORMATS:
         return skipped(f"it was not read from a page ({extracted.format}): nothing to learn")
     boxes, _ = page_of(extracted)
+    vendor = approved_vendor(store, state.org_id, fields)
     learnt = learn_layout(
-        extracted.text, boxes, fields, org_id=state.org_id, learnt_from=str(invoice_id), taught_by=taught_by
+        extracted.text,
+        boxes,
+        fields,
+        org_id=state.org_id,
+        vendor_key=vendor_key_for(fields, vendor),
+        learnt_from=str(invoice_id),
+        taught_by=taught_by,
     )
     if learnt is None:
-        return skipped("the page prints no VAT id or IBAN of the seller in the seller's position")
+        return skipped(
+            "the approved invoice gives no valid VAT id or IBAN of the seller, by which the vendor "
+            "registry could recognise the vendor's next pages"
+        )
     if not learnt.rules:
         return skipped("no confirmed value was found on the page next to a label")
     page = Page.of(extracted.text, boxes)
-    rows = [r for r in store.layouts.layouts_of_vendor(state.org_id, learnt.vendor_key) if r.enabled]
+    rows = [r for r in store.layouts.list_layouts(state.org_id) if layout_of_vendor(r.vendor_key, vendor)]
     for row in sorted(rows, key=lambda r: -r.version):
-        read = read_with_layout(page, row.vendor_layout())
+        read = read_with_layout(page, row.vendor_layout(), vendor)
         if not read.matched:
             continue
         wrong = contradictions(read, fields)
@@ -111,7 +135,7 @@ def learn_from_decision(store: InvoiceStore, invoice_id: UUID | str, taught_by: 
             else f"invoice {invoice_id} also teaches {', '.join(more)}"
         )
         saved = store.layouts.save_layout(
-            learnt, taught_by=taught_by, learnt_from=invoice_id, supersedes=row, why=why
+            learnt, taught_by=taught_by, learnt_from=invoice_id, supersedes=row, why=why, active=approved
         )
         return Learnt(
             invoice_id,
@@ -120,10 +144,21 @@ def learn_from_decision(store: InvoiceStore, invoice_id: UUID | str, taught_by: 
             saved.id,
             saved.version,
         )
-    saved = store.layouts.save_layout(learnt, taught_by=taught_by, learnt_from=invoice_id)
+    saved = store.layouts.save_layout(learnt, taught_by=taught_by, learnt_from=invoice_id, active=approved)
     return Learnt(
         invoice_id, "learnt", f"learnt {learnt.vendor_key} from invoice {invoice_id}", saved.id, saved.version
     )
+
+
+def approved_vendor(store: InvoiceStore, org_id: str, fields: InvoiceFields) -> Vendor:
+    """The vendor an approved invoice is from: the one the registry confirms by the identifiers the
+    person approved (`domain.payment.confirmed_vendor`), else the one its posting will register
+    with them (not yet in the registry: vendor id 0)."""
+    idents = seller_identifiers(fields)
+    registry = store.vendors.vendors_named_by([(org_id, i) for i in idents]).get(org_id, [])
+    profile = store.vendors.org_profiles([org_id])[org_id]
+    known = confirmed_vendor(idents, registry, profile)
+    return known or Vendor(0, org_id, fields.seller_name or "", fields.currency, tuple(idents))
 
 
 def teach_layout(store: InvoiceStore, invoice_id: UUID | str, taught_by: str) -> Learnt:
@@ -146,9 +181,10 @@ def teach_layout(store: InvoiceStore, invoice_id: UUID | str, taught_by: str) ->
 
 
 def learn_quietly(store: InvoiceStore, invoice_id: UUID | str, taught_by: str) -> Learnt | None:
-    """`learn_from_decision` after an approval that has committed: a failure is logged, never raised."""
+    """`learn_from_decision` after a person's approval that has committed (what it learns is active
+    at once): a failure is logged, never raised."""
     try:
-        return learn_from_decision(store, invoice_id, taught_by)
+        return learn_from_decision(store, invoice_id, taught_by, approved=True)
     except Exception:  # the decision stands whatever learning does
         log.exception("learning a vendor layout from invoice %s failed", invoice_id)
         return None

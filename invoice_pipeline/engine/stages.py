@@ -27,7 +27,7 @@ from uuid import UUID
 
 from invoice_pipeline.config import DEFAULT_SAVE_AFTER_MS
 from invoice_pipeline.documents import BadDocument, ExtractedText
-from invoice_pipeline.documents.reading.layouts import apply_layouts
+from invoice_pipeline.documents.reading.layouts import PAGE_FORMATS, apply_layouts
 from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.identity import without_own_identity
 from invoice_pipeline.domain.matching import MatchCandidate
@@ -51,6 +51,7 @@ from invoice_pipeline.engine.records import (
     describe_error,
 )
 from invoice_pipeline.engine.store import InvoiceStore, PaymentRequest, is_systemic
+from invoice_pipeline.engine.vendors import vendors_of_pages
 
 T = TypeVar("T")
 
@@ -415,10 +416,20 @@ def extract_fields(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID,
     layouts = env.store.layouts.enabled_layouts(sorted({c.org_id for c in have})) if have else {}
     # The orgs' own identities (issue 37): what the org is known by is the buyer's, never the seller's.
     profiles = env.store.vendors.org_profiles(sorted({c.org_id for c in have})) if have else {}
+    # The vendor the registry confirms for each page (issue 54): only its layouts read the page.
+    pages = {
+        c.invoice_id: (c.org_id, texts[c.invoice_id].text)
+        for c in have
+        if texts[c.invoice_id].format in PAGE_FORMATS
+    }
+    vendors = vendors_of_pages(env.store, pages, profiles) if pages else {}
 
     def read(c: Claimed) -> InvoiceFields:
         text = texts[c.invoice_id]
-        fields = apply_layouts(text, env.parser.read_fields(text), layouts.get(c.org_id, ()), c.org_id)
+        vendor = vendors.get(c.invoice_id)
+        fields = apply_layouts(
+            text, env.parser.read_fields(text), layouts.get(c.org_id, ()), c.org_id, vendor
+        )
         fields = without_own_identity(fields, profiles[c.org_id], text.text)
         return with_default_currency(fields, policies[c.org_id])
 

@@ -3,6 +3,8 @@
 * `read_vendor_csv`: the ERP's vendor master as CSV (one row per vendor; several VAT ids, tax
   numbers or IBANs in one cell separated by `;`). Every row is checked before anything is
   imported: a bad IBAN or a row without a name refuses the file and says which row and why.
+* `vendors_of_pages`: the vendor the registry confirms for each page-read invoice, by the VAT ids
+  and IBANs the page prints anywhere: its layouts read the page (issue 54).
 * `org_profile_candidates`: names and VAT ids the org's posted structured e-invoices give for
   their buyer, proposed for its profile; a person adds the ones that are the org's own (anyone
   can send an e-invoice naming anyone as its buyer, so nothing is added by itself).
@@ -13,10 +15,19 @@ from __future__ import annotations
 import csv
 import io
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from uuid import UUID
 
-from invoice_pipeline.domain.identity import Identifier, IdentifierKind, Vendor, normalise
+from invoice_pipeline.documents.reading.seller_buyer import identifiers_for_the_registry
+from invoice_pipeline.domain.identity import (
+    Identifier,
+    IdentifierKind,
+    OrgProfile,
+    Vendor,
+    normalise,
+)
+from invoice_pipeline.domain.payment import confirmed_vendor
 from invoice_pipeline.domain.validation import is_known_currency
 from invoice_pipeline.engine.store import InvoiceStore, VendorImportRow
 
@@ -135,3 +146,21 @@ def describe_vendors(vendors: Iterable[Vendor]) -> list[str]:
             + (f"  currency {vendor.default_currency}" if vendor.default_currency else "")
         )
     return lines
+
+
+def vendors_of_pages(
+    store: InvoiceStore, pages: Mapping[UUID, tuple[str, str]], profiles: Mapping[str, OrgProfile]
+) -> dict[UUID, Vendor | None]:
+    """Per page-read invoice ((org, page text) by invoice), the vendor the registry confirms for it
+    (`domain.payment.confirmed_vendor`, the rule that confirms who is paid): an identifier the page
+    prints (anywhere but on the buyer's side: `identifiers_for_the_registry`) that belongs to
+    exactly one of the org's vendors and is not the org's own. None when none or several vendors
+    own what the page prints. One query for them all."""
+    printed = {invoice_id: identifiers_for_the_registry(text) for invoice_id, (_, text) in pages.items()}
+    registry = store.vendors.vendors_named_by(
+        [(org, ident) for invoice_id, (org, _) in pages.items() for ident in printed[invoice_id]]
+    )
+    return {
+        invoice_id: confirmed_vendor(printed[invoice_id], registry.get(org, ()), profiles[org])
+        for invoice_id, (org, _) in pages.items()
+    }

@@ -10,14 +10,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from chaos.common import ScenarioResult
+from invoice_pipeline_tests.tools import needs_tool
 from pipeline_support.celery_cluster import celery_unavailable_reason
 from pipeline_support.netns import unavailable_reason
 
-REASON = unavailable_reason() or celery_unavailable_reason()
-pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
+pytestmark = [
+    needs_tool("network namespaces", unavailable_reason()),
+    needs_tool("redis-server", celery_unavailable_reason()),
+]
 
 
 def test_a_host_cut_from_one_of_database_and_broker_breaks_no_invariant(tmp_path: Path) -> None:

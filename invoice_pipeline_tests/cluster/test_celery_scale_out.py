@@ -15,15 +15,16 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-import pytest
-
 from invoice_pipeline_tests.cluster.celery_checks import chunk_hosts
 from invoice_pipeline_tests.support import outcome
+from invoice_pipeline_tests.tools import needs_tool
 from pipeline_support.celery_cluster import BrokerCluster, CeleryRig, celery_unavailable_reason
 from pipeline_support.netns import unavailable_reason
 
-REASON = unavailable_reason() or celery_unavailable_reason()
-pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
+pytestmark = [
+    needs_tool("network namespaces", unavailable_reason()),
+    needs_tool("redis-server", celery_unavailable_reason()),
+]
 
 INVOICES = 12
 CHUNK = 2

@@ -20,10 +20,10 @@ from chaos.common import AUDIT_SQL, ScenarioResult, check_common_invariants
 from chaos.partition_trial import HEARTBEAT_S, TTL_S
 from chaos.partitions import trial_one
 from invoice_pipeline.db.migrate import migrate
+from invoice_pipeline_tests.tools import needs_tool
 from pipeline_support.netns import Cluster, unavailable_reason
 
-REASON = unavailable_reason()
-pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
+pytestmark = needs_tool("network namespaces", unavailable_reason())
 
 
 @pytest.fixture(scope="module")

@@ -28,11 +28,14 @@ import pytest
 from chaos.common import AUDIT_SQL, ScenarioResult, check_common_invariants
 from invoice_pipeline_tests.cluster.celery_checks import chunk_hosts
 from invoice_pipeline_tests.support import outcome
+from invoice_pipeline_tests.tools import needs_tool
 from pipeline_support.celery_cluster import BrokerCluster, CeleryRig, rabbitmq_unavailable_reason
 from pipeline_support.netns import _ns_pids, unavailable_reason
 
-REASON = unavailable_reason() or rabbitmq_unavailable_reason()
-pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
+pytestmark = [
+    needs_tool("network namespaces", unavailable_reason()),
+    needs_tool("rabbitmq-server", rabbitmq_unavailable_reason()),
+]
 
 INVOICES = 8
 CHUNK = 2

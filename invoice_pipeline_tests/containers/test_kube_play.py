@@ -40,12 +40,12 @@ import psycopg
 import pytest
 import yaml
 
+from invoice_pipeline_tests.tools import needs_tool
 from pipeline_support import containers
 from pipeline_support.factories import json_invoice
 from pipeline_support.helpers import answers, blocks_someone, free_port, hold_text_rows, wait_for
 
-REASON = containers.unavailable_reason()
-pytestmark = [pytest.mark.skipif(REASON is not None, reason=REASON or ""), pytest.mark.timeout(1200)]
+pytestmark = [needs_tool("podman", containers.unavailable_reason()), pytest.mark.timeout(1200)]
 
 KUBE = containers.ROOT / "deploy" / "kube"
 BACKING = Path(__file__).with_name("backing.yaml")

@@ -30,6 +30,7 @@ from invoice_pipeline.documents.reading.number_guard import (
     why_not_a_number,
 )
 from invoice_pipeline.documents.text_fields import fields_from_text
+from invoice_pipeline.domain.identity import Identifier, Vendor
 from invoice_pipeline.domain.review import FIELD_UNREAD
 from invoice_pipeline.engine.chunk_loop import claim_chunk, process_chunk
 from invoice_pipeline.engine.store import InvoiceStore
@@ -129,18 +130,22 @@ def test_a_vendor_layout_whose_number_place_holds_a_date_leaves_the_number_unrea
     layout = L.learn_layout(first, None, confirmed, org_id="acme", learnt_from="i0", taught_by="t")
     assert layout is not None and layout.rule("invoice_number") is not None
     layout = dataclasses.replace(layout, id=1)
+    # The page's vendor, as the registry confirms it by the VAT id the page prints.
+    vendor = Vendor(1, "acme", "Seller", None, (Identifier("vat", "DE136695976", "DE136695976"),))
     # The learnt place (digits only) now holds the issue date, compact; whatever the page reader
     # made of the page, the layout's refusal stands.
     copy = page("20250530")
     template_free = dataclasses.replace(fields_from_text(copy), invoice_number="4712")
-    read = L.fields_with_layouts(copy, None, template_free, [layout], org_id="acme")
+    read = L.fields_with_layouts(copy, None, template_free, [layout], org_id="acme", vendor=vendor)
     assert read.invoice_number is None
     reason = read.sources["invoice_number"].reason or ""
     assert "layout:1" in reason and "is a date" in reason, reason
     # The same layout still reads a real number at its place.
     again = page("4712")
     assert (
-        L.fields_with_layouts(again, None, fields_from_text(again), [layout], org_id="acme").invoice_number
+        L.fields_with_layouts(
+            again, None, fields_from_text(again), [layout], org_id="acme", vendor=vendor
+        ).invoice_number
         == "4712"
     )
 

@@ -29,6 +29,7 @@ from invoice_pipeline.domain.review import CURRENCY_UNKNOWN, money_reasons
 from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.samples.render import SampleInvoice, letter_pdf, render_invoice
 from invoice_pipeline.samples.scans import DEGRADATIONS, degrade, draw_invoice, encode, render_pages
+from invoice_pipeline_tests.tools import needs_tool
 
 UNAVAILABLE = ocr_module.available()
 if UNAVAILABLE is not None:
@@ -36,9 +37,7 @@ if UNAVAILABLE is not None:
         f"\n!! OCR engine (rapidocr-onnxruntime) cannot be imported: real-OCR tests are SKIPPED ({UNAVAILABLE})",
         file=sys.stderr,
     )
-needs_engine = pytest.mark.skipif(
-    UNAVAILABLE is not None, reason=f"!! OCR ENGINE NOT INSTALLED, real OCR NOT TESTED: {UNAVAILABLE}"
-)
+needs_engine = needs_tool("OCR engine (rapidocr-onnxruntime)", UNAVAILABLE)
 KEY_FIELDS = ("invoice_number", "issue_date", "payable_total", "currency", "seller_name")
 MAX_BYTES = 20 * 1024 * 1024
 

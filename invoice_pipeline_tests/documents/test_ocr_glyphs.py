@@ -17,6 +17,7 @@ from invoice_pipeline.documents.reading.ocr_layout import OcrLayout, OcrLine, Oc
 from invoice_pipeline.domain.fields import EURO_BY_SHAPE, EURO_CONFIRMED
 from invoice_pipeline.domain.review import CURRENCY_UNKNOWN, money_reasons
 from invoice_pipeline.samples.scans import encode, render_pages
+from invoice_pipeline_tests.tools import needs_tool
 
 # What a scanner makes of 9-12 point type: 150 and 200 dpi, in each PDF standard family.
 FACES = [(family, style) for family in ("helvetica", "times", "courier") for style in ("", "B")]
@@ -137,7 +138,7 @@ def test_the_layout_keeps_which_lines_had_their_sign_put_back() -> None:
     assert OcrLayout.from_structured(old) == OcrLayout("e", (), (OcrLine(1, 0.9, (), False),))
 
 
-@pytest.mark.skipif(ocr_module.available() is not None, reason="no OCR engine")
+@needs_tool("OCR engine (rapidocr-onnxruntime)", ocr_module.available())
 def test_a_scan_printing_only_euro_signs_is_read_in_euro() -> None:
     page = render_pages(_page(_page_lines("DE123456789"), 11), 150)[0].convert("L")
     scan = encode([page], "pdf", 150)

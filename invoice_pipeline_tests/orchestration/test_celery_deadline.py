@@ -33,12 +33,12 @@ import yaml
 
 from invoice_pipeline.orchestration.run_requests import invoice_ids_of
 from invoice_pipeline_tests.support import outcome
+from invoice_pipeline_tests.tools import needs_tool
 from pipeline_support.celery_cluster import celery_unavailable_reason, start_redis_server
 from pipeline_support.helpers import create_database, drop_database, stop_process_group, wait_for
 from pipeline_support.netns import ROOT
 
-REASON = celery_unavailable_reason()
-pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
+pytestmark = needs_tool("redis-server", celery_unavailable_reason())
 
 INVOICES = 5
 DEADLINE_S = 15

@@ -9,6 +9,7 @@ from dagster import AssetKey
 
 from invoice_pipeline.orchestration.assets.lineage import PIPELINE_ASSET_KEYS
 from invoice_pipeline.orchestration.definitions import defs
+from invoice_pipeline_tests.tools import needs_tool
 
 JOBS = {"process_invoice", "process_invoice_batch", "refresh_reports", "check_invariants"}
 ASSETS = {
@@ -75,6 +76,7 @@ def test_dagster_definitions_validate_passes(database_url: str) -> None:
     assert "Validation successful" in result.stdout + result.stderr
 
 
+@needs_tool("dagster-celery (the celery extra)")  # importorskip below
 def test_the_celery_location_requests_only_the_celery_job_each_run_with_its_deadline() -> None:
     """Its intake sensor replaces the default one (two would request each invoice twice), and
     even a lone invoice goes to a worker host, never to the in-process one-invoice job."""

@@ -21,13 +21,14 @@ from invoice_pipeline_tests.engine.review.helpers import (
 from invoice_pipeline_tests.engine.test_vendor_layouts_store import house_vendor, teach
 from invoice_pipeline_tests.review_ui.conftest import ReviewServer
 from invoice_pipeline_tests.review_ui.test_corrections import held_pdf
+from invoice_pipeline_tests.tools import needs_tool
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(
-        not os.path.exists(CHROMIUM), reason=f"!! {CHROMIUM} is missing: browser test SKIPPED"
+    needs_tool(
+        "chromium", None if os.path.exists(CHROMIUM) else f"{CHROMIUM} is missing (make test installs it)"
     ),
 ]
 

@@ -34,10 +34,11 @@ FROM vendor_layouts WHERE id = %(id)s
 -- name: lock_vendor
 SELECT pg_advisory_xact_lock(hashtextextended('vendor_layouts:' || %(org_id)s || ':' || %(vendor_key)s, 0))
 
+-- A version starts in shadow, or active when a person's approval taught it (issue 54).
 -- name: insert_layout
-INSERT INTO vendor_layouts (org_id, vendor_key, version, layout, learnt_from, taught_by)
+INSERT INTO vendor_layouts (org_id, vendor_key, version, layout, learnt_from, taught_by, state)
 SELECT %(org_id)s, %(vendor_key)s, coalesce(max(version), 0) + 1, %(layout)s::jsonb, %(learnt_from)s,
-       %(taught_by)s
+       %(taught_by)s, %(state)s
 FROM vendor_layouts WHERE org_id = %(org_id)s AND vendor_key = %(vendor_key)s
 RETURNING id, version, taught_at
 

@@ -2,11 +2,14 @@
 
 A `VendorLayout` says, for one organisation and one vendor, how that vendor's page is read:
 
-* the vendor: its key (`vat:<id>` or `iban:<iban>`), which must be the identifier printed in the
-  seller's position of a page for the layout to apply to it (`seller_keys`): a different vendor's
-  similar page never is, even when it prints this vendor's VAT id as the buyer's or in a
-  reference. (`name:` keys of earlier versions are kept but never apply: a name proves nothing.)
-  A layout never says who the seller is: its `seller_name` / `seller_vat_id` are informational;
+* the vendor: its key (`vat:<id>` or `iban:<iban>`), one of the identifiers the vendor registry
+  records for the vendor. A layout applies only to a page whose vendor the registry confirms (an
+  identifier printed on the page that belongs to exactly one of the org's vendors and is not the
+  org's own: `domain.payment.confirmed_vendor`) and only when that vendor records the key
+  (`layout_of_vendor`): a different vendor's page never is, however alike the templates, and a
+  page whose vendor is not confirmed is read template-free. (`name:` keys of earlier versions
+  are kept but never apply: a name proves nothing.) A layout never says who the seller is: its
+  `seller_name` / `seller_vat_id` are informational;
 * a fingerprint: the stable words of the page (segments without digits) and their columns; a
   page matches when enough of them are there again, wherever the lines moved;
 * per field, a `FieldRule`: the anchor text near the value (a label) and where the value stands
@@ -36,6 +39,8 @@ from functools import lru_cache
 from typing import Any, Literal
 
 from ...domain.fields import FieldSource, InvoiceFields
+from ...domain.identity import Identified
+from ...domain.payment import seller_identifiers
 from ...domain.review import SHADOW_SOURCE
 from ...domain.validation import KNOWN_CURRENCIES
 from ..extracted import ExtractedText
@@ -55,7 +60,6 @@ from .number_guard import PageNumbers, why_not_a_number
 from .ocr_layout import MIN_FIELD_CONFIDENCE, OcrLayout
 from .page_values import find_dates, first_identifier, labelled_date
 from .parties import LEGAL_MARKERS
-from .seller_buyer import seller_position_vat
 from .words import PageGeometry, Segment, TextBoxes, segments, union
 
 FORMAT_VERSION = 1
@@ -108,13 +112,6 @@ def _shape(value: str) -> str:
     """'INV-2025-00042' -> 'A-9-9': what kind of identifier a vendor prints, not its digits."""
     out = re.sub(r"[A-Za-z]+", "A", value)
     return re.sub(r"\d+", "9", out)
-
-
-_IBAN = re.compile(r"\b([A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?)\b")
-
-
-def ibans_on(text: str) -> list[str]:
-    return [norm_id(m.group(1)) for m in _IBAN.finditer(text)]
 
 
 # ---------------------------------------------------------------- the model
@@ -293,51 +290,26 @@ def fingerprint_score(page: Page, words: Sequence[StableWord]) -> float:
     return hits / len(words)
 
 
-def seller_keys(page: Page) -> frozenset[str]:
-    """Who issued the page, by an identifier printed in the seller's position: the VAT id of the
-    legal footer, the seller's block or a line naming the seller (`reading.seller_buyer.seller_position_vat`,
-    as the page reader places the seller), else the page's one IBAN (the payment block) when no VAT
-    id stands in the seller's position. A VAT id in the buyer's block, a reference or an item
-    line is not the seller's; a name never says who the seller is (it may appear anywhere)."""
-    cached = _SELLER_KEYS.get(page.text)
-    if cached is not None:
-        return cached
-    keys: frozenset[str] = frozenset()
-    if (vat := seller_position_vat(page.text)) is not None and len(vat) >= 8:
-        keys = frozenset({f"vat:{vat}"})
-    elif len(ibans := set(ibans_on(page.flat))) == 1:
-        keys = frozenset({f"iban:{ibans.pop()}"})
-    if len(_SELLER_KEYS) >= 256:
-        _SELLER_KEYS.clear()
-    _SELLER_KEYS[page.text] = keys
-    return keys
-
-
-# A page is read once per layout tried: its seller is placed once (bounded, per process).
-_SELLER_KEYS: dict[str, frozenset[str]] = {}
-
-
-def vendor_on_page(page: Page, vendor_key: str) -> bool:
-    """The page's seller is the layout's vendor: its key is the identifier printed in the seller's
-    position (`seller_keys`). Printed anywhere else, it binds nothing; a `name:` key never binds."""
+def layout_of_vendor(vendor_key: str, vendor: Identified | None) -> bool:
+    """The layout belongs to the page's vendor: the vendor the registry confirms for the page
+    (`domain.payment.confirmed_vendor`) records the layout's key among its identifiers. A page
+    whose vendor the registry does not confirm is read without layouts, and a layout never applies
+    to another vendor's page, however alike the two vendors' templates; a `name:` key never binds."""
     kind, _, value = vendor_key.partition(":")
-    if kind not in ("vat", "iban") or not value or value not in norm_id(page.flat):
-        return False  # not printed at all: no need to place the seller
-    return vendor_key in seller_keys(page)
+    if vendor is None or kind not in ("vat", "iban") or not value:
+        return False
+    return vendor.has(kind, value)
 
 
-def vendor_key_of(fields: InvoiceFields, page: Page) -> str | None:
-    """Who the vendor is, for a layout learnt from this page: the identifier printed in the
-    seller's position (`seller_keys`), and, when a person confirmed the seller's VAT id, only that
-    one. None when the page prints no identifier of the seller there: no layout could recognise
-    its vendor, so none is learnt."""
-    keys = seller_keys(page)
-    if fields.seller_vat_id and (vat := norm_id(fields.seller_vat_id)):
-        if f"vat:{vat}" in keys:
-            return f"vat:{vat}"
-        if any(k.startswith("vat:") for k in keys):
-            return None  # the page places another VAT id as the seller's: not this vendor's page
-    return next((k for k in sorted(keys) if k.startswith("iban:")), None)
+def vendor_key_for(confirmed: InvoiceFields, vendor: Identified | None = None) -> str | None:
+    """The key a layout learnt from an approved invoice is bound by: a seller identifier the person
+    approved (the VAT id, else the IBAN to pay), the one the registry records for the vendor when it
+    knows the vendor already (`vendor`), so that its later pages, confirmed by the registry, find
+    it. None when the invoice gives neither: the registry could never confirm its vendor."""
+    idents = seller_identifiers(confirmed)
+    known = [i for i in idents if vendor is not None and vendor.has(i.kind, i.value)]
+    chosen = (known or idents or [None])[0]
+    return None if chosen is None else f"{chosen.kind}:{norm_id(chosen.value)}"
 
 
 # ---------------------------------------------------------------- values in a segment
@@ -488,13 +460,15 @@ def learn_layout(
     confirmed: InvoiceFields,
     *,
     org_id: str,
+    vendor_key: str | None = None,
     learnt_from: str | None = None,
     taught_by: str | None = None,
 ) -> VendorLayout | None:
-    """A layout from one page and the values a person confirmed; None when the page does not say
-    who the vendor is (no VAT id or IBAN of the seller printed in the seller's position)."""
+    """A layout from one page and the values a person confirmed, bound to `vendor_key` (by default
+    `vendor_key_for` the confirmed values); None when the confirmed values give no VAT id or IBAN
+    of the seller, by which the registry could recognise the vendor's later pages."""
     page = Page.of(text, boxes)
-    key = vendor_key_of(confirmed, page)
+    key = vendor_key or vendor_key_for(confirmed)
     if key is None:
         return None
     rules: list[FieldRule] = []
@@ -626,12 +600,15 @@ def _read_rule(page: Page, rule: FieldRule, kind: ValueKind) -> ReadValue | Refu
     return ReadValue(value, seg.line, rule.anchor, segs, seg, anchor)
 
 
-def read_with_layout(page: Page, layout: VendorLayout) -> LayoutRead:
-    """The values `layout` reads from the page, or why it does not match it."""
+def read_with_layout(page: Page, layout: VendorLayout, vendor: Identified | None) -> LayoutRead:
+    """The values `layout` reads from the page of `vendor` (the vendor the registry confirms for
+    the page, None when it confirms none), or why it does not apply or match."""
     if not layout.enabled:
         return LayoutRead(layout, False, "disabled")
-    if not vendor_on_page(page, layout.vendor_key):
-        return LayoutRead(layout, False, f"its vendor ({layout.vendor_key}) is not on the page")
+    if not layout_of_vendor(layout.vendor_key, vendor):
+        return LayoutRead(
+            layout, False, f"its vendor ({layout.vendor_key}) is not the page's confirmed vendor"
+        )
     score = fingerprint_score(page, layout.fingerprint)
     if score < MATCH_THRESHOLD:
         return LayoutRead(
@@ -688,17 +665,21 @@ def fields_with_layouts(
     layouts: Sequence[VendorLayout],
     *,
     org_id: str,
+    vendor: Identified | None,
     confidence_of: Callable[[Sequence[int]], tuple[int, float]] | None = None,
     min_confidence: float = 0.0,
 ) -> InvoiceFields:
     """The page read with the org's best matching layout first, template-free where it cannot.
 
-    Only the org's own enabled layouts are tried, and only one whose vendor is printed on the
-    page. `confidence_of` gives (page, confidence) of text lines for an OCRed scan: a layout's
-    value read below `min_confidence` is not taken.
+    Only the org's own enabled layouts are tried, and only those of `vendor`, the vendor the
+    registry confirms for the page (`layout_of_vendor`); a page whose vendor it does not confirm
+    is read template-free. `confidence_of` gives (page, confidence) of text lines for an OCRed
+    scan: a layout's value read below `min_confidence` is not taken.
     """
+    if vendor is None:
+        return template_free
     page = Page.of(text, boxes)
-    reads = [read_with_layout(page, lay) for lay in layouts if layout_for_org(lay, org_id)]
+    reads = [read_with_layout(page, lay, vendor) for lay in layouts if layout_for_org(lay, org_id)]
     matched = [r for r in reads if r.matched]
     if not matched:
         stale = [r for r in reads if r.vendor_found]
@@ -1036,11 +1017,16 @@ def page_of(extracted: ExtractedText) -> tuple[TextBoxes | None, OcrLayout | Non
 
 
 def apply_layouts(
-    extracted: ExtractedText, fields: InvoiceFields, layouts: Sequence[VendorLayout], org_id: str
+    extracted: ExtractedText,
+    fields: InvoiceFields,
+    layouts: Sequence[VendorLayout],
+    org_id: str,
+    vendor: Identified | None,
 ) -> InvoiceFields:
-    """`fields` (read template-free) read again with the org's layouts, for a page-read invoice;
-    structured invoices (XML, JSON) and an org without layouts are returned as they are."""
-    if extracted.format not in PAGE_FORMATS or not layouts:
+    """`fields` (read template-free) read again with the layouts of the page's confirmed `vendor`,
+    for a page-read invoice; structured invoices (XML, JSON), an org without layouts and a page
+    whose vendor the registry does not confirm are returned as they are."""
+    if extracted.format not in PAGE_FORMATS or not layouts or vendor is None:
         return fields
     boxes, ocr = page_of(extracted)
     return fields_with_layouts(
@@ -1049,6 +1035,7 @@ def apply_layouts(
         fields,
         layouts,
         org_id=org_id,
+        vendor=vendor,
         confidence_of=ocr.locate if ocr is not None else None,
         min_confidence=MIN_FIELD_CONFIDENCE if ocr is not None else 0.0,
     )

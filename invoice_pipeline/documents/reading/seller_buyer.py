@@ -1,6 +1,6 @@
 """Who the page names: the seller (sender line, seller block, legal footer, a company name with
-a legal form near the top), the buyer (address window or buyer block), and the VAT id printed
-in the seller's position."""
+a legal form near the top), the buyer (address window or buyer block), the VAT id printed in
+the seller's position, and the identifiers the vendor registry may recognise the sender by."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 
 from rapidfuzz import fuzz
 
+from ...domain.identity import Identifier, compact, identifiers_on_page
 from .labels import (
     BUYER_CONTEXT,
     BUYER_ROLE,
@@ -26,7 +27,7 @@ from .labels import (
 )
 from .ocr_layout import OcrLayout
 from .page_values import vat_id_value, vat_value
-from .parties import LEGAL_FORM, LEGAL_MARKERS, WEB_ADDRESS, footer_lines, footer_seller, named_company
+from .parties import LEGAL_MARKERS, WEB_ADDRESS, footer_lines, footer_seller, named_company
 
 _I = re.IGNORECASE
 _ANY_SUBLABEL = re.compile(r"^[\w .\-/]{2,30}:(?:\s|$)", _I)
@@ -189,40 +190,24 @@ def seller_vat(
     return max(candidates, key=lambda c: (c[0], c[1], -c[2].line))[2]
 
 
-# A legal form in any case: what OCR makes of "B.V." or "GmbH" on a seller's own line.
-_COMPANY_ANY_CASE = re.compile(LEGAL_FORM.pattern, re.IGNORECASE)
-
-
-def seller_position_vat(text: str) -> str | None:
-    """The VAT id printed in the seller's position (legal footer, seller block, a line naming the
-    seller), letters and
-    digits only; None when the page prints none there. One in the buyer's block, among the
-    customer's references, or anywhere else does not say who the seller is: a vendor layout is
-    bound to this (`reading.layouts`), never to a VAT id merely printed on the page."""
+def identifiers_for_the_registry(text: str) -> list[Identifier]:
+    """The VAT ids and IBANs the vendor registry may recognise a page's vendor by (issue 54):
+    every valid one the page prints, wherever (`domain.identity.identifiers_on_page`), except a
+    VAT id the page places on the buyer's side (in the buyer's block, or among the customer's
+    references below "Kundennummer" or "Your reference"): there it names the customer, or a
+    vendor the invoice merely refers to, never the sender."""
+    found = identifiers_on_page(text)
+    if not any(i.kind == "vat" for i in found):
+        return found
     doc = TextDoc(text)
     n_lines = len(doc.lines)
     seller, buyer, footer = parties(doc, max(25, n_lines // 2), n_lines)
-
-    def on_sellers_line(hit: Hit[str]) -> bool:
-        # "Halvorsen Metaalwerk B.V. - VAT Reg. No.: GB585738843": the seller names itself, as the
-        # reader found it or as a company (OCR reads "B.v." as often as "B.V.").
-        line = " ".join(s.text for s in doc.lines[hit.line])
-        before = line[: max(0, line.find(hit.label))]
-        return (seller is not None and seller.value in line) or (
-            _COMPANY_ANY_CASE.search(before) is not None and (buyer is None or buyer.value not in before)
-        )
-
-    placed = [
-        c
+    buyers = {
+        compact(c[2].value)
         for c in _vat_candidates(doc, seller, buyer, footer)
-        # A line that names the seller is the seller's own, even right under the buyer's block
-        # (which the block rule would take it for); never one among the customer's references.
-        if c[0] > 0 or (on_sellers_line(c[2]) and not _among_customer_references(doc, c[2]))
-    ]
-    if not placed:
-        return None
-    best = max(placed, key=lambda c: (c[0], c[1], -c[2].line))[2]
-    return re.sub(r"[^0-9A-Z]", "", best.value.upper())
+        if c[0] < 0 and c[2].line not in footer
+    }
+    return [i for i in found if not (i.kind == "vat" and compact(i.value) in buyers)]
 
 
 def _vat_candidates(

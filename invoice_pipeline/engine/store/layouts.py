@@ -115,13 +115,15 @@ class Layouts:
         learnt_from: UUID | None,
         supersedes: LayoutRow | None = None,
         why: str = "",
+        active: bool = False,
     ) -> LayoutRow:
-        """A new version of the vendor's layout in `layout.org_id`; with `supersedes`, that version
-        is disabled as superseded by it, in the same transaction."""
+        """A new version of the vendor's layout in `layout.org_id`, in shadow unless `active` (learnt
+        from a person's approval); with `supersedes`, that version is disabled as superseded by it,
+        in the same transaction."""
 
         def save() -> LayoutRow:
             with self.db.transaction() as conn:
-                return self._insert_layout(conn, layout, taught_by, learnt_from, supersedes, why)
+                return self._insert_layout(conn, layout, taught_by, learnt_from, supersedes, why, active)
 
         return self.db.retrying(save, "saving a vendor layout")
 
@@ -133,7 +135,11 @@ class Layouts:
 
         def save() -> list[LayoutRow]:
             with self.db.transaction() as conn:
-                return [self._insert_layout(conn, layout, taught_by, None, None, "") for layout in ordered]
+                # Imported: in shadow until a person approves an invoice read with it.
+                return [
+                    self._insert_layout(conn, layout, taught_by, None, None, "", active=False)
+                    for layout in ordered
+                ]
 
         try:
             return self.db.retrying(save, "importing vendor layouts")
@@ -151,6 +157,7 @@ class Layouts:
         learnt_from: UUID | None,
         supersedes: LayoutRow | None,
         why: str,
+        active: bool,
     ) -> LayoutRow:
         key = {"org_id": layout.org_id, "vendor_key": layout.vendor_key}
         conn.execute(LAYOUTS["lock_vendor"], key)
@@ -158,7 +165,13 @@ class Layouts:
         data.pop("enabled", None)
         row = conn.execute(
             LAYOUTS["insert_layout"],
-            key | {"layout": Jsonb(data), "learnt_from": learnt_from, "taught_by": taught_by},
+            key
+            | {
+                "layout": Jsonb(data),
+                "learnt_from": learnt_from,
+                "taught_by": taught_by,
+                "state": "active" if active else "shadow",
+            },
         ).fetchone()
         assert row is not None
         if supersedes is not None:

@@ -26,6 +26,7 @@ from invoice_pipeline.orchestration.run_requests import PROCESS_INVOICE, PROCESS
 from invoice_pipeline.orchestration.sensors import new_invoices_sensor
 from invoice_pipeline_tests.conftest import ROOT
 from invoice_pipeline_tests.factories import pipeline_resources
+from invoice_pipeline_tests.tools import needs_tool
 from pipeline_support.factories import json_invoice
 
 PASSWD = Path("/etc/passwd")
@@ -92,6 +93,7 @@ def reason(path: Path) -> str:
     return path.with_name(path.name + REASON_SUFFIX).read_text()
 
 
+@needs_tool("setpriv")  # as root: unprivileged_prefix skips without it
 def test_poisoned_inbox_never_stops_intake_and_every_good_file_is_planned_and_processed(
     database_url: str, store: InvoiceStore, inbox: Path
 ) -> None:

@@ -12,6 +12,7 @@ from dagster_graphql import DagsterGraphQLClient
 from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline_tests.browser_setup import CHROMIUM, CHROMIUM_FLAGS
 from invoice_pipeline_tests.orchestration.ui.conftest import DevServer, hide_from_sensor
+from invoice_pipeline_tests.tools import needs_tool
 from pipeline_support.factories import json_invoice
 from pipeline_support.helpers import wait_for
 
@@ -19,9 +20,8 @@ ARTIFACTS = Path(__file__).resolve().parents[3] / "test-artifacts"
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(
-        not os.path.exists(CHROMIUM),
-        reason=f"!! {CHROMIUM} is missing (make test installs it where apt-get is allowed): browser test SKIPPED",
+    needs_tool(
+        "chromium", None if os.path.exists(CHROMIUM) else f"{CHROMIUM} is missing (make test installs it)"
     ),
 ]
 
