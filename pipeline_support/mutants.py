@@ -4,11 +4,17 @@
 mechanism, the exact text that implements it (file, text, replacement) and the pytest node id of
 the test that guards it. The runner copies the checkout to a temporary folder, applies one
 sabotage there, runs only that test with the project's interpreter, and reports:
-- `killed`: the test failed, as it must;
+- `killed`: the test failed, as it must, with an assertion (an `assert`, `pytest.fail`, a
+  `pytest.raises` that saw nothing raised) or with an exception the entry names in `raises` (its
+  mechanism's natural failure); the result records the failure's first line;
 - `SURVIVED`: the test passed with the mechanism removed (the test does not guard it);
-- `BROKEN`: the sabotage no longer applies (its text is gone from the code) or the test could
-  not be collected: the list is out of date.
-Anything but `killed` fails the run. The checkout itself is never touched.
+- `BROKEN`: the sabotage no longer applies (its text is gone from the code), or the test did not
+  get as far as its assertions: an import or collection error, an error in a fixture's setup,
+  another exception, a timeout (pytest-timeout's or the runner's), a skip. A test that breaks
+  that way proves nothing about the mechanism: the list is out of date.
+Anything but `killed` fails the run. The checkout itself is never touched. The verdict is read
+from pytest's JUnit XML report (`<failure>` of the test's call, `<error>` of its setup,
+teardown or collection), not from its exit code.
 
 Selection: `--all` (every entry), `--today` (the rotating subset CI runs: the entries whose index
 falls on today's weekday, so every entry runs once a week), `--only NAME ...`. `--out` writes the
@@ -22,13 +28,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
 from datetime import UTC, date, datetime
 from pathlib import Path
 
@@ -55,10 +63,15 @@ class Sabotage:
     mechanism: str
     edits: tuple[Edit, ...]
     test: str
+    # Exceptions (class names) that are the mechanism's natural failure, besides an assertion:
+    # a database's refusal, say, where the mechanism exists to avoid it.
+    raises: tuple[str, ...] = ()
 
 
-def _one(name: str, mechanism: str, path: str, old: str, new: str, test: str) -> Sabotage:
-    return Sabotage(name, mechanism, (Edit(path, old, new),), test)
+def _one(
+    name: str, mechanism: str, path: str, old: str, new: str, test: str, raises: tuple[str, ...] = ()
+) -> Sabotage:
+    return Sabotage(name, mechanism, (Edit(path, old, new),), test, raises)
 
 
 LIVENESS = "invoice_pipeline_tests/engine/test_liveness.py"
@@ -1218,6 +1231,119 @@ class Outcome:
     verdict: str  # killed | SURVIVED | BROKEN
     detail: str
     seconds: float
+    # The first line of the failure that killed the sabotage ("AssertionError: assert ..."); empty
+    # for anything but `killed`.
+    assertion: str = ""
+
+
+# A test's own failure: an assert, or pytest's Failed (pytest.fail, or pytest.raises seeing
+# nothing raised). Anything else fails in the test's way, not in the mechanism's.
+ASSERTIONS = ("AssertionError", "Failed")
+# pytest-timeout ends a test with pytest.fail and this text: a hang, never a kill.
+PYTEST_TIMEOUT = "Timeout (>"
+# An exception group's members, as pytest prints them ("  | ValueError: ...", maybe after "E").
+_GROUP_MEMBER = re.compile(r"^\s*\|\s*(?:E\s+)?([A-Za-z_][\w.]*)(?::|$)", re.M)
+
+
+@dataclass(frozen=True)
+class RunVerdict:
+    """What one pytest run of a sabotage's named test says about the sabotage."""
+
+    verdict: str  # killed | SURVIVED | BROKEN
+    assertion: str  # the killing failure's first line ("" unless killed)
+    detail: str
+
+
+def exception_name(message: str) -> str:
+    """The class name a pytest crash message starts with: "psycopg.errors.LockNotAvailable: ..."
+    gives "LockNotAvailable", "AssertionError: assert 1 == 2" gives "AssertionError"."""
+    head = message.split("\n", 1)[0].split(":", 1)[0].strip()
+    return head.rsplit(".", 1)[-1]
+
+
+def _failure_kills(message: str, text: str, allowed: Sequence[str]) -> str | None:
+    """Why a test's failure does not kill its sabotage (None: it does)."""
+    name = exception_name(message)
+    first = message.split("\n", 1)[0]
+    if name == "Failed" and first.removeprefix("Failed: ").startswith(PYTEST_TIMEOUT):
+        return f"timed out (pytest-timeout): {first}"
+    if name in allowed:
+        return None
+    if name.endswith("ExceptionGroup"):
+        # Hypothesis reports several distinct failures as one group: each must be allowed.
+        members = {m.rsplit(".", 1)[-1] for m in _GROUP_MEMBER.findall(text)} - {name}
+        strange = sorted(m for m in members if m not in allowed)
+        if members and not strange:
+            return None
+        return f"an exception group with {', '.join(strange) or 'no readable member'}: {first}"
+    return f"failed with {name}, not an assertion: {first}"
+
+
+def judge_report(report: Path, raises: Sequence[str] = ()) -> RunVerdict:
+    """The verdict of a finished pytest run, from its JUnit XML `report`.
+
+    An `<error>` (collection, a fixture's setup or teardown) is BROKEN, wherever it is; a
+    `<failure>` of the test's call kills the sabotage when it is an assertion or one of `raises`;
+    a run where every test was skipped, or none ran, is BROKEN; otherwise the test passed."""
+    allowed = (*ASSERTIONS, *raises)
+    cases = ET.parse(report).getroot().iter("testcase")
+    killed: list[str] = []
+    broken: list[str] = []
+    passed = 0
+    skipped: list[str] = []
+    for case in cases:
+        name = case.get("name", "?")
+        errors = case.findall("error")
+        failures = case.findall("failure")
+        for error in errors:
+            broken.append(f"{name}: error ({error.get('message', '')})")
+        for failure in failures:
+            message = failure.get("message", "")
+            why_not = _failure_kills(message, failure.text or "", allowed)
+            if why_not is None:
+                killed.append(message.split("\n", 1)[0])
+            else:
+                broken.append(f"{name}: {why_not}")
+        found_skips = case.findall("skipped")
+        if found_skips:
+            skipped.append(f"{name}: skipped ({found_skips[0].get('message', '')})")
+        elif not errors and not failures:
+            passed += 1
+    if broken:
+        return RunVerdict("BROKEN", "", "; ".join(broken))
+    if killed:
+        return RunVerdict("killed", killed[0], "; ".join(killed))
+    if passed:
+        return RunVerdict("SURVIVED", "", f"{passed} passed" + (f"; {'; '.join(skipped)}" if skipped else ""))
+    return RunVerdict("BROKEN", "", "; ".join(skipped) or "no test ran")
+
+
+def run_test(
+    python: str,
+    test: str,
+    cwd: Path,
+    env: Mapping[str, str],
+    timeout: float,
+    raises: Sequence[str] = (),
+) -> RunVerdict:
+    """Run the pytest node `test` under `cwd` with `python`, and judge it (`judge_report`).
+
+    A run the runner has to stop after `timeout` seconds is BROKEN; so is one that wrote no
+    report (pytest could not start, or died)."""
+    report = cwd / ".mutant-report.xml"
+    report.unlink(missing_ok=True)
+    cmd = [python, "-m", "pytest", test, "-x", "-q", "-p", "no:cacheprovider", f"--junitxml={report}"]
+    try:
+        proc = subprocess.run(cmd, cwd=cwd, env=dict(env), capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return RunVerdict("BROKEN", "", f"timed out after {timeout:g}s (the runner stopped it)")
+    tail = "\n".join(proc.stdout.strip().splitlines()[-3:])
+    if not report.exists():
+        return RunVerdict("BROKEN", "", f"pytest exit {proc.returncode}, no report: {tail}")
+    verdict = judge_report(report, raises)
+    if verdict.verdict == "SURVIVED" and proc.returncode != 0:
+        return RunVerdict("BROKEN", "", f"pytest exit {proc.returncode} with nothing failed: {tail}")
+    return verdict
 
 
 def todays(sabotages: Sequence[Sabotage], day: date) -> list[Sabotage]:
@@ -1305,32 +1431,22 @@ def run_one(sabotage: Sabotage, python: str, root: Path = ROOT) -> Outcome:
         _tracked_copy(root, copy)
         apply(copy, sabotage)
         mutant_python = _overlay_venv(copy, python)
-        env = os.environ | {
+        # Without CI: a test that cannot run here skips (BROKEN), rather than failing for the
+        # missing tool as CI makes it, which would read as a kill.
+        env = {k: v for k, v in os.environ.items() if k != "CI"} | {
             "PYTHONPATH": str(copy),
             "PYTHONDONTWRITEBYTECODE": "1",
             "PATH": f"{mutant_python.parent}{os.pathsep}{os.environ.get('PATH', '')}",
         }
-        cmd = [str(mutant_python), "-m", "pytest", sabotage.test, "-x", "-q", "-p", "no:cacheprovider"]
-        try:
-            proc = subprocess.run(
-                cmd, cwd=copy, env=env, capture_output=True, text=True, timeout=TEST_TIMEOUT_S
-            )
-        except subprocess.TimeoutExpired:
-            return Outcome(
-                sabotage.name,
-                sabotage.test,
-                "killed",
-                f"timed out after {TEST_TIMEOUT_S}s",
-                time.monotonic() - started,
-            )
-    seconds = time.monotonic() - started
-    tail = "\n".join(proc.stdout.strip().splitlines()[-3:])
-    if proc.returncode == 0:
-        return Outcome(sabotage.name, sabotage.test, "SURVIVED", tail, seconds)
-    if proc.returncode == 1:
-        failed = [line for line in proc.stdout.splitlines() if line.startswith("E ")][:3]
-        return Outcome(sabotage.name, sabotage.test, "killed", "\n".join(failed) or tail, seconds)
-    return Outcome(sabotage.name, sabotage.test, "BROKEN", f"pytest exit {proc.returncode}: {tail}", seconds)
+        verdict = run_test(str(mutant_python), sabotage.test, copy, env, TEST_TIMEOUT_S, sabotage.raises)
+    return Outcome(
+        sabotage.name,
+        sabotage.test,
+        verdict.verdict,
+        verdict.detail,
+        time.monotonic() - started,
+        verdict.assertion,
+    )
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -1368,7 +1484,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         print("    " + outcome.detail.replace("\n", "\n    "), flush=True)
     bad = [o for o in outcomes if o.verdict != "killed"]
-    print(f"{len(outcomes) - len(bad)} of {len(outcomes)} sabotages killed by their test")
+    counts = {v: sum(o.verdict == v for o in outcomes) for v in ("killed", "SURVIVED", "BROKEN")}
+    print(
+        f"{counts['killed']} of {len(outcomes)} sabotages killed by their test "
+        f"({counts['SURVIVED']} survived, {counts['BROKEN']} broken)"
+    )
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(
@@ -1376,9 +1496,11 @@ def main(argv: list[str] | None = None) -> int:
                 {
                     "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
                     "selection": "all" if args.all else "today" if args.today else "only",
-                    "killed": len(outcomes) - len(bad),
+                    "killed": counts["killed"],
+                    "survived": counts["SURVIVED"],
+                    "broken": counts["BROKEN"],
                     "total": len(outcomes),
-                    "outcomes": [o.__dict__ for o in outcomes],
+                    "outcomes": [asdict(o) for o in outcomes],
                 },
                 indent=2,
             )
