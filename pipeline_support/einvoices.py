@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
 
 UBL_NS = {
     "Invoice": "urn:oasis:names:specification:ubl:schema:xsd:Invoice-2",
@@ -200,3 +202,22 @@ def cii(inv: EInvoice) -> bytes:
         + "</ram:ApplicableHeaderTradeSettlement>"
         "</rsm:SupplyChainTradeTransaction></rsm:CrossIndustryInvoice>"
     ).encode()
+
+
+def corrected_invoice(number: str, corrects: str, grand: str, **kw: Any) -> bytes:
+    """A CII corrected invoice (type 384) of the default seller, naming `corrects` as the invoice it
+    corrects (BT-25), for `grand` in all (19 % VAT); its own number says nothing of what it corrects."""
+    net = (Decimal(grand) / Decimal("1.19")).quantize(Decimal("0.01"))
+    return cii(
+        EInvoice(
+            number=number,
+            type_code="384",
+            preceding=corrects,
+            preceding_date="2026-11-02",
+            net=str(net),
+            tax=str(Decimal(grand) - net),
+            grand=grand,
+            due=grand,
+            **kw,
+        )
+    )

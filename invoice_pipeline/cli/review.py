@@ -99,7 +99,9 @@ def cmd_review_action(args: argparse.Namespace, settings: Settings) -> int:
     note = args.reason if action == "reject" else args.note
     store = open_store(settings)
     try:
-        outcomes = act_on(store, action, flt, Actor.os_user(), note)
+        outcomes = act_on(
+            store, action, flt, Actor.os_user(), note, correction=getattr(args, "correction", None)
+        )
     finally:
         store.close()
     code = print_outcomes(outcomes)
@@ -226,6 +228,22 @@ def add_review_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
             p.add_argument("--reason", required=True, help="why (recorded in the audit trail)")
         else:
             p.add_argument("--note", help="free text for the audit trail")
+        if name == "approve":
+            choice = p.add_mutually_exclusive_group()
+            choice.add_argument(
+                "--replaces",
+                dest="correction",
+                action="store_const",
+                const="replace",
+                help="a corrected invoice (type 384): it replaces the invoice it corrects; the difference is booked",
+            )
+            choice.add_argument(
+                "--reverses",
+                dest="correction",
+                action="store_const",
+                const="reverse",
+                help="a corrected invoice (type 384): it reverses the invoice it corrects; what was booked is taken back",
+            )
         p.set_defaults(func=cmd_review_action)
     correct = actions.add_parser(
         "correct", help="correct fields of a held invoice: validated and checked for duplicates again"

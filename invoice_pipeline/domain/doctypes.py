@@ -128,6 +128,13 @@ def duplicate_class(fields: InvoiceFields) -> str:
     return fields.document_type
 
 
+def is_correction(fields: InvoiceFields) -> bool:
+    """A corrected invoice (384 and its kin): approved only as replacing or reversing the invoice it
+    names (domain/corrected_invoices.py)."""
+    row = document_type_of(fields.type_code)
+    return row is not None and row.document_class == "correction"
+
+
 def is_credit_note_code(type_code: str | None) -> bool:
     row = document_type_of(type_code)
     return row is not None and row.document_class == "credit_note"

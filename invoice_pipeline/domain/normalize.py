@@ -235,6 +235,16 @@ def vendor_key_or_none(name: str | None, vat_id: str | None = None) -> str | Non
         return None
 
 
+def seller_vendor_keys(fields: InvoiceFields) -> list[str]:
+    """The vendor keys an original of this seller may be stored under: by its VAT id (or name when
+    it has none) and by its name alone (an original whose VAT id was not read)."""
+    keys = {
+        vendor_key_or_none(fields.seller_name, fields.seller_vat_id),
+        vendor_key_or_none(fields.seller_name, None),
+    }
+    return sorted(k for k in keys if k)
+
+
 def normalize_vendor(name: str | None, vat_id: str | None = None) -> str:
     """ "vat:DE123456789" when a VAT id is known, else "name:acme"; ValueError when neither is usable."""
     vat = normalize_vat_id(vat_id)

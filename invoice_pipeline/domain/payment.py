@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Literal
 from uuid import UUID
 
+from .corrected_invoices import CorrectionChoice
 from .fields import InvoiceFields
 from .identity import (
     BANK_DETAILS_CHANGED,
@@ -108,6 +109,9 @@ class PaymentFacts:
     # The person who approved it (None: the pipeline's own approval) and what they vouched for.
     approver: str | None = None
     vouched: frozenset[str] = frozenset()
+    # A corrected invoice's approval says whether it replaces or reverses the invoice it corrects
+    # (domain/corrected_invoices.py): that choice, not a voucher, decides its `correction` reason.
+    correction_choice: CorrectionChoice | None = None
 
 
 @dataclass(frozen=True)
@@ -386,7 +390,12 @@ def payee_reasons(facts: PaymentFacts) -> list[Reason]:
 
 def _all_reasons(facts: PaymentFacts, payee: list[Reason]) -> list[Reason]:
     # The approval stage's order, so a person sees the same texts in the same order.
-    return [*duplicate_reasons(facts), *business_reasons(facts.fields, facts.policy), *payee]
+    business = [
+        r
+        for r in business_reasons(facts.fields, facts.policy)
+        if not (r.code == CORRECTION and facts.correction_choice is not None)
+    ]
+    return [*duplicate_reasons(facts), *business, *payee]
 
 
 def payment_reasons(facts: PaymentFacts) -> list[Reason]:

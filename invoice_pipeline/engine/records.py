@@ -12,6 +12,8 @@ from decimal import Decimal
 from typing import Any, Generic, Literal, TypeVar
 from uuid import UUID
 
+from invoice_pipeline.domain.corrected_invoices import CorrectionChoice
+
 
 @dataclass(frozen=True)
 class Lease:
@@ -137,6 +139,10 @@ class Approval:
     decided_at: datetime
     # What the person who approved it vouched for: each reason shown, as domain/payment.Reason.voucher.
     vouched: tuple[str, ...] = ()
+    # A corrected invoice's approval: whether it replaces or reverses the original it names
+    # (domain/corrected_invoices.py).
+    correction_choice: CorrectionChoice | None = None
+    corrects_invoice_id: UUID | None = None
 
     @property
     def approver(self) -> str | None:
@@ -170,6 +176,9 @@ class LedgerPosting:
     # "card", ...); None: the document names no means. A direct debit is collected by the seller:
     # the export must not pay it by transfer as well (docs/formats.md "Payment means").
     payment_means: str | None = None
+    # A corrected invoice's posting: the difference it books against the original it corrects.
+    correction_choice: CorrectionChoice | None = None
+    corrects_invoice_id: UUID | None = None
 
 
 @dataclass(frozen=True)
@@ -328,6 +337,9 @@ class Posting:
     # "card", ...); None: the document names no means. A direct debit is collected by the seller:
     # the export must not pay it by transfer as well (docs/formats.md "Payment means").
     payment_means: str | None = None
+    # A corrected invoice's posting: the difference it books against the original it corrects.
+    correction_choice: CorrectionChoice | None = None
+    corrects_invoice_id: UUID | None = None
 
 
 @dataclass(frozen=True)

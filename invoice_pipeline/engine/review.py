@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from uuid import UUID
 
+from invoice_pipeline.domain.corrected_invoices import CorrectionChoice
 from invoice_pipeline.domain.payment import PAYMENT_REASON_CODES
 from invoice_pipeline.domain.review import REASON_CODES
 from invoice_pipeline.engine.dedupe import match_outcome
@@ -131,8 +132,10 @@ def act(
     note: str | None = None,
     *,
     expect_version: str | None = None,
+    correction: CorrectionChoice | None = None,
 ) -> ActionOutcome:
-    """One action on one invoice, under its processing lock. `note` is the reason for a reject.
+    """One action on one invoice, under its processing lock. `note` is the reason for a reject;
+    `correction` is an approval's choice for a corrected invoice (replace or reverse the original).
 
     `expect_version`: what the person saw (`store.review_version`, the review page sends it);
     checked under the lock, so a decision someone made meanwhile refuses this one.
@@ -164,7 +167,7 @@ def act(
         actor,
         state.status,
         expect_version,
-        lambda lease: _apply(store, action, lease, actor, note),
+        lambda lease: _apply(store, action, lease, actor, note, correction),
         refused,
     )
     if action == "approve" and outcome.done:
@@ -211,10 +214,17 @@ def decide_under_lock(
 
 
 def _apply(
-    store: InvoiceStore, action: Action, lease: Lease, actor: Actor, note: str | None
+    store: InvoiceStore,
+    action: Action,
+    lease: Lease,
+    actor: Actor,
+    note: str | None,
+    correction: CorrectionChoice | None = None,
 ) -> ActionOutcome:
+    if correction is not None and action != "approve":
+        raise ValueError("replace or reverse is an approval's choice")
     if action == "approve":
-        return store.review.review_approve(lease, actor.name, note)
+        return store.review.review_approve(lease, actor.name, note, correction)
     if action == "reject":
         assert note is not None
         return store.review.review_reject(lease, actor.name, note)
@@ -235,6 +245,7 @@ def act_on(
     note: str | None = None,
     *,
     on_outcome: Callable[[ActionOutcome], None] | None = None,
+    correction: CorrectionChoice | None = None,
 ) -> list[ActionOutcome]:
     """An action on the invoices given by id, or on every invoice the filter selects.
 
@@ -248,7 +259,7 @@ def act_on(
         ids = list(dict.fromkeys(flt.invoice_ids))
     outcomes = []
     for invoice_id in ids:
-        outcome = act(store, action, invoice_id, actor, note)
+        outcome = act(store, action, invoice_id, actor, note, correction=correction)
         outcomes.append(outcome)
         if on_outcome is not None:
             on_outcome(outcome)

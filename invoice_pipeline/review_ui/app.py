@@ -41,7 +41,9 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from invoice_pipeline.documents.reading.layout_export import parse_export_text
+from invoice_pipeline.domain.corrected_invoices import CorrectionChoice
 from invoice_pipeline.domain.corrections import CorrectionError, as_text
+from invoice_pipeline.domain.doctypes import is_correction
 from invoice_pipeline.domain.fields import FIELD_NAMES, InvoiceFields
 from invoice_pipeline.domain.identity import IDENTIFIER_KINDS
 from invoice_pipeline.domain.review import reason_code
@@ -108,6 +110,11 @@ PAGE_ACTIONS: dict[str, Action] = {
     "not_duplicate": "not_duplicate",
     "confirm_duplicate": "confirm_duplicate",
     "requeue": "requeue",
+}
+# A corrected invoice's two approvals (domain/corrected_invoices.py).
+CORRECTION_APPROVALS: dict[str, CorrectionChoice] = {
+    "approve_replace": "replace",
+    "approve_reverse": "reverse",
 }
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
@@ -414,7 +421,9 @@ class ReviewUi:
         ]
         actions = []
         if inv.status == "needs_review":
-            actions = ["approve", "reject"]
+            # A corrected invoice is approved only as replacing or reversing the invoice it corrects.
+            corrects = fields is not None and is_correction(fields)
+            actions = [*(CORRECTION_APPROVALS if corrects else ["approve"]), "reject"]
             if inv.duplicate_status == "suspected":
                 actions += ["not_duplicate", "confirm_duplicate"]
         if inv.status in REQUEUE_STATUSES:
@@ -553,6 +562,18 @@ class ReviewUi:
                 outcome = _until_free(
                     lambda: correct_invoice(
                         self.store, inv.invoice_id, changes, actor, form.get("note"), expect_version=version
+                    )
+                )
+            elif kind in CORRECTION_APPROVALS:
+                outcome = _until_free(
+                    lambda: act(
+                        self.store,
+                        "approve",
+                        inv.invoice_id,
+                        actor,
+                        form.get("note") or None,
+                        expect_version=version,
+                        correction=CORRECTION_APPROVALS[kind],
                     )
                 )
             elif kind in PAGE_ACTIONS:

@@ -8,11 +8,14 @@ Each case posted the document as written before the rule (see the commit of doma
 
 from __future__ import annotations
 
+import threading
 from decimal import Decimal
 from uuid import UUID
 
+import psycopg
 import pytest
 
+from invoice_pipeline.domain.corrected_invoices import original_lock_id
 from invoice_pipeline.domain.review import (
     AMOUNT_PRECISION,
     CORRECTION,
@@ -24,10 +27,12 @@ from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline_tests.engine.review.helpers import (
     postings,
     process_documents,
+    run_ok,
     sql,
     status_and_reasons,
 )
-from pipeline_support.einvoices import EInvoice, cii, ubl
+from pipeline_support.einvoices import EInvoice, cii, corrected_invoice, ubl
+from pipeline_support.helpers import wait_for
 
 ALICE = Actor("os-user:alice", "review:alice@test:1")
 
@@ -73,33 +78,143 @@ def test_a_pro_forma_is_never_posted(database_url: str, store: InvoiceStore) -> 
     _held_for(database_url, pro_forma, NOT_A_CLAIM)
 
 
+def _held_invoice(number: str) -> bytes:
+    """An invoice held for a person (a negative total), never posted by itself."""
+    return cii(EInvoice(number=number, net="-4.20", tax="-0.80", grand="-5.00", due="-5.00"))
+
+
+def _booked(database_url: str, original: UUID) -> Decimal:
+    """What the ledger holds for the original: its posting and every correction's."""
+    ((total,),) = sql(
+        database_url,
+        "SELECT coalesce(sum(amount), 0) FROM ledger_postings WHERE invoice_id = %s OR corrects_invoice_id = %s",
+        (original, original),
+    )
+    return Decimal(total)
+
+
 def test_a_correction_is_held_and_never_added_to_its_invoice(database_url: str, store: InvoiceStore) -> None:
     original, correction = _process(
         database_url,
         store,
         cii(EInvoice(number="INV-2001")),
-        cii(
-            EInvoice(
-                number="K-5512",  # its own number: only its type says it corrects INV-2001
-                type_code="384",
-                preceding="INV-2001",
-                preceding_date="2026-11-02",
-                net="1050.00",
-                tax="199.50",
-                grand="1249.50",
-                due="1249.50",
-            )
-        ),
+        corrected_invoice("K-5512", "INV-2001", "1249.50"),
     )
     assert postings(database_url, original) == 1
     _held_for(database_url, correction, CORRECTION)
     (reasons,) = sql(database_url, "SELECT review_reasons FROM invoices WHERE id = %s", (correction,))[0]
     assert any("corrects INV-2001 of 2026-11-02" in r for r in reasons)
-    # A plain approval would pay it on top of the original: refused (replacing or reversing the
-    # original is a decision of its own, not yet offered).
+    # A plain approval would pay it on top of the original: refused, naming the choice to make.
     refused = act(store, "approve", correction, ALICE)
-    assert not refused.done and CORRECTION in refused.message
+    assert not refused.done and "replacing" in refused.message and "reversing" in refused.message
     assert postings(database_url, correction) == 0
+    assert _booked(database_url, original) == Decimal("1190.00")
+
+
+def test_a_correction_that_replaces_books_only_the_difference(database_url: str, store: InvoiceStore) -> None:
+    original, first, second = _process(
+        database_url,
+        store,
+        cii(EInvoice(number="INV-2001")),
+        corrected_invoice("K-5512", "INV-2001", "1249.50"),
+        corrected_invoice("K-5513", "INV 2001", "1309.00"),  # the number in another format
+    )
+    approved = act(store, "approve", first, ALICE, correction="replace")
+    assert approved.done, approved.message
+    run_ok(database_url, [first])
+    assert [a for a, _, _ in _ledger(database_url, first)] == [Decimal("59.50")]
+    assert _booked(database_url, original) == Decimal("1249.50")
+    ((choice, corrects),) = sql(
+        database_url,
+        "SELECT correction_choice, corrects_invoice_id FROM ledger_postings WHERE invoice_id = %s",
+        (first,),
+    )
+    assert (choice, corrects) == ("replace", original)
+    # A second correction replaces again: what is booked is its amount, never the sum.
+    assert act(store, "approve", second, ALICE, correction="replace").done
+    run_ok(database_url, [second])
+    assert [a for a, _, _ in _ledger(database_url, second)] == [Decimal("59.50")]
+    assert _booked(database_url, original) == Decimal("1309.00")
+
+
+def test_a_correction_that_reverses_takes_back_what_was_booked(
+    database_url: str, store: InvoiceStore
+) -> None:
+    original, correction = _process(
+        database_url,
+        store,
+        cii(EInvoice(number="INV-2001")),
+        corrected_invoice("K-5512", "INV-2001", "1249.50"),
+    )
+    assert act(store, "approve", correction, ALICE, correction="reverse").done
+    run_ok(database_url, [correction])
+    assert [a for a, _, _ in _ledger(database_url, correction)] == [Decimal("-1190.00")]
+    assert _booked(database_url, original) == 0
+
+
+@pytest.mark.parametrize(
+    ("documents", "why"),
+    [
+        # The original is not known: nothing to replace, and paying it in full is a guess.
+        ([corrected_invoice("K-5512", "INV-2001", "1249.50")], "no invoice of this seller"),
+        # Another seller's invoice with that number is not the one it corrects.
+        (
+            [
+                cii(EInvoice(number="INV-2001", seller="Other Seller GmbH", seller_vat="ATU13585627")),
+                corrected_invoice("K-5512", "INV-2001", "1249.50"),
+            ],
+            "no invoice of this seller",
+        ),
+        # The original is still held: decided first, so the correction is never booked beside a
+        # posting that comes later.
+        ([_held_invoice("INV-2001"), corrected_invoice("K-5512", "INV-2001", "1249.50")], "not decided yet"),
+        # Booked in another currency.
+        (
+            [
+                cii(EInvoice(number="INV-2001")),
+                corrected_invoice("K-5512", "INV-2001", "1249.50", currency="USD"),
+            ],
+            "booked in EUR",
+        ),
+    ],
+    ids=["unknown-original", "other-seller", "original-held", "other-currency"],
+)
+def test_a_correction_that_cannot_be_booked_stays_held(
+    database_url: str, store: InvoiceStore, documents: list[bytes], why: str
+) -> None:
+    *_, correction = _process(database_url, store, *documents)
+    refused = act(store, "approve", correction, ALICE, correction="replace")
+    assert not refused.done and why in refused.message, refused.message
+    _held_for(database_url, correction, CORRECTION)
+
+
+def test_only_a_correction_takes_the_choice(database_url: str, store: InvoiceStore) -> None:
+    (invoice,) = _process(database_url, store, _held_invoice("INV-9001"))
+    refused = act(store, "approve", invoice, ALICE, correction="reverse")
+    assert not refused.done and "not a corrected invoice" in refused.message
+
+
+def test_a_correction_is_booked_against_what_is_booked_when_it_posts(
+    database_url: str, store: InvoiceStore
+) -> None:
+    """Approved against 1190.00, posted after another correction booked meanwhile: the difference
+    is taken from what is booked at posting (under the original's lock), not at approval."""
+    original, first, second = _process(
+        database_url,
+        store,
+        cii(EInvoice(number="INV-2001")),
+        corrected_invoice("K-5512", "INV-2001", "1249.50"),
+        corrected_invoice("K-5513", "INV-2001", "1309.00"),
+    )
+    assert act(store, "approve", first, ALICE, correction="replace").done
+    assert act(store, "approve", second, ALICE, correction="replace").done
+    run_ok(database_url, [first])
+    run_ok(database_url, [second])
+    assert _booked(database_url, original) == Decimal("1309.00")
+    assert sorted(a for i in (first, second) for a, _, _ in _ledger(database_url, i)) == [
+        Decimal("59.50"),
+        Decimal("59.50"),
+    ]
 
 
 def test_a_prepayment_stated_without_an_amount_due_is_not_paid_again(
@@ -184,3 +299,47 @@ def test_a_positive_ubl_credit_note_and_a_negative_cii_381_post_the_same_credit(
         assert [amount for amount, _, _ in _ledger(database_url, invoice)] == [Decimal("-119.00")]
         (stored,) = sql(database_url, "SELECT payable_total FROM invoices WHERE id = %s", (invoice,))[0]
         assert stored == Decimal("119.00")
+
+
+def test_a_correction_is_booked_under_its_originals_lock(database_url: str, store: InvoiceStore) -> None:
+    """While the original's advisory lock is held elsewhere (another correction of it being
+    booked), the posting waits on exactly that lock before it reads what is booked: two
+    corrections of one original are booked one after the other, never both against 1190.00."""
+    original, correction = _process(
+        database_url,
+        store,
+        cii(EInvoice(number="INV-2001")),
+        corrected_invoice("K-5512", "INV-2001", "1249.50"),
+    )
+    assert act(store, "approve", correction, ALICE, correction="replace").done
+    lock_id = original_lock_id("acme", original)
+    errors: list[BaseException] = []
+
+    def post() -> None:
+        try:
+            run_ok(database_url, [correction])
+        except BaseException as exc:  # reported by the assertion below
+            errors.append(exc)
+
+    with psycopg.connect(database_url) as holder, psycopg.connect(database_url, autocommit=True) as observer:
+        holder.execute("SELECT pg_advisory_xact_lock(%s)", (lock_id,))
+        worker = threading.Thread(target=post)
+        worker.start()
+
+        def posting_waits_on_the_originals_lock() -> bool:
+            row = observer.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+                "AND ((classid::bigint << 32) | objid::bigint) = (%s::bigint & x'ffffffffffffffff'::bigint)",
+                (lock_id,),
+            ).fetchone()
+            return bool(row and row[0] == 1)
+
+        wait_for(
+            posting_waits_on_the_originals_lock,
+            what="the correction's posting to wait on its original's lock",
+        )
+        assert postings(database_url, correction) == 0
+        holder.rollback()
+    worker.join(120)
+    assert not errors, errors
+    assert _booked(database_url, original) == Decimal("1249.50")

@@ -105,20 +105,23 @@ UPDATE invoices SET review_reasons = %(reasons)s, updated_at = now() WHERE id = 
 SELECT review_reasons FROM invoices WHERE id = %(invoice_id)s AND cardinality(review_reasons) > 0
 
 -- name: load_approvals_of
-SELECT invoice_id, decision, rule, decided_at, vouched FROM approvals WHERE invoice_id = ANY(%(invoice_ids)s::uuid[])
+SELECT invoice_id, decision, rule, decided_at, vouched, correction_choice, corrects_invoice_id FROM approvals WHERE invoice_id = ANY(%(invoice_ids)s::uuid[])
 
 -- name: post_to_ledger
 INSERT INTO ledger_postings (invoice_id, job_id, org_id, amount, currency, vendor_id, invoice_number,
                              issue_date, due_date, iban, registered_name, registered_vat_id,
-                             printed_seller_name, printed_seller_vat_id, payment_means)
+                             printed_seller_name, printed_seller_vat_id, payment_means, correction_choice,
+                             corrects_invoice_id)
 VALUES (%(invoice_id)s, %(job_id)s, %(org_id)s, %(amount)s, %(currency)s, %(vendor_id)s, %(invoice_number)s,
         %(issue_date)s, %(due_date)s, %(iban)s, %(registered_name)s, %(registered_vat_id)s,
-        %(printed_seller_name)s, %(printed_seller_vat_id)s, %(payment_means)s)
+        %(printed_seller_name)s, %(printed_seller_vat_id)s, %(payment_means)s, %(correction_choice)s,
+        %(corrects_invoice_id)s)
 ON CONFLICT (invoice_id) DO NOTHING
 
 -- name: load_ledger_posting
 SELECT p.id AS posting_id, p.invoice_id, p.amount, p.currency, p.posted_at, p.vendor_id, v.name AS vendor_name,
        p.invoice_number, p.issue_date, p.due_date, p.iban, p.registered_name, p.registered_vat_id,
-       p.printed_seller_name, p.printed_seller_vat_id, p.payment_means
+       p.printed_seller_name, p.printed_seller_vat_id, p.payment_means, p.correction_choice,
+       p.corrects_invoice_id
 FROM ledger_postings p LEFT JOIN vendors v ON v.org_id = p.org_id AND v.id = p.vendor_id
 WHERE p.invoice_id = %(invoice_id)s

@@ -58,8 +58,9 @@ FROM invoices WHERE id = %(invoice_id)s
 FOR UPDATE
 
 -- name: review_save_approval
-INSERT INTO approvals (invoice_id, job_id, decision, rule, vouched)
-VALUES (%(invoice_id)s, %(job_id)s, %(decision)s, %(rule)s, %(vouched)s::text[])
+INSERT INTO approvals (invoice_id, job_id, decision, rule, vouched, correction_choice, corrects_invoice_id)
+VALUES (%(invoice_id)s, %(job_id)s, %(decision)s, %(rule)s, %(vouched)s::text[], %(correction_choice)s,
+        %(corrects_invoice_id)s)
 ON CONFLICT (invoice_id) DO NOTHING
 RETURNING invoice_id
 

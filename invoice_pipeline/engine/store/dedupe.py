@@ -19,7 +19,7 @@ from invoice_pipeline.db.sqlfiles import QueryFile
 from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.keys import decision_lock_ids, search_ids
 from invoice_pipeline.domain.matching import MatchCandidate
-from invoice_pipeline.domain.normalize import vendor_key_or_none
+from invoice_pipeline.domain.normalize import seller_vendor_keys
 from invoice_pipeline.engine.records import (
     ChunkWrite,
     DuplicateCandidateRow,
@@ -379,10 +379,7 @@ class Dedupe:
         """Originals the invoice may copy although its number was not read: the same seller, type
         and currency, the amount within 0.01, a close issue date (issue 52). None without a
         seller or an amount to compare."""
-        keys = sorted(
-            {key for key in (vendor_key_or_none(fields.seller_name, fields.seller_vat_id),
-                             vendor_key_or_none(fields.seller_name, None)) if key}
-        )  # fmt: skip
+        keys = seller_vendor_keys(fields)
         if not keys or fields.payable_total is None:
             return []
         params = {

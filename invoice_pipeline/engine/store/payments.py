@@ -24,16 +24,27 @@ from uuid import UUID
 import psycopg
 
 from invoice_pipeline.db.sqlfiles import QueryFile
+from invoice_pipeline.domain.corrected_invoices import (
+    CorrectionBooking,
+    CorrectionChoice,
+    OriginalBooking,
+    booking_for_correction,
+    original_lock_id,
+)
 from invoice_pipeline.domain.doctypes import payment_means_kind
 from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.identity import OrgProfile
+from invoice_pipeline.domain.keys import NumberKey
+from invoice_pipeline.domain.normalize import normalize_invoice_number, seller_vendor_keys
 from invoice_pipeline.domain.payment import (
     PaymentDecision,
     PaymentFacts,
+    Reason,
     decide_payment,
     identity_keys,
+    identity_lock_id,
 )
-from invoice_pipeline.domain.review import ReviewPolicy
+from invoice_pipeline.domain.review import CORRECTION, ReviewPolicy
 from invoice_pipeline.engine.records import Approval, ChunkWrite, Lease, Posting
 from invoice_pipeline.engine.store.database import Database
 from invoice_pipeline.engine.store.documents import Documents
@@ -55,6 +66,11 @@ class PaymentRequest:
     duplicate_of: UUID | None
     approval: Approval | None
 
+    @property
+    def corrects(self) -> UUID | None:
+        """The original a corrected invoice's approval books it against."""
+        return self.approval.corrects_invoice_id if self.approval is not None else None
+
 
 class Payments:
     """Who is paid, decided in the posting's transaction (queries: payments.sql)."""
@@ -65,13 +81,66 @@ class Payments:
         self.documents = documents
 
     def take_identity_locks(
-        self, conn: psycopg.Connection[Any], keys: Iterable[tuple[str, InvoiceFields]]
+        self,
+        conn: psycopg.Connection[Any],
+        keys: Iterable[tuple[str, InvoiceFields]],
+        originals: Iterable[tuple[str, UUID]] = (),
     ) -> None:
-        """The advisory locks of the (org, fields) pairs' identity keys, in one sorted call (an
-        org's keys are its own: the lock ids hash the org in)."""
-        self.vendors.lock_identities(
-            conn, [(org_id, i) for org_id, fields in keys for i in identity_keys(fields)]
+        """The advisory locks of the (org, fields) pairs' identity keys, and of the (org, invoice)
+        originals corrected invoices are booked against, in one sorted call (an org's keys are
+        its own: the lock ids hash the org in)."""
+        self.vendors.lock_ids(
+            conn,
+            [
+                *(identity_lock_id(org_id, i) for org_id, fields in keys for i in identity_keys(fields)),
+                *(original_lock_id(org_id, invoice_id) for org_id, invoice_id in originals),
+            ],
         )
+
+    @staticmethod
+    def originals_a_correction_names(
+        conn: psycopg.Connection[Any], org_id: str, invoice_id: UUID, fields: InvoiceFields
+    ) -> list[UUID]:
+        """The org's original invoices of the correction's seller whose number is its BT-25 (at most
+        two: more than one is ambiguous)."""
+        number = normalize_invoice_number(fields.preceding_invoice or "")
+        keys = seller_vendor_keys(fields)
+        if not number or not keys:
+            return []
+        params = {
+            "org_id": org_id,
+            "invoice_id": invoice_id,
+            "number_key": NumberKey(org_id, "invoice", number).id,
+            "vendor_keys": keys,
+        }
+        return [row[0] for row in conn.execute(PAYMENTS["originals_a_correction_names"], params)]
+
+    def booking_of_original(
+        self, conn: psycopg.Connection[Any], org_id: str, original_id: UUID
+    ) -> OriginalBooking | None:
+        """What the ledger holds for an original now (under its advisory lock, for a posting)."""
+        return self.db.fetch_one(
+            conn,
+            OriginalBooking,
+            PAYMENTS["booking_of_original"],
+            {"org_id": org_id, "invoice_id": original_id},
+        )
+
+    def correction_booking(
+        self,
+        conn: psycopg.Connection[Any],
+        org_id: str,
+        fields: InvoiceFields,
+        choice: CorrectionChoice,
+        original_id: UUID,
+    ) -> CorrectionBooking | str:
+        """The posting an approved correction makes against its original, or why it cannot."""
+        original = self.booking_of_original(conn, org_id, original_id)
+        if original is None:
+            return f"the invoice it corrects ({original_id}) is not one of the org's"
+        if fields.payable_total is None or fields.currency is None:
+            return "it states no amount due or currency to replace the original's with"
+        return booking_for_correction(choice, fields.payable_total, fields.currency, original)
 
     def facts_in(
         self,
@@ -96,6 +165,7 @@ class Payments:
             duplicate_of,
             approval.approver if approval else None,
             frozenset(approval.vouched) if approval else frozenset(),
+            approval.correction_choice if approval else None,
         )
 
     def post_many(
@@ -106,12 +176,11 @@ class Payments:
         profiles: dict[str, OrgProfile] = {}
 
         def locks(conn: psycopg.Connection[Any], leases: list[Lease]) -> None:
+            requests = [by_invoice[lease.invoice_id] for lease in leases]
             self.take_identity_locks(
                 conn,
-                [
-                    (by_invoice[lease.invoice_id].org_id, by_invoice[lease.invoice_id].fields)
-                    for lease in leases
-                ],
+                [(r.org_id, r.fields) for r in requests],
+                [(r.org_id, r.corrects) for r in requests if r.corrects is not None],
             )
 
         def profiles_now(conn: psycopg.Connection[Any], live: list[Lease]) -> None:
@@ -131,21 +200,40 @@ class Payments:
                 profiles[request.org_id],
             )
             decision = decide_payment(facts)
+            correction = None
+            if decision.posts and request.approval is not None and request.corrects is not None:
+                assert request.approval.correction_choice is not None
+                booked = self.correction_booking(
+                    conn, request.org_id, request.fields, request.approval.correction_choice, request.corrects
+                )
+                if isinstance(booked, str):
+                    # What is booked for the original changed since the approval: fail closed.
+                    decision = PaymentDecision((Reason(CORRECTION, "", f"{CORRECTION}: {booked}"),))
+                else:
+                    correction = booked
             if not decision.posts:
                 self.db.writer(PAYMENTS["hold_at_posting"])(
                     conn, lease, {"reasons": [r.text for r in decision.held]}
                 )
                 return decision
-            self.documents.post_in(conn, lease, self._posting(conn, lease.invoice_id, facts, decision))
+            self.documents.post_in(
+                conn, lease, self._posting(conn, lease.invoice_id, facts, decision, correction)
+            )
             return decision
 
         return self.db.write_chunk(items, write, profiles_now, step=step, before_fence=locks)
 
     def _posting(
-        self, conn: psycopg.Connection[Any], invoice_id: UUID, facts: PaymentFacts, decision: PaymentDecision
+        self,
+        conn: psycopg.Connection[Any],
+        invoice_id: UUID,
+        facts: PaymentFacts,
+        decision: PaymentDecision,
+        correction: CorrectionBooking | None,
     ) -> Posting:
         """The ledger's record: the vendor (registered now when the decision says so), the registry's
-        name and VAT id for it at this moment beside what the document printed, and the account."""
+        name and VAT id for it at this moment beside what the document printed, and the account;
+        for a corrected invoice, the difference it books against its original."""
         fields = facts.fields
         vendor_id = decision.vendor.vendor_id if decision.vendor is not None else None
         if decision.registration is not None:
@@ -161,9 +249,13 @@ class Payments:
         )
         assert fields.currency is not None and fields.payable_total is not None
         amount = fields.payable_total
+        if correction is not None:
+            amount = correction.amount
+        elif fields.document_type == "credit_note":
+            amount = -abs(amount)
         return Posting(
             facts.org_id,
-            -abs(amount) if fields.document_type == "credit_note" else amount,
+            amount,
             fields.currency,
             invoice_number=fields.invoice_number,
             issue_date=fields.issue_date,
@@ -175,4 +267,6 @@ class Payments:
             printed_seller_name=fields.seller_name,
             printed_seller_vat_id=fields.seller_vat_id,
             payment_means=payment_means_kind(fields),
+            correction_choice=correction.choice if correction else None,
+            corrects_invoice_id=correction.original_id if correction else None,
         )

@@ -12,7 +12,7 @@ Queries: sql/queries/review.sql.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import timedelta
 from typing import Any
 from uuid import UUID
@@ -20,6 +20,8 @@ from uuid import UUID
 import psycopg
 
 from invoice_pipeline.db.sqlfiles import QueryFile
+from invoice_pipeline.domain.corrected_invoices import CorrectionChoice, choice_text
+from invoice_pipeline.domain.doctypes import is_correction
 from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.matching import MatchCandidate
 from invoice_pipeline.domain.payment import payment_reasons, vouch
@@ -121,7 +123,9 @@ class Review:
             return None
         return Lease(row[0], invoice_id, int(row[1]), owner)
 
-    def review_approve(self, lease: Lease, actor: str, note: str | None) -> ActionOutcome:
+    def review_approve(
+        self, lease: Lease, actor: str, note: str | None, correction: CorrectionChoice | None = None
+    ) -> ActionOutcome:
         """Approved by a person: due again, so the pipeline runs on to post_to_ledger (once).
 
         The approval re-decides who is paid on the current fields and registry, under the
@@ -131,6 +135,11 @@ class Review:
         approval and is added to the invoice's reasons for the person to see; a reason nobody may
         vouch for (the org's own identity as the seller, an impossible IBAN) refuses it too. What
         the approval vouches for is recorded with it; the posting holds again for anything else.
+
+        A corrected invoice (type 384 and its kin) is approved only with `correction`, the
+        person's choice of whether it replaces or reverses the invoice it names (BT-25), which
+        must be one original of the same seller, decided already; the approval records both, and
+        the posting books the difference (domain/corrected_invoices.py).
         """
         policies: dict[str, ReviewPolicy] = {}
 
@@ -160,13 +169,19 @@ class Review:
                     f"it has no {' and no '.join(g.removeprefix('a ') for g in gaps)}, which posting needs: "
                     "reject it and ask the seller for a corrected copy"
                 )
-            facts = self.payments.facts_in(
-                conn,
-                target.org_id,
-                fields,
-                policies.get(target.org_id, DEFAULT_POLICY),
-                target.duplicate_status,
-                target.duplicate_of,
+            corrects = self._original_to_correct(conn, target, fields, correction)
+            if isinstance(corrects, str):
+                return corrects
+            facts = replace(
+                self.payments.facts_in(
+                    conn,
+                    target.org_id,
+                    fields,
+                    policies.get(target.org_id, DEFAULT_POLICY),
+                    target.duplicate_status,
+                    target.duplicate_of,
+                ),
+                correction_choice=correction,
             )
             now = payment_reasons(facts)
             never = [r.text for r in now if not r.vouchable]
@@ -190,13 +205,51 @@ class Review:
                     "for the reasons you were shown"
                 )
             if not self._save_review_approval(
-                conn, lease, "approved", self._said(f"approved by {actor}", note), sorted(vouch(now))
+                conn,
+                lease,
+                "approved",
+                self._said(f"approved by {actor}", note),
+                sorted(vouch(now)),
+                (correction, corrects) if correction is not None and corrects is not None else None,
             ):
                 return "it already has an approval decision"
             conn.execute(REVIEW["review_continue"], {"invoice_id": lease.invoice_id})
+            if correction is not None:
+                return "pending", f"approved: it {choice_text(correction)}; due now, the pipeline posts it"
             return "pending", "approved: due now, the pipeline posts it"
 
         return self._review_write(lease, "approve", actor, note, write, before_fence=identity_locks_first)
+
+    def _original_to_correct(
+        self,
+        conn: psycopg.Connection[Any],
+        target: LockedTarget,
+        fields: InvoiceFields,
+        correction: CorrectionChoice | None,
+    ) -> UUID | None | str:
+        """The original a corrected invoice's approval books it against (None: not a corrected
+        invoice), or why the approval is refused."""
+        if not is_correction(fields):
+            if correction is not None:
+                return "it is not a corrected invoice: approve it without choosing replace or reverse"
+            return None
+        names = fields.preceding_invoice or "an invoice it does not name (no BT-25)"
+        if correction is None:
+            return (
+                f"it is a corrected invoice of {names}: approve it as replacing the invoice it corrects "
+                "(the difference is booked) or as reversing it (what was booked for it is taken back); "
+                "it is never paid on top of it"
+            )
+        found = self.payments.originals_a_correction_names(conn, target.org_id, target.invoice_id, fields)
+        if not found:
+            return (
+                f"it corrects {names}, which is no invoice of this seller the pipeline knows: ingest "
+                "the original first, or reject the correction"
+            )
+        if len(found) > 1:
+            return f"it corrects {names}, and more than one invoice of this seller has that number: reject it"
+        booking = self.payments.correction_booking(conn, target.org_id, fields, correction, found[0])
+        return booking if isinstance(booking, str) else booking.original_id
 
     def review_reject(self, lease: Lease, actor: str, reason: str) -> ActionOutcome:
         """Rejected by a person: finished, never posted."""
@@ -327,6 +380,7 @@ class Review:
         decision: str,
         rule: str,
         vouched: Sequence[str] = (),
+        correction: tuple[CorrectionChoice, UUID] | None = None,
     ) -> bool:
         params = {
             "invoice_id": lease.invoice_id,
@@ -334,6 +388,8 @@ class Review:
             "decision": decision,
             "rule": rule,
             "vouched": list(vouched),
+            "correction_choice": correction[0] if correction else None,
+            "corrects_invoice_id": correction[1] if correction else None,
         }
         return conn.execute(REVIEW["review_save_approval"], params).fetchone() is not None
 

@@ -168,7 +168,12 @@ class Vendors:
     def lock_identities(conn: psycopg.Connection[Any], keys: Iterable[tuple[str, Identifier]]) -> None:
         """The (org, identifier) keys' advisory locks (domain/payment.identity_lock_id), in one sorted
         call: whoever reads or changes who owns an identifier, or who bears a name, takes them first."""
-        ids = sorted({identity_lock_id(org_id, ident) for org_id, ident in keys})
+        Vendors.lock_ids(conn, (identity_lock_id(org_id, ident) for org_id, ident in keys))
+
+    @staticmethod
+    def lock_ids(conn: psycopg.Connection[Any], lock_ids: Iterable[int]) -> None:
+        """Advisory locks, in one sorted call (the lock order, sql/0009)."""
+        ids = sorted(set(lock_ids))
         if ids:
             conn.execute(VENDORS["take_identity_locks"], {"lock_ids": ids})
 
