@@ -28,12 +28,15 @@ Read time: template-free reading alone against template-free + the org's layouts
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import re
 import statistics
 import time
+import unittest.mock
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import date, timedelta
 from decimal import Decimal
@@ -43,17 +46,19 @@ from uuid import UUID
 from benchmarks.harness import BenchContext, BenchResult, register
 from benchmarks.page_reading import CORPUS, KEY_FIELDS, strip_to_page
 from invoice_pipeline.config import DEFAULT_MAX_DOCUMENT_BYTES
-from invoice_pipeline.documents import ExtractedText, extract_fields, extract_text
+from invoice_pipeline.documents import ExtractedText, extract_fields, extract_text, text_fields
 from invoice_pipeline.documents.reading.layouts import VendorLayout, apply_layouts, norm_text
 from invoice_pipeline.domain.fields import InvoiceFields
+from invoice_pipeline.domain.identity import Identifier, normalise, vat_valid
 from invoice_pipeline.domain.review import reason_code
 from invoice_pipeline.engine.chunk_loop import claim_chunk, process_chunk
 from invoice_pipeline.engine.corrections import correct_invoice
 from invoice_pipeline.engine.layouts import teach_layout
 from invoice_pipeline.engine.review import Actor, act
 from invoice_pipeline.engine.stages import StageEnv
-from invoice_pipeline.engine.store import InvoiceStore
+from invoice_pipeline.engine.store import InvoiceStore, VendorImportRow
 from invoice_pipeline.orchestration.resources import DocumentReader
+from invoice_pipeline.samples.vat_ids import valid_vat_id
 from invoice_pipeline.samples.vendor_series import SeriesInvoice, due_date_of, vendor_series
 
 SEED = 2031
@@ -98,13 +103,27 @@ def generated_groups(vendors: int, per_vendor: int) -> list[Group]:
         twin_case = dataclasses.replace(
             second.case,
             seller_name=f"Twin Trading {n} Ltd",
-            seller_vat_id=f"{second.case.seller_vat_id[:2]}{700_000_000 + n}",
+            seller_vat_id=twin_vat_id(second.case.seller_vat_id, n),
         )
         twin = dataclasses.replace(second, case=twin_case)
         group = Group("generated-house" if v.house_labels else "generated", v.key, docs)
         group.other_vendor = Doc(f"{twin_case.name}-twin", twin.pdf(), _series_truth(twin))
         out.append(group)
     return out
+
+
+def twin_vat_id(vat_id: str, n: int) -> str:
+    """Another valid VAT id of the same country and shape (the twin is a real, registrable vendor)."""
+    prefix, national = vat_id[:2], vat_id[2:]
+    digits = re.match(r"\d+", national)
+    if digits is None:
+        return f"{prefix}{700_000_000 + n}"
+    body = digits.group()
+    shifted = f"{(int(body) + 7919 * (n + 1)) % 10 ** len(body):0{len(body)}d}"
+    try:
+        return valid_vat_id(prefix, shifted, suffix=national[len(body) :])
+    except ValueError:
+        return f"{prefix}{700_000_000 + n}"
 
 
 def corpus_groups() -> list[Group]:
@@ -401,3 +420,131 @@ def run(ctx: BenchContext) -> BenchResult:
     finally:
         store.close()
     return result
+
+
+# -- "as a person works" (issue 54) ---------------------------------------------------------------
+
+POSITIONS = ("1st", "2nd", "later")
+
+
+def position(n: int) -> str:
+    return POSITIONS[min(n, 2)]
+
+
+@contextlib.contextmanager
+def ranker_trained_without(group: Group) -> Iterator[str]:
+    """For a development-set group: the page reader's trained features (the ranker's weights)
+    trained without that group's layout, as `page_reading_lolo` does, for the length of the
+    group's run; generated groups keep the shipped weights (no generated vendor is in them)."""
+    if group.kind != "corpus":
+        yield "shipped ranker weights"
+        return
+    from benchmarks.train_ranker import shipped_use, train, training_pages
+
+    synthetic, corpus = training_pages()
+    kept = [pc for pc in corpus if pc.page.layout != group.name]
+    ranker = train((*synthetic, *kept), shipped_use(), f"without layout {group.name}")
+    with unittest.mock.patch.object(text_fields, "shipped_ranker", lambda: ranker):
+        yield f"ranker trained without layout {group.name} ({len(corpus) - len(kept)} pages left out)"
+
+
+def play(p: Pipeline, org: str, docs: Sequence[Doc], c: Counter[str]) -> list[str]:
+    """A vendor's invoices one at a time, from its first: each is read, a person corrects what is
+    wrong in a held one and approves it, then the next arrives. Counted per position (1st, 2nd,
+    later): key fields right as read, fields typed, held, posted wrong."""
+    notes = []
+    for n, d in enumerate(docs):
+        at = position(n)
+        [invoice_id] = p.run(org, [d])
+        ok, held, wrong, used = p.outcome(invoice_id, d.truth)
+        c[f"{at}:invoices"] += 1
+        c[f"{at}:right"] += sum(ok.values())
+        c[f"{at}:held"] += held
+        c[f"{at}:wrong_amount"] += wrong
+        c[f"{at}:paid_wrong"] += p.paid_wrong(org, invoice_id, d.truth)
+        c[f"{at}:read_with_layout"] += int(used > 0)
+        for code in p.held_for(invoice_id):
+            c[f"{at}:reason:{code}"] += 1
+        typed: Review | None = None
+        state = p.store.documents.invoice_state(invoice_id)
+        if held and state is not None and state.status == "needs_review":
+            typed = review_held(p, invoice_id, d.truth)
+            c[f"{at}:typed"] += len(typed.changes)
+        notes.append(
+            f"{n + 1}:{'held' if held else 'posted'}{f' typed {sorted(typed.changes)}' if typed and typed.changes else ''}"
+        )
+    return notes
+
+
+@register(
+    "layout_learning_as_a_person_works",
+    "issue 54: each vendor's invoices played one at a time (read, corrected, approved, next), per position",
+)
+def run_as_a_person_works(ctx: BenchContext) -> BenchResult:
+    result = BenchResult(
+        "layout_learning_as_a_person_works",
+        "each vendor's invoices one at a time from its first; per group kind and position (1st, 2nd, later)",
+    )
+    vendors, per_vendor = ctx.pick((6, 4), (18, 6))
+    result.params = {"seed": SEED, "generated_vendors": vendors, "invoices_per_vendor": per_vendor}
+    groups = corpus_groups() + generated_groups(vendors, per_vendor)
+    store = InvoiceStore(ctx.database("layout_learning_as_a_person_works"), max_size=4)
+    try:
+        p = Pipeline(store)
+        per_kind: dict[str, Counter[str]] = {}
+        for n, g in enumerate(groups):
+            c = per_kind.setdefault(g.kind, Counter())
+            org = f"person-{n:02d}"
+            with ranker_trained_without(g) as reader:
+                notes = play(p, org, g.docs, c)
+                if g.other_vendor is not None:
+                    # Another vendor of the org with the same template, registered too: none of
+                    # the first vendor's layouts may read its page.
+                    register_vendor(store, org, g.other_vendor)
+                    [other] = p.run(org, [g.other_vendor])
+                    c["leaks"] += p.outcome(other, g.other_vendor.truth)[3]
+                    c["other_vendor_pages"] += 1
+            c["groups"] += 1
+            result.notes.append(f"{g.kind} {g.name} ({reader}): {', '.join(notes)}")
+        for kind, c in per_kind.items():
+            for at in POSITIONS:
+                if not c[f"{at}:invoices"]:
+                    continue
+                fields = c[f"{at}:invoices"] * len(KEY_FIELDS)
+                result.figure(f"{kind} {at}: key fields right as read", "%", better="higher").add(
+                    100 * c[f"{at}:right"] / fields
+                )
+                result.figure(f"{kind} {at}: fields typed", "fields").add(c[f"{at}:typed"])
+                result.figure(f"{kind} {at}: held", "invoices").add(c[f"{at}:held"])
+                reasons = ", ".join(
+                    f"{k.split(':', 2)[2]} {v}" for k, v in sorted(c.items()) if k.startswith(f"{at}:reason:")
+                )
+                result.notes.append(
+                    f"{kind} {at}: {c[f'{at}:invoices']} invoices, key fields right {c[f'{at}:right']}/{fields}, "
+                    f"typed {c[f'{at}:typed']}, held {c[f'{at}:held']} ({reasons or 'none'}), read with a "
+                    f"layout {c[f'{at}:read_with_layout']}, posted with a wrong amount {c[f'{at}:wrong_amount']}, "
+                    f"posted to a wrong seller or IBAN {c[f'{at}:paid_wrong']}"
+                )
+            wrong = sum(c[f"{at}:wrong_amount"] + c[f"{at}:paid_wrong"] for at in POSITIONS)
+            result.check(
+                f"{kind}: nothing posted with a wrong amount, seller or IBAN", wrong == 0, str(wrong)
+            )
+            result.check(
+                f"{kind}: no layout applied to another vendor's page",
+                c["leaks"] == 0,
+                f"{c['leaks']} fields on {c['other_vendor_pages']} pages",
+            )
+    finally:
+        store.close()
+    return result
+
+
+def register_vendor(store: InvoiceStore, org: str, doc: Doc) -> None:
+    """`doc`'s seller in the org's vendor master, by its VAT id (when it has a valid one)."""
+    vat = doc.truth.get("seller_vat_id")
+    if vat and vat_valid(vat):
+        store.vendors.import_vendors(
+            org,
+            [VendorImportRow(doc.truth["seller_name"], (Identifier("vat", normalise("vat", vat), vat),))],
+            "bench: vendor master",
+        )

@@ -98,7 +98,7 @@ def learn_from_decision(
             "registry could recognise the vendor's next pages"
         )
     if not learnt.rules:
-        return skipped("no confirmed value was found on the page next to a label")
+        return skipped("no confirmed value was found on the page next to a label" + _untaught(learnt))
     page = Page.of(extracted.text, boxes)
     rows = [r for r in store.layouts.list_layouts(state.org_id) if layout_of_vendor(r.vendor_key, vendor)]
     for row in sorted(rows, key=lambda r: -r.version):
@@ -140,14 +140,23 @@ def learn_from_decision(
         return Learnt(
             invoice_id,
             "new_version",
-            f"supersedes layout {row.id} v{row.version}: {why}",
+            f"supersedes layout {row.id} v{row.version}: {why}" + _untaught(learnt),
             saved.id,
             saved.version,
         )
     saved = store.layouts.save_layout(learnt, taught_by=taught_by, learnt_from=invoice_id, active=approved)
     return Learnt(
-        invoice_id, "learnt", f"learnt {learnt.vendor_key} from invoice {invoice_id}", saved.id, saved.version
+        invoice_id,
+        "learnt",
+        f"learnt {learnt.vendor_key} from invoice {invoice_id}" + _untaught(learnt),
+        saved.id,
+        saved.version,
     )
+
+
+def _untaught(layout: VendorLayout) -> str:
+    """What the approved values taught nothing about, and why, for the person who taught it."""
+    return f"; learnt nothing from {'; '.join(layout.not_learnt)}" if layout.not_learnt else ""
 
 
 def approved_vendor(store: InvoiceStore, org_id: str, fields: InvoiceFields) -> Vendor:
@@ -184,7 +193,9 @@ def learn_quietly(store: InvoiceStore, invoice_id: UUID | str, taught_by: str) -
     """`learn_from_decision` after a person's approval that has committed (what it learns is active
     at once): a failure is logged, never raised."""
     try:
-        return learn_from_decision(store, invoice_id, taught_by, approved=True)
+        learnt = learn_from_decision(store, invoice_id, taught_by, approved=True)
+        log.info("vendor layout from invoice %s: %s (%s)", invoice_id, learnt.outcome, learnt.detail)
+        return learnt
     except Exception:  # the decision stands whatever learning does
         log.exception("learning a vendor layout from invoice %s failed", invoice_id)
         return None

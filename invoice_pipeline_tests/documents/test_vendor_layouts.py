@@ -81,7 +81,7 @@ def registry() -> tuple[Vendor, ...]:
     vendors = [*series(), *(v.invoices for v in vendor_series(2031, 18, 6))]
     sellers = {inv.case.seller_vat_id: inv.case.seller_name for v in vendors for inv in v}
     sellers |= {twin_vat_id(n): f"Twin Trading {n} Ltd" for n in (1, 100, 101)}
-    sellers |= {HALDEN_VAT: "Halden Tools Ltd", "GB123456782": "Contoso Ltd"}
+    sellers |= {HALDEN_VAT: "Halden Tools Ltd", "GB123456782": "Contoso Ltd", TITLE_VAT: "Lindqvist"}
     return tuple(
         Vendor(n, "acme", name, None, (Identifier("vat", normalise("vat", vat), vat),))
         for n, (vat, name) in enumerate(sorted(sellers.items()), start=1)
@@ -490,3 +490,69 @@ def test_an_amount_a_layout_places_against_the_pages_own_label_holds_the_invoice
     assert "'Balance due' 600.00" in check.rule and "places due 500.00" in check.rule, check.rule
     reasons = review_reasons(fields, DEFAULT_POLICY)
     assert any(r.startswith("amount_unconfirmed") and "600.00" in r and "500.00" in r for r in reasons)
+
+
+# -- what a person types, where the page shows it (issue 54) --------------------------------------
+
+TITLE_VAT = valid_vat_id("DE", "281907414")
+TITLE_PAGE = f"""\
+Lindqvist Werkzeugbau GmbH                                  USt-IdNr.: {TITLE_VAT}
+Teilrechnung {{part}} zu Auftrag 118 Nr. {{number}} vom {{issued}}
+
+Pos. 1   Fraesarbeiten                                      {{net}}
+                                                  Nettobetrag        {{net}}
+                                                  MwSt 19%           {{tax}}
+                                                  Gesamtbetrag       {{gross}}
+Stylesheet-Version 2.1 vom 10.11.2025
+"""
+
+
+def _title_page(part: int, number: str, issued: str, net: str, tax: str, gross: str) -> str:
+    return TITLE_PAGE.format(part=part, number=number, issued=issued, net=net, tax=tax, gross=gross)
+
+
+def test_a_typed_number_and_date_printed_in_a_title_line_are_read_there_on_the_next_page() -> None:
+    """The person typed the number and the issue date, which the page prints only inside its title
+    line ("Teilrechnung 3 zu Auftrag 118 Nr. 210111 vom 30.05.2025"). The layout learns the words
+    right before each ("nr", "vom") near their column, so the vendor's next page is read there,
+    not at the stylesheet's "vom 10.11.2025"."""
+    first = _title_page(3, "210111", "30.05.2025", "1000.00", "190.00", "1190.00")
+    confirmed = dataclasses.replace(
+        fields_from_text(first),
+        invoice_number="210111",
+        issue_date=date(2025, 5, 30),
+        seller_vat_id=TITLE_VAT,
+        net_total=Decimal("1000.00"),
+        tax_total=Decimal("190.00"),
+        payable_total=Decimal("1190.00"),
+    )
+    layout = L.learn_layout(first, None, confirmed, org_id="acme")
+    assert layout is not None
+    number, issued = layout.rule("invoice_number"), layout.rule("issue_date")
+    assert number is not None and (number.relation, number.anchor) == ("after", "nr"), layout.rules
+    assert issued is not None and (issued.relation, issued.anchor) == ("after", "vom"), layout.rules
+    later = _title_page(4, "210187", "30.06.2025", "500.00", "95.00", "595.00")
+    text = ExtractedText("pdf", later, None, "pdf-text", 1)
+    fields = L.apply_layouts(
+        text, fields_from_text(later), [dataclasses.replace(layout, id=1)], "acme", page_vendor(later)
+    )
+    assert (fields.invoice_number, fields.issue_date) == ("210187", date(2025, 6, 30)), fields.sources
+    assert fields.sources["invoice_number"].source.startswith("layout:1:")
+    # The export keeps the new relation, and an import reads it back.
+    assert L.VendorLayout.from_json(layout.to_json(), org_id="acme").rule("issue_date") == issued
+
+
+def test_a_typed_value_the_page_does_not_print_teaches_nothing_and_says_so() -> None:
+    first = _title_page(3, "210111", "30.05.2025", "1000.00", "190.00", "1190.00")
+    confirmed = dataclasses.replace(
+        fields_from_text(first),
+        invoice_number="210111",
+        issue_date=date(2025, 5, 30),
+        due_date=date(2025, 6, 29),  # typed from the contract: not on the page
+        seller_vat_id=TITLE_VAT,
+    )
+    layout = L.learn_layout(first, None, confirmed, org_id="acme")
+    assert layout is not None and layout.rule("due_date") is None
+    assert any(w.startswith("due_date 2025-06-29: not printed on the page") for w in layout.not_learnt), (
+        layout.not_learnt
+    )

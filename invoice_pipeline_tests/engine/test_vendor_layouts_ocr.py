@@ -51,16 +51,6 @@ def right_but_the_name(store: InvoiceStore, invoice_id: UUID, inv: SeriesInvoice
     ) == want
 
 
-def activate_with_scan(store: InvoiceStore, org: str, inv: SeriesInvoice) -> None:
-    """A new layout runs in shadow: a person approves one scan read with it (held, put right),
-    and it becomes active (issue 37)."""
-    [scan] = run_documents(store, org, [scanned(inv, "clean")])
-    assert store.documents.invoice_state(scan).status == "needs_review"  # type: ignore[union-attr]
-    assert correct_invoice(store, scan, corrections(inv), ALICE).done
-    assert act(store, "approve", scan, ALICE).done
-    assert [r.state for r in store.layouts.list_layouts(org)] == ["active"]
-
-
 def sources(store: InvoiceStore, invoice_id: UUID) -> dict[str, str]:
     fields = store.documents.load_fields(invoice_id)
     assert fields is not None
@@ -76,10 +66,11 @@ def test_scans_are_read_with_the_layout_a_text_pdf_or_a_scan_taught(store: Invoi
         assert store.documents.invoice_state(held).status == "needs_review"  # type: ignore[union-attr]
 
     # Taught by a correction of the text PDF, read on scans, degraded too.
+    # Learnt from a person's approval, the layout is active at once (issue 54).
     teach(store, "acme", first)
     [row] = store.layouts.list_layouts("acme")
-    activate_with_scan(store, "acme", fourth)
-    for inv, degradation in ((second, "clean"), (third, "skewed"), (second, "noisy")):
+    assert row.state == "active"
+    for inv, degradation in ((fourth, "clean"), (second, "clean"), (third, "skewed"), (second, "noisy")):
         [read] = run_documents(store, "acme", [scanned(inv, degradation)])
         state = store.documents.invoice_state(read)
         assert state is not None and state.status == "processed", (degradation, state)
@@ -102,8 +93,7 @@ def test_scans_are_read_with_the_layout_a_text_pdf_or_a_scan_taught(store: Invoi
     assert correct_invoice(store, scan_id, corrections(first), ALICE).done
     assert act(store, "approve", scan_id, ALICE).done
     [learnt] = store.layouts.list_layouts("globex")
-    assert learnt.learnt_from == scan_id
-    activate_with_scan(store, "globex", third)
+    assert (learnt.learnt_from, learnt.state) == (scan_id, "active")
     [read] = run_documents(store, "globex", [scanned(fourth, "greyscale")])
     assert store.documents.invoice_state(read).status == "processed"  # type: ignore[union-attr]
     assert right_but_the_name(store, read, fourth) and sources(store, read)["payable_total"].startswith(

@@ -79,7 +79,7 @@ BELOW_DEPTH = 4
 # A learnt amount found by a layout outranks every label of the dictionaries (at most 1.0).
 LAYOUT_STRENGTH = 1.2
 
-Relation = Literal["same", "right", "below"]
+Relation = Literal["same", "after", "right", "below"]
 ValueKind = Literal["identifier", "date", "amount"]
 _KIND_OF_FIELD: dict[str, ValueKind] = {
     "invoice_number": "identifier",
@@ -160,7 +160,7 @@ class FieldRule:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> FieldRule:
         relation = str(data["relation"])
-        if relation not in ("same", "right", "below"):
+        if relation not in ("same", "after", "right", "below"):
             raise ValueError(f"unknown relation {relation!r}")
         return cls(
             str(data["field"]),
@@ -196,6 +196,9 @@ class VendorLayout:
     # reading, never used; a disagreement holds the invoice (`fields_with_layouts`). Not
     # exported: an imported layout always starts in shadow.
     shadow: bool = False
+    # What the approved values taught nothing about, and why (a typed value the page does not
+    # print): said when it is learnt, never stored or exported.
+    not_learnt: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def label(self) -> str:
@@ -365,12 +368,57 @@ def _unique(page: Page, anchor: str, relation: Relation) -> bool:
     return texts.count(anchor) == 1
 
 
+# At most this many words right before a value make its inline anchor ("Nr.", "vom", "due on").
+INLINE_WORDS = 3
+
+
+def _inline_anchor(text: str, start: int) -> tuple[str, int] | None:
+    """The words printed right before a value inside its segment, back to the first word with a
+    digit ("Teilrechnung 3 zu Auftrag 118 Nr. 210111 vom 30.05.2025": "nr" before the number, "vom"
+    before the date), and where they start; None when there are none a label could be."""
+    words = list(re.finditer(r"\S+", text[:start]))
+    taken: list[re.Match[str]] = []
+    for word in reversed(words):
+        if len(taken) == INLINE_WORDS or re.search(r"\d", word.group()) or not norm_text(word.group()):
+            break
+        taken.insert(0, word)
+    if not taken:
+        return None
+    anchor = norm_text(text[taken[0].start() : start])
+    return (anchor, taken[0].start()) if _usable_anchor(anchor) else None
+
+
+def _inline_hits(page: Page, anchor: str, col: int | None = None) -> list[tuple[Segment, int, int]]:
+    """Where `anchor` is printed as whole words inside a segment (near column `col` when given):
+    (segment, the anchor's column, where the text after it starts)."""
+    size = len(anchor.split())
+    out: list[tuple[Segment, int, int]] = []
+    for seg in page.segs():
+        if anchor not in norm_text(seg.text):
+            continue
+        words = list(re.finditer(r"\S+", seg.text))
+        for i in range(len(words) - size + 1):
+            run = words[i : i + size]
+            at = seg.col + run[0].start()
+            if norm_text(seg.text[run[0].start() : run[-1].end()]) == anchor and (
+                col is None or abs(at - col) <= COLUMN_SLACK
+            ):
+                out.append((seg, at, run[-1].end()))
+    return out
+
+
 def _anchors_for(page: Page, seg: Segment, start: int) -> list[FieldRule]:
     """Anchors for a value at `start` in `seg`, best first (field name and shape left blank)."""
     out: list[FieldRule] = []
     before = norm_text(seg.text[:start])
     if before and _usable_anchor(before) and _unique(page, before, "same"):
         out.append(FieldRule("", before, seg.col, "same", 0))
+    elif (inline := _inline_anchor(seg.text, start)) is not None:
+        # A value inside a line of other text (a title line): the words right before it, found
+        # again near their column, once.
+        anchor, offset = inline
+        if len(_inline_hits(page, anchor, seg.col + offset)) == 1:
+            out.append(FieldRule("", anchor, seg.col + offset, "after", 0))
     row = page.lines[seg.line]
     left = [s for s in row if s.col < seg.col]
     if left:
@@ -399,23 +447,38 @@ def _anchors_for(page: Page, seg: Segment, start: int) -> list[FieldRule]:
 
 
 def _occurrences(page: Page, kind: ValueKind, want: Any) -> list[tuple[Segment, int]]:
-    return [
+    """Where the page prints `want`: a value read in a segment, or, for an identifier a person
+    typed, the same characters as a word of any line (a number inside a title line, "Teilrechnung
+    Nr. 210111 vom 30.05.2025", which no reading of the segment's start finds)."""
+    found = [
         (seg, start)
         for seg in page.segs()
         for start, got in _values(kind, seg.text)
         if _same_value(kind, got, want)
     ]
+    if kind == "identifier" and not found and str(want).strip():
+        typed = re.compile(rf"(?<![\w/-]){re.escape(str(want).strip())}(?![\w/-])")
+        found = [(seg, m.start()) for seg in page.segs() for m in typed.finditer(seg.text)]
+    return found
 
 
-_RELATION_RANK = {"same": 0, "right": 1, "below": 2}
+_RELATION_RANK = {"same": 0, "after": 1, "right": 2, "below": 3}
 
 
 def _learn_rule(
-    page: Page, name: str, kind: ValueKind, want: Any, taken: set[tuple[int, int]], prefer: Kind | None = None
-) -> tuple[FieldRule, Segment] | None:
-    best: tuple[tuple[int, int, int], FieldRule, Segment] | None = None
+    page: Page,
+    name: str,
+    kind: ValueKind,
+    want: Any,
+    taken: set[tuple[int, int, int]],
+    prefer: Kind | None = None,
+) -> tuple[FieldRule, tuple[int, int, int]] | None:
+    """The best rule for `want`, and where its value stands (line, segment, start): a value
+    already taken for another field is not taken again (a title line holds the number and the
+    date, each once)."""
+    best: tuple[tuple[int, int, int], FieldRule, tuple[int, int, int]] | None = None
     for seg, start in _occurrences(page, kind, want):
-        if (seg.line, seg.index) in taken:
+        if (seg.line, seg.index, start) in taken:
             continue
         for rule in _anchors_for(page, seg, start):
             if kind == "amount":
@@ -430,7 +493,7 @@ def _learn_rule(
             rank = (fits, _RELATION_RANK[rule.relation], -seg.line if kind == "amount" else seg.line)
             if best is None or rank < best[0]:
                 shape = _shape(str(want)) if kind == "identifier" else None
-                best = (rank, replace(rule, field=name, shape=shape), seg)
+                best = (rank, replace(rule, field=name, shape=shape), (seg.line, seg.index, start))
             break
     return None if best is None else (best[1], best[2])
 
@@ -472,22 +535,28 @@ def learn_layout(
     if key is None:
         return None
     rules: list[FieldRule] = []
-    taken: set[tuple[int, int]] = set()
-    for name in ANCHORED_FIELDS:
-        want = getattr(confirmed, name)
-        if want is None:
-            continue
-        found = _learn_rule(page, name, _KIND_OF_FIELD[name], want, taken)
+    taken: set[tuple[int, int, int]] = set()
+    not_learnt: list[str] = []
+
+    def learn(name: str, kind: ValueKind, want: Any, prefer: Kind | None = None) -> None:
+        found = _learn_rule(page, name, kind, want, taken, prefer)
         if found is not None:
             rules.append(found[0])
-            taken.add((found[1].line, found[1].index))
+            taken.add(found[1])
+        elif not _occurrences(page, kind, want):
+            # A value the person typed that the page does not print teaches nothing: the next
+            # page could not show it either.
+            not_learnt.append(f"{name} {want}: not printed on the page, nothing learnt for it")
+        else:
+            not_learnt.append(f"{name} {want}: printed, but by no label it could be found again by")
+
+    for name in ANCHORED_FIELDS:
+        if (want := getattr(confirmed, name)) is not None:
+            learn(name, _KIND_OF_FIELD[name], want)
     for role, amount in amount_roles(confirmed):
         if role == "prepaid" and amount == 0:
             continue
-        found = _learn_rule(page, f"amount:{role}", "amount", amount, taken, prefer=role)
-        if found is not None:
-            rules.append(found[0])
-            taken.add((found[1].line, found[1].index))
+        learn(f"amount:{role}", "amount", amount, role)
     variable = [str(v) for v in (confirmed.invoice_number, confirmed.po_number) if v is not None]
     return VendorLayout(
         org_id=org_id,
@@ -499,6 +568,7 @@ def learn_layout(
         rules=tuple(rules),
         learnt_from=learnt_from,
         taught_by=taught_by,
+        not_learnt=tuple(not_learnt),
     )
 
 
@@ -563,10 +633,18 @@ def _value_after_anchor(kind: ValueKind, seg: Segment, anchor: str) -> Any:
 
 
 def _read_rule(page: Page, rule: FieldRule, kind: ValueKind) -> ReadValue | Refused | str:
-    anchor = _find_anchor(page, rule)
+    if rule.relation == "after":
+        hits = _inline_hits(page, rule.anchor, rule.anchor_col)
+        anchor = hits[0][0] if len(hits) == 1 else None
+    else:
+        anchor = _find_anchor(page, rule)
     if anchor is None:
         return f"its anchor {rule.anchor!r} is not on the page once near column {rule.anchor_col}"
-    if rule.relation == "same":
+    if rule.relation == "after":
+        found = _values(kind, anchor.text[hits[0][2] :])
+        value = found[0][1] if found else None
+        seg = anchor
+    elif rule.relation == "same":
         value = _value_after_anchor(kind, anchor, rule.anchor)
         seg = anchor
     else:
