@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-README_MAX_LINES = 250
+README_MAX_LINES = 155  # a front door: about 150 lines (issue 59); figures live in docs/performance.md
 
 # Folders at the top of the checkout: a backticked path starting with one of them is a repo path.
 REPO_DIRS = (

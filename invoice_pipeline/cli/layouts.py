@@ -139,7 +139,7 @@ def cmd_layouts_import(args: argparse.Namespace, settings: Settings) -> int:
 def add_layout_commands(actions: Any) -> None:
     """`review layouts ...` under the `review` subcommands (cli.review.add_review_commands)."""
     layouts = actions.add_parser(
-        "layouts", help="vendor layouts learnt from corrections: list, show, disable, export, import"
+        "layouts", help="vendor layouts learnt from approvals: list, show, learn, disable, export, import"
     )
     sub = layouts.add_subparsers(dest="layouts_action", required=True)
     listing = sub.add_parser("list", help="the layouts, with the invoice each was learnt from")
