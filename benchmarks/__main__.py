@@ -53,6 +53,7 @@ BENCHMARK_MODULES = (
     "benchmarks.review_ui",
     "benchmarks.review_ui_attacks",
     "benchmarks.metrics_scrape",
+    "benchmarks.timing_goals",
 )
 
 

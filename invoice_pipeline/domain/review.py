@@ -60,6 +60,10 @@ DOCUMENT_TYPE_CONFLICT = "document_type_conflict"
 AMOUNT_PRECISION = "amount_precision"
 CURRENCY_MISMATCH = "currency_mismatch"
 AMOUNT_DUE_MISMATCH = "amount_due_mismatch"
+# A structured document that states amounts none of which forms an amount due (BT-115 absent, no
+# grand total BT-112 to form it from, BR-CO-16): held for a person to read the amount owed, not
+# quarantined as unusable (issue 58).
+AMOUNT_DUE_UNFORMED = "amount_due_unformed"
 # The source entry where a layout in shadow leaves that disagreement (not a field of its own).
 SHADOW_SOURCE = "layout_shadow"
 
@@ -86,6 +90,7 @@ REASON_CODES: tuple[str, ...] = (
     AMOUNT_PRECISION,
     CURRENCY_MISMATCH,
     AMOUNT_DUE_MISMATCH,
+    AMOUNT_DUE_UNFORMED,
 )
 
 _CODE = re.compile(r"^[a-z][a-z0-9_]*")
@@ -325,6 +330,30 @@ def unread_reasons(problems: Sequence[ValidationProblem]) -> list[str]:
     return [
         f"{FIELD_UNREAD}: {p.field or 'fields'}: {p.reason}; read it off the page and correct it "
         "(review correct, or the review page), then approve"
+        for p in problems
+    ]
+
+
+def amount_due_unformed_reasons(
+    fields: InvoiceFields, problems: Sequence[ValidationProblem]
+) -> list[str] | None:
+    """A structured document that states amounts, none of which forms an amount due (a prepaid
+    amount without a grand total, say), and has nothing else wrong: held with this reason (a person
+    reads the amount owed and types it), never posted at a guess. None otherwise: a document that
+    states no amount at all, or with anything else wrong, is unusable as it is."""
+    stated = (
+        fields.net_total,
+        fields.tax_total,
+        fields.grand_total,
+        fields.prepaid_total,
+        fields.rounding_total,
+    )
+    if not problems or any(p.code != "missing_total" for p in problems) or all(a is None for a in stated):
+        return None
+    return [
+        f"{AMOUNT_DUE_UNFORMED}: {p.reason}: neither stated (BT-115) nor formed from the grand total, "
+        "prepaid and rounding amounts (BR-CO-16); read the amount owed on the document and correct "
+        "payable_total (review correct), then approve, or reject it"
         for p in problems
     ]
 

@@ -35,6 +35,7 @@ from invoice_pipeline.domain.payment import PaymentFacts, identity_keys, payee_r
 from invoice_pipeline.domain.review import (
     SUSPECTED_DUPLICATE,
     ReviewPolicy,
+    amount_due_unformed_reasons,
     review_reasons,
     unread_number_copies,
     unread_reasons,
@@ -461,6 +462,8 @@ def validate(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID, Outco
                 near = env.store.dedupe.originals_like_an_unread_number(c.org_id, c.invoice_id, found)
                 reasons += unread_number_copies(near, found)
             unread.append((c.lease, Verdict("held", "; ".join(reasons), tuple(reasons))))
+        elif problems and (unformed := amount_due_unformed_reasons(found, problems)) is not None:
+            unread.append((c.lease, Verdict("held", "; ".join(unformed), tuple(unformed))))
         elif problems:
             outcomes[c.invoice_id] = Quarantined(problems[0].code, "; ".join(p.reason for p in problems))
     # Held here, the invoice fast-forwards past dedupe and approval (their done queries count a

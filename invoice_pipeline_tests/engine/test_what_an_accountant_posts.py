@@ -17,11 +17,13 @@ import pytest
 
 from invoice_pipeline.domain.corrected_invoices import original_lock_id
 from invoice_pipeline.domain.review import (
+    AMOUNT_DUE_UNFORMED,
     AMOUNT_PRECISION,
     CORRECTION,
     CURRENCY_MISMATCH,
     NOT_A_CLAIM,
 )
+from invoice_pipeline.engine.corrections import correct_invoice
 from invoice_pipeline.engine.review import Actor, act
 from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline_tests.engine.review.helpers import (
@@ -343,3 +345,19 @@ def test_a_correction_is_booked_under_its_originals_lock(database_url: str, stor
     worker.join(120)
     assert not errors, errors
     assert _booked(database_url, original) == Decimal("1249.50")
+
+
+def test_an_amount_due_nothing_forms_is_held_for_a_person_not_quarantined(
+    database_url: str, store: InvoiceStore
+) -> None:
+    """A prepayment stated without a grand total or an amount due: the amount owed cannot be
+    formed (BR-CO-16), so a person reads it, and the invoice is posted at what they typed."""
+    (invoice,) = _process(
+        database_url, store, cii(EInvoice(number="INV-4002", grand=None, due=None, prepaid="500.00"))
+    )
+    _held_for(database_url, invoice, AMOUNT_DUE_UNFORMED)
+    corrected = correct_invoice(store, invoice, {"payable_total": "690.00"}, ALICE)
+    assert corrected.done, corrected.message
+    assert act(store, "approve", invoice, ALICE).done
+    run_ok(database_url, [invoice])
+    assert [amount for amount, _, _ in _ledger(database_url, invoice)] == [Decimal("690.00")]

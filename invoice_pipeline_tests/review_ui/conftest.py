@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import http.cookiejar
 import re
-import threading
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -14,13 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 
 from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.review_ui.app import BROWSER_COOKIE, COOKIE, create_app
 from invoice_pipeline.review_ui.auth import AuthConfig, Reviewer, hash_password
-from pipeline_support.helpers import free_port
+from pipeline_support.helpers import serve_asgi
 
 
 @dataclass
@@ -35,21 +32,7 @@ def serve(store: InvoiceStore, auth: AuthConfig, cache: Path) -> Iterator[str]:
 
 
 def serve_app(app: Starlette) -> Iterator[str]:
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", proxy_headers=False)
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline, "the review page did not start"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
+    yield from serve_asgi(app)
 
 
 @pytest.fixture

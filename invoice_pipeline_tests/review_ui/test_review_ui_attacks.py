@@ -290,7 +290,7 @@ def test_password_checks_run_off_the_event_loop_in_a_bounded_pool(
             state["most"] = max(state["most"], state["inside"])
             threads.append(threading.current_thread().name)
             inside.notify_all()
-        release.wait(20)
+        release.wait(300)  # a fail-safe far beyond the test's own waits: released by the test
         with inside:
             state["inside"] -= 1
         return real_scrypt(*args, **kwargs)
@@ -316,10 +316,16 @@ def test_password_checks_run_off_the_event_loop_in_a_bounded_pool(
             assert time.monotonic() < deadline, "the four logins did not all arrive"
             time.sleep(0.01)
         try:
-            # Four password checks under way: the page still answers (a blocked event loop would
-            # not, until they end).
+            # Four password checks held in the pool, none returning until the test releases them:
+            # the page still answers. A blocked event loop could not, whatever the machine's speed.
             port = urllib.parse.urlsplit(url).port
-            assert raw(url, "GET", "/healthz", {"Host": f"127.0.0.1:{port}"}, timeout=5) == (200, "ok")
+            try:
+                health = raw(url, "GET", "/healthz", {"Host": f"127.0.0.1:{port}"}, timeout=120)
+            except TimeoutError:
+                raise AssertionError("/healthz not answered while the password checks were held") from None
+            assert health == (200, "ok")
+            with inside:
+                assert state["inside"] == LOGIN_THREADS, "a password check ended before /healthz answered"
         finally:
             release.set()
             for t in posts:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import http.client
 import threading
-import time
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +23,7 @@ from invoice_pipeline.review_ui.budget import (
     RequestBudget,
 )
 from invoice_pipeline_tests.review_ui.conftest import serve_app
+from pipeline_support.helpers import wait_for
 
 
 def page(store: InvoiceStore, cache: Path, budget: RequestBudget, *, forwarded_for: bool) -> Iterator[str]:
@@ -62,12 +62,13 @@ def test_an_address_over_its_budget_gets_429_while_another_is_served(
     database_url: str, store: InvoiceStore, tmp_path: Path
 ) -> None:
     # A rate so slow that the next token is further off than a request may wait: refused at once.
-    budget = RequestBudget(BudgetConfig(burst=3, rate=0.01))
+    # The budget's clock stands still: the next token is exactly 100 s away.
+    budget = RequestBudget(BudgetConfig(burst=3, rate=0.01), clock=Clock())
     for url in page(store, tmp_path / "cache", budget, forwarded_for=True):
         assert [get(url, "/", "203.0.113.7")[0] for _ in range(3)] == [200, 200, 200]
         status, body, retry_after = get(url, "/", "203.0.113.7")
         assert (status, body) == (429, BUSY_ADDRESS)
-        assert retry_after is not None and 90 <= int(retry_after) <= 100
+        assert retry_after == "100"
         # Another client (behind the same trusted proxy) is served; earlier hops are the client's
         # own writing and do not choose the bucket.
         assert get(url, "/", "198.51.100.2")[0] == 200
@@ -88,29 +89,37 @@ def test_without_forwarded_for_a_client_cannot_choose_its_budget(
 def test_waiting_requests_are_bounded_the_ninth_refused_at_once(
     database_url: str, store: InvoiceStore, tmp_path: Path
 ) -> None:
-    # One token, the next in 10 s; a request may wait 12 s: the first eight wait, the ninth does
-    # not. (10 s, not 2: the eight must still be parked when the ninth arrives, on a loaded machine
-    # too; the next token is what would release one.)
-    budget = RequestBudget(BudgetConfig(burst=1, rate=0.1, max_wait_seconds=12.0))
+    # One token, the next in 0.1 s on the budget's clock, which the test holds still: however slow
+    # the machine, no token comes while the eight wait (each wakes every 0.1 s, finds none, and
+    # waits on), so the ninth meets eight parked.
+    clock = Clock()
+    budget = RequestBudget(BudgetConfig(burst=1, rate=10.0, max_wait_seconds=0.15), clock=clock)
     for url in page(store, tmp_path / "cache", budget, forwarded_for=False):
         assert get(url)[0] == 200
         answers: list[tuple[int, str, str | None]] = []
+        ninth: list[tuple[int, str, str | None]] = []
         waiters = [threading.Thread(target=waiter, args=(url, answers)) for _ in range(8)]
-        for w in waiters:
-            w.start()
-        deadline = time.monotonic() + 20
-        while budget.waiting < 8:  # synchronise on the eight being parked in the budget
-            assert time.monotonic() < deadline, f"only {budget.waiting} requests waiting"
-            time.sleep(0.01)
-        status, body, retry_after = get(url)
-        parked = budget.waiting
-        assert (status, body, parked) == (429, TOO_MANY_WAITING, 8)
-        assert retry_after is not None and int(retry_after) >= 1
-        for w in waiters:
-            w.join(30)
-        statuses = sorted(a[0] for a in answers)
-        # One token came within the wait; the others were refused when theirs would come too late.
-        assert len(statuses) == 8 and set(statuses) <= {200, 429} and 200 in statuses
+        asking = threading.Thread(target=waiter, args=(url, ninth))
+        try:
+            for w in waiters:
+                w.start()
+            wait_for(lambda: budget.waiting == 8, what="eight requests parked in the budget")
+            asking.start()
+            # Answered, or parked as a ninth waiter (what the bound forbids): either ends the wait.
+            wait_for(lambda seen=ninth: bool(seen) or budget.waiting > 8, what="the ninth answered or parked")
+            assert budget.waiting == 8, "the ninth request was parked"
+            asking.join(30)
+            ((status, body, retry_after),) = ninth
+            assert (status, body) == (429, TOO_MANY_WAITING)
+            assert retry_after is not None and int(retry_after) >= 1
+        finally:
+            # A second later the bucket holds its burst, one token: the first waiter to wake takes
+            # it; for the others the next token would come after their wait's end.
+            clock.now += 1.0
+            for w in [*waiters, asking]:
+                if w.is_alive():
+                    w.join(30)
+        assert sorted(a[0] for a in answers) == [200] + [429] * 7
         assert budget.waiting == 0
 
 
