@@ -6,23 +6,22 @@ arithmetic and each taking of the lock as what it was. Real subprocesses, real P
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
-from datetime import timedelta
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from uuid import UUID
 
 import pytest
 
-from invoice_pipeline.config import DEFAULT_MAX_DOCUMENT_BYTES
 from invoice_pipeline.db import embedded
 from invoice_pipeline.db.embedded import EmbeddedPostgres, PortInUse
-from invoice_pipeline.engine.chunk_loop import claim_chunk, process_chunk
 from invoice_pipeline.engine.review import Actor, act
-from invoice_pipeline.engine.stages import StageEnv
 from invoice_pipeline.engine.store import InvoiceStore
-from invoice_pipeline.orchestration.resources import DocumentReader
 from invoice_pipeline.samples import generate_samples
+from invoice_pipeline_tests.support import process_now
 from pipeline_support.helpers import free_port, run_cli
 
 cli = run_cli
@@ -77,21 +76,13 @@ def test_a_port_taken_between_the_check_and_the_start_removes_the_cluster_just_m
     assert not (tmp_path / "home" / embedded.DATA_DIR_NOTE).exists()
 
 
-class socket_listening_on:
+@contextmanager
+def socket_listening_on(port: int) -> Iterator[None]:
     """A plain TCP listener on 127.0.0.1:`port`: what another program holding the port looks like."""
-
-    def __init__(self, port: int) -> None:
-        import socket
-
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", port))
-        self.sock.listen()
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        self.sock.close()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))
+        sock.listen()
+        yield
 
 
 @pytest.fixture
@@ -120,14 +111,6 @@ def test_status_into_a_reader_that_stopped_reading_ends_quietly(env: dict[str, s
     assert (done.returncode, done.stderr) == (0, "")
 
 
-def run_stored(store: InvoiceStore, ids: list[UUID]) -> None:
-    """The stored invoices worked through every stage as one chunk (what a run does)."""
-    env = StageEnv(
-        store, DocumentReader(isolate=False), DEFAULT_MAX_DOCUMENT_BYTES, 120, 3, timedelta(minutes=1)
-    )
-    process_chunk(env, claim_chunk(store, [(i, None) for i in ids], "newcomer-test", timedelta(minutes=5)))
-
-
 def test_ingest_names_its_org_status_lists_orgs_and_show_tells_sources_and_each_attempt(
     env: dict[str, str], tmp_path: Path, store: InvoiceStore
 ) -> None:
@@ -143,7 +126,7 @@ def test_ingest_names_its_org_status_lists_orgs_and_show_tells_sources_and_each_
     assert cli("ingest", str(pdf), "--org", "acme", env=env).stderr == ""
 
     invoice_id = UUID(ingested.stdout.split()[1])
-    run_stored(store, [invoice_id])
+    process_now(store, [invoice_id], owner="newcomer-test")
     # No vendor registry: the page-read seller is held for a person (vendor_unconfirmed).
     assert store.documents.invoice_state(invoice_id).status == "needs_review"  # type: ignore[union-attr]
     alice = Actor("os-user:alice", "review:alice@test:1")

@@ -108,27 +108,7 @@ def learn_from_decision(
         wrong = contradictions(read, fields)
         more = sorted({r.field for r in learnt.rules} - set(read.values))
         if not wrong and not more:
-            if row.learnt_from == invoice_id:
-                # The store refuses this confirmation too (sql/queries/layouts.sql confirm_layout).
-                return skipped(
-                    f"layout {row.id} v{row.version} was learnt from this invoice, which confirms nothing"
-                    + (
-                        "; it stays in shadow until a person approves another invoice read with it"
-                        if row.state == "shadow"
-                        else ""
-                    )
-                )
-            activated = store.layouts.confirm_layout(
-                state.org_id, row.id, invoice_id=invoice_id, actor=taught_by
-            )
-            return Learnt(
-                invoice_id,
-                "confirmed",
-                f"layout {row.id} v{row.version} read it as decided"
-                + ("; it was in shadow and is now active" if activated else ""),
-                row.id,
-                row.version,
-            )
+            return _confirmed(store, row, invoice_id, taught_by)
         why = (
             f"{taught_by} decided {', '.join(wrong)} differently on invoice {invoice_id}"
             if wrong
@@ -151,6 +131,30 @@ def learn_from_decision(
         f"learnt {learnt.vendor_key} from invoice {invoice_id}" + _untaught(learnt),
         saved.id,
         saved.version,
+    )
+
+
+def _confirmed(store: InvoiceStore, row: LayoutRow, invoice_id: UUID, taught_by: str) -> Learnt:
+    """A decision the layout `row` reads as decided: a confirmation, which activates a version in
+    shadow; unless the decision is on the invoice the version was learnt from, which confirms
+    nothing (issue 59: vouching twice for one invoice would end shadow mode). The store refuses
+    that confirmation too (sql/queries/layouts.sql confirm_layout)."""
+    if row.learnt_from == invoice_id:
+        in_shadow = "; it stays in shadow until a person approves another invoice read with it"
+        return Learnt(
+            invoice_id,
+            "skipped",
+            f"layout {row.id} v{row.version} was learnt from this invoice, which confirms nothing"
+            + (in_shadow if row.state == "shadow" else ""),
+        )
+    activated = store.layouts.confirm_layout(row.org_id, row.id, invoice_id=invoice_id, actor=taught_by)
+    return Learnt(
+        invoice_id,
+        "confirmed",
+        f"layout {row.id} v{row.version} read it as decided"
+        + ("; it was in shadow and is now active" if activated else ""),
+        row.id,
+        row.version,
     )
 
 
