@@ -31,24 +31,13 @@ from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.review_ui.app import LOGIN_THREADS, create_app
 from invoice_pipeline.review_ui.auth import AuthConfig, Reviewer, authenticate, hash_password
 from invoice_pipeline.review_ui.budget import TOO_MANY_WAITING, BudgetConfig, RequestBudget
+from pipeline_support import hostile_corpus
 from pipeline_support.helpers import serve_asgi
 
 NAME = "timing_goals"
 ENTITY_BOMB_GOAL_MS = 1000.0
 NINTH_REFUSAL_GOAL_MS = 100.0
 HEALTHZ_P95_GOAL_MS = 5000.0
-UBL_HEAD = (
-    '<Invoice xmlns="urn:oasis:names:specification:ubl:schema:xsd:Invoice-2" '
-    'xmlns:cbc="urn:oasis:names:specification:ubl:schema:xsd:CommonBasicComponents-2">'
-)
-
-
-def entity_bomb() -> bytes:
-    """A billion laughs: 10^9 'lol's if anything expanded it."""
-    lol = ['<!ENTITY lol0 "lol">'] + [f'<!ENTITY lol{i} "{f"&lol{i - 1};" * 10}">' for i in range(1, 10)]
-    return (
-        f'<?xml version="1.0"?><!DOCTYPE Invoice [{"".join(lol)}]>{UBL_HEAD}<cbc:ID>&lol9;</cbc:ID></Invoice>'
-    ).encode()
 
 
 def _refusal_ms(content: bytes) -> float:
@@ -123,7 +112,7 @@ def run(ctx: BenchContext) -> BenchResult:
         "refusal, the request budget's refusal and wait, /healthz while the login pool hashes.",
         params={"rounds": rounds, "login_threads": LOGIN_THREADS},
     )
-    bomb = entity_bomb()
+    bomb = hostile_corpus.by_name()["xml_billion_laughs"].content  # 10^9 'lol's if anything expanded it
     refusals = result.figure("entity_bomb_refusal", "ms", note="UTF-8 and UTF-16 with BOM")
     for _ in range(rounds):
         refusals.add(_refusal_ms(bomb))

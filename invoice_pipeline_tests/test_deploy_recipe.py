@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import socket
 import subprocess
 import sys
 import tomllib
@@ -22,6 +23,7 @@ import yaml
 
 from invoice_pipeline import config
 from invoice_pipeline.orchestration import celery_jobs
+from pipeline_support.helpers import free_port, start_cli_server, stop_process_group
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKERFILE = ROOT / "deploy" / "Dockerfile"
@@ -103,11 +105,11 @@ def test_the_deployment_image_is_the_dockerfile_s_and_python_matches() -> None:
     assert "NOT RUN HERE" in VALUES.read_text()[:1200]
 
 
-def _job_names(env: dict[str, str]) -> set[str]:
+def _job_names(env: dict[str, str], module: str = "invoice_pipeline.orchestration.definitions") -> set[str]:
     """The code location's jobs as a fresh interpreter loads them with `env`: Dagster keeps a
     process-wide definitions-load context, which an earlier test's instance may have left behind."""
     script = (
-        "from invoice_pipeline.orchestration.definitions import defs\n"
+        f"from {module} import defs\n"
         "print(' '.join(j.name for j in defs.get_repository_def().get_all_jobs()))"
     )
     done = subprocess.run(
@@ -227,6 +229,39 @@ def test_the_instance_config_agrees_with_the_production_one() -> None:
     }
 
 
+def test_the_manifests_code_server_loads_no_launchpad_approvals() -> None:
+    """Issue 53: the code container's module, loaded as the container loads it (its environment;
+    the secrets' database URL a placeholder, loading connects to nothing), serves the pipeline's
+    jobs and no Launchpad review job."""
+    from invoice_pipeline.orchestration.review_jobs import CORRECT_INVOICE, REQUEUE_INVOICES, REVIEW_INVOICE
+
+    code = _containers(DEPLOYMENT)["code"]
+    module = code["command"][code["command"].index("-m") + 1]
+    own = {k: v for k, v in os.environ.items() if not k.startswith("INVOICE_PIPELINE_")}
+    secrets = {config.ENV_DATABASE_URL: "postgresql://nobody@127.0.0.1:9/none"}
+    jobs = _job_names(own | secrets | {e["name"]: e["value"] for e in code["env"]}, module)
+    assert "process_invoice_batch_celery" in jobs, jobs
+    assert not jobs & {REVIEW_INVOICE, CORRECT_INVOICE, REQUEUE_INVOICES}, jobs
+
+
+def test_the_manifests_dagster_instance_runs_run_monitoring(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 53: the ConfigMap's dagster.yaml, loaded by Dagster as the daemon loads it (storage in
+    the test's database, written folders in tmp_path), makes the daemon run run monitoring: what
+    ends a celery run past its deadline, or one whose worker never started it."""
+    from dagster import DagsterInstance
+
+    instance_yaml = yaml.safe_load(_config_map("dagster-instance")["dagster.yaml"])
+    for key in ("local_artifact_storage", "compute_logs"):
+        instance_yaml[key]["config"]["base_dir"] = str(tmp_path / key)
+    (tmp_path / "dagster.yaml").write_text(yaml.safe_dump(instance_yaml))
+    monkeypatch.setenv("DAGSTER_PG_URL", database_url.replace("postgresql://", "postgresql+psycopg2://", 1))
+    with DagsterInstance.from_config(str(tmp_path)) as instance:
+        assert instance.run_monitoring_enabled
+        assert "MONITORING" in instance.get_required_daemon_types()
+
+
 def test_the_manifests_review_page_is_reachable_only_through_its_authenticating_proxy() -> None:
     """Issue 41: the review page deployed behind authentication. It listens on the pod's
     loopback and trusts the user header from there only; the proxy is the pod's one port."""
@@ -243,13 +278,7 @@ def test_the_manifests_review_page_is_reachable_only_through_its_authenticating_
     proxy = pods["auth-proxy"]["args"]
     assert f"--upstream=http://127.0.0.1:{review[review.index('--port') + 1]}/" in proxy
     assert "--pass-user-headers=true" in proxy
-    users_file = Path(review[review.index("--users") + 1])
-    mount = next(m for m in pods["review"]["volumeMounts"] if m["mountPath"] == str(users_file.parent))
-    (volume,) = [
-        d for d in _documents(DEPLOYMENT) if d["kind"] == "Deployment" and d["metadata"]["name"] == "review"
-    ]
-    (source,) = [v for v in volume["spec"]["template"]["spec"]["volumes"] if v["name"] == mount["name"]]
-    users = _config_map(source["configMap"]["name"])[users_file.name]
+    users = _review_users(pods["review"])
     tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"review-users-{os.getpid()}.json"
     tmp.write_text(users)
     try:
@@ -257,3 +286,42 @@ def test_the_manifests_review_page_is_reachable_only_through_its_authenticating_
     finally:
         tmp.unlink()
     assert "password" not in users
+
+
+def _review_users(review: dict) -> str:
+    """The users file the review container reads: from the ConfigMap its volume mounts."""
+    command = review["command"]
+    users_file = Path(command[command.index("--users") + 1])
+    mount = next(m for m in review["volumeMounts"] if m["mountPath"] == str(users_file.parent))
+    (deployment,) = [
+        d for d in _documents(DEPLOYMENT) if d["kind"] == "Deployment" and d["metadata"]["name"] == "review"
+    ]
+    (source,) = [v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == mount["name"]]
+    return _config_map(source["configMap"]["name"])[users_file.name]
+
+
+def test_the_manifests_review_page_answers_on_its_pods_loopback_only(
+    database_url: str, tmp_path: Path
+) -> None:
+    """Issue 53: the review container's own command, run here (a free port for its 3100, its users
+    file from the ConfigMap, the test's database), answers on 127.0.0.1 and refuses a connection to
+    any other address of the machine (127.0.0.2 stands for the pod's own IP): only the proxy in its
+    pod reaches it."""
+    review = _containers(DEPLOYMENT)["review"]
+    command = list(review["command"])
+    port = free_port()
+    command[command.index("--port") + 1] = str(port)
+    users_at = command.index("--users") + 1
+    users = tmp_path / Path(command[users_at]).name
+    users.write_text(_review_users(review))
+    command[users_at] = str(users)
+    assert command[0] == "invoice-pipeline"
+    env = os.environ | {config.ENV_DATABASE_URL: database_url}
+    log = tmp_path / "review.log"
+    proc = start_cli_server(command[1:], env, log, f"http://127.0.0.1:{port}/healthz", timeout=180)
+    try:
+        assert proc.poll() is None, log.read_text()[-3000:]
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.2", port), timeout=10).close()
+    finally:
+        stop_process_group(proc)

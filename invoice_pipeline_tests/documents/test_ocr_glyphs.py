@@ -12,7 +12,14 @@ from fpdf import FPDF
 
 from invoice_pipeline.documents import ExtractedText, extract_fields, extract_text
 from invoice_pipeline.documents import ocr as ocr_module
-from invoice_pipeline.documents.ocr_glyphs import EURO, RIVALS, judge, restore_euro
+from invoice_pipeline.documents.ocr_glyphs import (
+    EURO,
+    EURO_MARGIN,
+    EURO_MIN_SCORE,
+    RIVALS,
+    judge,
+    restore_euro,
+)
 from invoice_pipeline.documents.reading.ocr_layout import OcrLayout, OcrLine, OcrPage
 from invoice_pipeline.domain.fields import EURO_BY_SHAPE, EURO_CONFIRMED
 from invoice_pipeline.domain.review import CURRENCY_UNKNOWN, money_reasons
@@ -57,6 +64,31 @@ def test_a_euro_sign_is_told_from_everything_else_that_ends_an_amount(size: int,
                 if (verdict is not None and verdict.is_euro) != (ch == EURO):
                     misjudged.append(f"{family}{style} {printed!r}: {verdict}")
     assert not misjudged, misjudged
+
+
+# Rivals on a coarse scan (120 dpi), where each of the two safeguards of `GlyphVerdict.is_euro` is
+# the one that refuses the glyph: a minimum score alone would call the first three euro signs
+# (they match the euro sign above it, yet their own shape better), a margin alone the last.
+COARSE_RIVALS = [
+    pytest.param("c1,234.56", "times", "B", 9, "margin", id="margin-times-bold-c"),
+    pytest.param("1.234,56 £", "courier", "B", 8, "margin", id="margin-courier-bold-pound"),
+    pytest.param("C1,234.56", "times", "", 10, "margin", id="margin-times-C"),
+    pytest.param("e1,234.56", "courier", "B", 8, "minimum", id="minimum-courier-bold-e"),
+]
+
+
+@pytest.mark.parametrize(("printed", "family", "style", "size", "safeguard"), COARSE_RIVALS)
+def test_a_rival_on_a_coarse_scan_is_no_euro_sign(
+    printed: str, family: str, style: str, size: int, safeguard: str
+) -> None:
+    verdict = judge(_crop(printed, family, style, size, 120), last=printed[0].isdigit())
+    assert verdict is not None
+    # The case is one its safeguard alone decides: the other one would let the glyph through.
+    if safeguard == "margin":
+        assert verdict.euro >= EURO_MIN_SCORE, verdict
+    else:
+        assert verdict.euro >= verdict.rival_score + EURO_MARGIN, verdict
+    assert not verdict.is_euro, f"{family}{style} {printed!r} called a euro sign: {verdict}"
 
 
 def test_the_sign_is_put_back_where_the_recogniser_dropped_or_misread_it() -> None:

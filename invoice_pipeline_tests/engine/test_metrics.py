@@ -23,6 +23,7 @@ from invoice_pipeline.db.sqlfiles import QueryFile
 from invoice_pipeline.engine.chunk_loop import claim_chunk
 from invoice_pipeline.engine.maintenance import sweep
 from invoice_pipeline.engine.metrics import exposition, registry_for
+from invoice_pipeline.engine.review import Actor, act
 from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.orchestration.resources import InvoiceDatabase
 from invoice_pipeline_tests.support import process_now
@@ -132,6 +133,58 @@ def test_the_counters_equal_a_recount_after_a_real_workload(database_url: str, s
     for step, n in executed.items():
         assert got["invoice_pipeline_stage_duration_seconds_count"][(("stage", step),)] == n, step
         assert got["invoice_pipeline_stage_duration_seconds_bucket"][(("le", "+Inf"), ("stage", step))] == n
+
+
+def test_the_counters_follow_a_duplicate_decision_a_person_changes(
+    database_url: str, store: InvoiceStore
+) -> None:
+    """Issue 53: a decision that changes (not only one made for the first time) moves its count
+    from the old kind to the new one. Two suspected copies: a person says one is no copy (it
+    becomes an original, and is processed), and confirms the other (it becomes a duplicate)."""
+    docs = {
+        "a.json": json_invoice("INV-5100", total="119.00"),
+        "a-suspect.json": json_invoice("5100", total="119.00", buyer="Third Buyer"),
+        "b.json": json_invoice("INV-5200", total="80.50"),
+        "b-suspect.json": json_invoice("5200", total="80.50", buyer="Third Buyer"),
+    }
+    ids = dict(
+        zip(
+            docs,
+            (store.documents.store_document(c, "acme", n).invoice_id for n, c in docs.items()),
+            strict=True,
+        )
+    )
+    process_now(store, list(ids.values()), "test-metrics")
+    assert _duplicate_kinds(database_url) == {"original": 2, "suspected": 2}
+    assert _scraped_kinds(store) == {"original": 2, "suspected": 2}
+
+    alice = Actor("os-user:alice", "review:alice@test:1")
+    released = act(store, "not_duplicate", ids["a-suspect.json"], alice)
+    assert released.done and released.to_status == "pending", released
+    confirmed = act(store, "confirm_duplicate", ids["b-suspect.json"], alice)
+    assert confirmed.done, confirmed
+    process_now(store, [ids["a-suspect.json"]], "test-metrics")
+
+    kinds = _duplicate_kinds(database_url)
+    assert kinds == {"original": 3, "duplicate": 1}
+    assert _scraped_kinds(store) == kinds
+    by_status = dict(rows(database_url, "SELECT status, count(*) FROM invoices GROUP BY status"))
+    scraped = {k[0][1]: v for k, v in scrape(store)["invoice_pipeline_invoices"].items() if v}
+    assert scraped == by_status
+
+
+def _duplicate_kinds(url: str) -> dict[str, int]:
+    return dict(
+        rows(
+            url,
+            "SELECT duplicate_status, count(*) FROM invoices WHERE duplicate_status IS NOT NULL GROUP BY 1",
+        )
+    )
+
+
+def _scraped_kinds(store: InvoiceStore) -> dict[str, float]:
+    """The duplicate_decisions series, kinds counted zero left out."""
+    return {k[0][1]: v for k, v in scrape(store)["invoice_pipeline_duplicate_decisions"].items() if v}
 
 
 def plan_nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:

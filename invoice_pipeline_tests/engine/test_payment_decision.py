@@ -332,3 +332,31 @@ def test_a_vendor_master_row_with_the_orgs_own_identity_is_refused(store: Invoic
         and "row 1" in result.refused[0]
     )
     assert [v.name for v in store.vendors.list_vendors("acme")] == ["Kaiwerk AG"]
+
+
+def _registry(store: InvoiceStore) -> dict[int, tuple[str, list[tuple[str, str]]]]:
+    """Each vendor of acme: its name and identifiers."""
+    return {
+        v.vendor_id: (v.name, sorted((i.kind, i.value) for i in v.identifiers))
+        for v in store.vendors.list_vendors("acme")
+    }
+
+
+def test_a_vendor_master_row_naming_two_vendors_is_refused_and_merges_nothing(store: InvoiceStore) -> None:
+    """Issue 53: a row whose VAT id is one vendor's and whose IBAN is another's is refused,
+    naming both; neither vendor gains the row's name or the other's identifiers, so no invoice
+    of one is ever paid into the other's account because an import said they were one."""
+    import_vendor_master(
+        store,
+        "acme",
+        f"name,vat_id,iban\nAcme Supplies GmbH,{VAT},{IBAN_A}\nKaiwerk AG,{OTHER_VAT},{IBAN_B}\n",
+    )
+    before = _registry(store)
+    result = store.vendors.import_vendors(
+        "acme", read_vendor_csv(f"name,vat_id,iban\nAcme Kaiwerk Merged,{VAT},{IBAN_B}\n"), "erp"
+    )
+    assert len(result.refused) == 1, result
+    assert "row 1" in result.refused[0] and "different vendors" in result.refused[0]
+    assert all(f"#{vendor_id}" in result.refused[0] for vendor_id in before), result.refused
+    assert (result.created, result.extended, result.identifiers_added) == (0, 0, 0)
+    assert _registry(store) == before

@@ -156,6 +156,27 @@ def test_a_changed_iban_is_held_on_a_structured_invoice_too(database_url: str, s
     )
 
 
+def test_a_correction_decides_who_is_paid_again(database_url: str, store: InvoiceStore) -> None:
+    """Mechanism: a correction re-checks who is paid for the fields as corrected
+    (engine/corrections.py, issue 53). Held for a changed IBAN, corrected to the vendor's known
+    account: held only as corrected. Corrected back to the unknown account: bank_details_changed
+    again, beside corrected, so the person approving sees what the pipeline would have shown."""
+    import_vendor_master(store, "acme", f"name,vat_id,iban\nAcme Supplies GmbH,DE123456788,{IBAN_A}\n")
+    (held,) = process_documents(
+        database_url, store, "acme", [(json_invoice("INV-9311", payee_iban=IBAN_B), "a.json")]
+    )
+    assert status_and_reasons(database_url, held) == ("needs_review", [BANK_DETAILS_CHANGED])
+
+    assert correct_invoice(store, held, {"payee_iban": IBAN_A}, ALICE).done
+    assert status_and_reasons(database_url, held) == ("needs_review", [CORRECTED])
+
+    assert correct_invoice(store, held, {"payee_iban": IBAN_B}, ALICE).done
+    assert status_and_reasons(database_url, held) == ("needs_review", [BANK_DETAILS_CHANGED, CORRECTED])
+    reasons = store.documents.review_reasons(held) or []
+    assert IBAN_B in reasons[0] and IBAN_A in reasons[0], reasons
+    assert postings(database_url, held) == 0
+
+
 def test_a_first_einvoice_registers_its_vendor_unless_the_policy_holds_it(
     database_url: str, store: InvoiceStore
 ) -> None:

@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+import yaml
 from dagster import ExecuteInProcessResult, JobDefinition
 
+from invoice_pipeline.config import Settings
 from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.orchestration.definitions import make_definitions
 from invoice_pipeline.orchestration.resources import ReviewAccess
@@ -23,6 +25,8 @@ from invoice_pipeline_tests.engine.review.helpers import (
     status_and_reasons,
 )
 from invoice_pipeline_tests.factories import pipeline_resources
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def review_job(database_url: str, access: ReviewAccess, name: str = REVIEW_INVOICE) -> JobDefinition:
@@ -130,3 +134,28 @@ def test_only_a_local_deployment_approves_whatever_its_users_file(
     local = approve(review_job(database_url, ReviewAccess(deployment="local")), inv, "me")
     assert local.success, failure_messages(local)
     assert status_and_reasons(database_url, inv)[0] != "needs_review"
+
+
+def test_a_launchpad_review_run_in_the_helm_recipes_pods_acts_for_nobody(
+    database_url: str, store: InvoiceStore
+) -> None:
+    """Issue 53: the deployed code location leaves the review jobs out; should they be put back,
+    a review run approves nothing there. The access each pod of deploy/helm/values.yaml gets from
+    its environment (the code server's, and the run pods' the run launcher starts) is used for a
+    real approval, which is refused and leaves the invoice held."""
+    values = yaml.safe_load((ROOT / "deploy" / "helm" / "values.yaml").read_text())
+    (deployment,) = values["dagster-user-deployments"]["deployments"]
+    pods = {
+        "code server": {e["name"]: e["value"] for e in deployment["env"]},
+        "run pods": dict(
+            v.split("=", 1) for v in values["runLauncher"]["config"]["k8sRunLauncher"]["envVars"]
+        ),
+    }
+    inv = held_invoice(store, "acme", "LP-9", ["negative_total: payable -50.00 EUR"])
+    for pod, env in pods.items():
+        access = ReviewAccess.from_settings(Settings.from_env(env))
+        result = approve(review_job(database_url, access), inv, "ana")
+        assert not result.success, f"a Launchpad approval succeeded in the Helm recipe's {pod}"
+        assert "nothing vouches for the reviewer's name" in failure_messages(result), pod
+    assert status_and_reasons(database_url, inv)[0] == "needs_review"
+    assert store.review.review_history(inv) == []
