@@ -3,11 +3,15 @@ waiting on conditions (never on bare sleeps)."""
 
 from __future__ import annotations
 
+import fcntl
 import os
+import random
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 import urllib.request
 import uuid
@@ -23,10 +27,42 @@ from psycopg import sql
 T = TypeVar("T")
 
 
-def free_port() -> int:
+# Ports handed out for servers: below Linux's ephemeral range (32768-60999), so no outgoing
+# connection (a test's thousands of PostgreSQL connections) can take one between free_port and the
+# server's bind. Each is reserved machine-wide for RESERVED_SECONDS by a file in PORT_RESERVATIONS,
+# so parallel test workers (and other sessions on the machine) never get the same one while its
+# server is still starting. Chosen at random: few collisions to skip.
+SERVER_PORTS = range(20_000, 32_000)
+PORT_RESERVATIONS = Path(tempfile.gettempdir()) / "invoice-pipeline-ports"
+RESERVED_SECONDS = 1800.0  # longer than any server here takes to bind the port it was given
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port() -> int:
+    """A loopback TCP port nothing listens on, given to no other caller for RESERVED_SECONDS."""
+    PORT_RESERVATIONS.mkdir(mode=0o1777, exist_ok=True)
+    with open(PORT_RESERVATIONS / ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one chooser at a time: check and reserve are one step
+        for _ in range(10_000):
+            port = random.randrange(SERVER_PORTS.start, SERVER_PORTS.stop)
+            mark = PORT_RESERVATIONS / str(port)
+            try:
+                if time.time() - mark.stat().st_mtime < RESERVED_SECONDS:
+                    continue
+            except FileNotFoundError:
+                pass
+            if _bindable(port):
+                mark.write_text(f"{os.getpid()}\n")
+                return port
+    raise RuntimeError(f"no free port in {SERVER_PORTS} (reservations in {PORT_RESERVATIONS})")
 
 
 def with_database(url: str, name: str) -> str:
@@ -84,6 +120,25 @@ def stop_process_group(proc: subprocess.Popen[Any]) -> None:
         pass
 
 
+def serve_asgi(app: Any) -> Iterator[str]:
+    """An ASGI app (the review page) served by uvicorn in a thread on a free loopback port; yields
+    its base URL once it listens, stops it afterwards."""
+    import uvicorn
+
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", proxy_headers=False)
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_for(lambda: server.started, timeout=60, interval=0.05, what="the page to listen")
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
 def answers(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=2) as response:
@@ -122,9 +177,14 @@ def start_cli_server(
 
 
 def start_dev_server(env: dict[str, str], port: int, log: Path) -> subprocess.Popen[bytes]:
-    """`invoice-pipeline dev`, once /server_info answers or it has exited (start_cli_server)."""
+    """`invoice-pipeline dev`, once /server_info answers or it has exited (start_cli_server). Its
+    review page gets a free port too: two dev servers at once (parallel tests) must not clash."""
     return start_cli_server(
-        ["dev", "--port", str(port)], env, log, f"http://127.0.0.1:{port}/server_info", timeout=180
+        ["dev", "--port", str(port), "--review-port", str(free_port())],
+        env,
+        log,
+        f"http://127.0.0.1:{port}/server_info",
+        timeout=180,
     )
 
 
