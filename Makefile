@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install dev demo test test-external lint bench chaos model mutants clean
+.PHONY: install dev demo test test-fast test-external lint bench chaos model mutants clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,14 +21,20 @@ dev: install
 demo: install
 	$(BIN)/invoice-pipeline demo
 
+# In parallel workers (pytest-xdist), each with its own embedded PostgreSQL; tests that share a
+# server or take the machine run on one worker (XDIST_GROUPS in invoice_pipeline_tests/conftest.py).
+# TEST_WORKERS=0 runs in this process. docs/tests.md: the layout and the measured durations.
+TEST_WORKERS ?= 4
+XDIST = -n $(TEST_WORKERS) --dist loadgroup
+
 test: install
 	$(BIN)/python -m invoice_pipeline_tests.browser_setup
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest $(XDIST) $(PYTEST_ARGS)
 
 # The core suite against an external server (this machine also runs PostgreSQL on 5432).
 test-external: install
 	INVOICE_PIPELINE_DATABASE_URL=$${INVOICE_PIPELINE_DATABASE_URL:-postgresql://postgres@127.0.0.1:5432/postgres} \
-		$(BIN)/pytest invoice_pipeline_tests/db invoice_pipeline_tests/engine/test_locks.py invoice_pipeline_tests/engine/test_dedupe.py $(PYTEST_ARGS)
+		$(BIN)/pytest $(XDIST) invoice_pipeline_tests/db invoice_pipeline_tests/engine/test_locks.py invoice_pipeline_tests/engine/test_dedupe.py $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check invoice_pipeline invoice_pipeline_tests benchmarks chaos pipeline_support

@@ -126,7 +126,13 @@ def test_dev_started_by_a_script_stops_everything_on_sigterm(env: dict[str, str]
     port = free_port()
     log = tmp_path / "dev.log"
     dev = start_in_background_like_a_script(
-        dict(env, LOG=str(log)), str(CONSOLE_SCRIPT), "dev", "--port", str(port)
+        dict(env, LOG=str(log)),
+        str(CONSOLE_SCRIPT),
+        "dev",
+        "--port",
+        str(port),
+        "--review-port",
+        str(free_port()),
     )
     marker = env[MARKER]
     wait_for(

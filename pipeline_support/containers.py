@@ -9,6 +9,7 @@ crun and the default ulimits fail here, runc without default ulimits works).
 from __future__ import annotations
 
 import base64
+import fcntl
 import hashlib
 import json
 import os
@@ -16,6 +17,8 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,6 +84,19 @@ def image_exists(env: dict[str, str], image: str) -> bool:
     return podman(env, "image", "exists", image, check=False).returncode == 0
 
 
+# Parallel test workers (and other sessions on this machine) need the same images: the first builds,
+# the others wait on this lock and then find them (podman's layer cache makes a rebuild of an
+# unchanged checkout quick).
+BUILD_LOCK = Path(tempfile.gettempdir()) / "invoice-pipeline-podman-build.lock"
+
+
+@contextmanager
+def _one_build_at_a_time() -> Iterator[None]:
+    with open(BUILD_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def ensure_base_image(env: dict[str, str]) -> bool:
     """Build the base from Debian's packages with debootstrap unless podman has it already.
     Returns whether it was built now (about 3 minutes) rather than found."""
@@ -137,7 +153,9 @@ def build_image(env: dict[str, str], image: str = IMAGE) -> None:
 
 def ensure_containerfile_image(env: dict[str, str], containerfile: Path, image: str) -> None:
     """A test-only image from its Containerfile on the Debian base, unless podman has it."""
-    if not image_exists(env, image):
+    with _one_build_at_a_time():
+        if image_exists(env, image):
+            return
         podman(
             env,
             "build",
@@ -178,12 +196,13 @@ class ReadyImage:
 
 def ready_image(env: dict[str, str], image: str = IMAGE) -> ReadyImage:
     """The base (debootstrap only when podman lacks it), then deploy/Dockerfile on it."""
-    t = time.monotonic()
-    built = ensure_base_image(env)
-    base_s = time.monotonic() - t
-    t = time.monotonic()
-    build_image(env, image)
-    return ReadyImage(image, built, base_s, time.monotonic() - t)
+    with _one_build_at_a_time():
+        t = time.monotonic()
+        built = ensure_base_image(env)
+        base_s = time.monotonic() - t
+        t = time.monotonic()
+        build_image(env, image)
+        return ReadyImage(image, built, base_s, time.monotonic() - t)
 
 
 # -- podman kube play ----------------------------------------------------------------------------
