@@ -164,6 +164,8 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "            ORDER BY s.id FOR UPDATE SKIP LOCKED\n",
         "            ORDER BY s.id FOR UPDATE\n",
         f"{LIVENESS}::test_a_blocked_chunk_stops_neither_its_siblings_heartbeats_nor_the_sweep",
+        # Without SKIP LOCKED the sweep waits on the row, into its short lock_timeout.
+        raises=("LockNotAvailable",),
     ),
     _one(
         "sweep-only-stale",
@@ -415,6 +417,8 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "    except Exception as exc:\n        raise unreadable(type(exc).__name__, str(exc)) from None\n",
         "",
         "invoice_pipeline_tests/documents/test_sandbox.py::test_an_unexpected_parser_exception_is_bad_input_not_a_retry",
+        # Without the catch the parser's own exception (a ValueError here) escapes the stage.
+        raises=("ValueError",),
     ),
     Sabotage(
         "xml-entities",
@@ -458,6 +462,8 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "ORDER BY i.id\nFOR NO KEY UPDATE OF i SKIP LOCKED\n",
         "ORDER BY i.id\n",
         f"{LIVENESS}::test_the_sweep_skips_an_orphan_someone_is_writing_and_takes_it_at_the_next_sweep",
+        # Without SKIP LOCKED the sweep waits on the row, into its short lock_timeout.
+        raises=("LockNotAvailable",),
     ),
     _one(
         "dead-run-requests",
