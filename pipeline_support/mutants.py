@@ -1569,6 +1569,32 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def verdict_counts(outcomes: Sequence[Outcome]) -> dict[str, int]:
+    return {v: sum(o.verdict == v for o in outcomes) for v in ("killed", "SURVIVED", "BROKEN")}
+
+
+def write_result(out: Path, selection: str, outcomes: Sequence[Outcome], planned: int) -> None:
+    counts = verdict_counts(outcomes)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(
+        json.dumps(
+            {
+                "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                "selection": selection,
+                "complete": len(outcomes) == planned,
+                "planned": planned,
+                "killed": counts["killed"],
+                "survived": counts["SURVIVED"],
+                "broken": counts["BROKEN"],
+                "total": len(outcomes),
+                "outcomes": [asdict(o) for o in outcomes],
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.list:
@@ -1581,7 +1607,8 @@ def main(argv: list[str] | None = None) -> int:
         chosen = todays(SABOTAGES, date.today())
     else:
         chosen = [s for s in SABOTAGES if s.name in args.only]
-    outcomes = []
+    selection = "all" if args.all else "today" if args.today else "only"
+    outcomes: list[Outcome] = []
     for sabotage in chosen:
         outcome = run_one(sabotage, args.python)
         outcomes.append(outcome)
@@ -1589,29 +1616,16 @@ def main(argv: list[str] | None = None) -> int:
             f"{outcome.verdict:9s} {sabotage.name:24s} {outcome.seconds:6.1f}s  {sabotage.test}", flush=True
         )
         print("    " + outcome.detail.replace("\n", "\n    "), flush=True)
-    bad = [o for o in outcomes if o.verdict != "killed"]
-    counts = {v: sum(o.verdict == v for o in outcomes) for v in ("killed", "SURVIVED", "BROKEN")}
+        if args.out:
+            # After every entry: a run stopped half-way (the whole list takes an hour or more on
+            # a loaded machine) still leaves what it found, marked incomplete.
+            write_result(args.out, selection, outcomes, len(chosen))
+    counts = verdict_counts(outcomes)
     print(
         f"{counts['killed']} of {len(outcomes)} sabotages killed by their test "
         f"({counts['SURVIVED']} survived, {counts['BROKEN']} broken)"
     )
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(
-            json.dumps(
-                {
-                    "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
-                    "selection": "all" if args.all else "today" if args.today else "only",
-                    "killed": counts["killed"],
-                    "survived": counts["SURVIVED"],
-                    "broken": counts["BROKEN"],
-                    "total": len(outcomes),
-                    "outcomes": [asdict(o) for o in outcomes],
-                },
-                indent=2,
-            )
-            + "\n"
-        )
+    bad = len(outcomes) - counts["killed"]
     return 1 if bad else 0
 
 
