@@ -36,6 +36,7 @@ from invoice_pipeline.domain.review import (
     SUSPECTED_DUPLICATE,
     ReviewPolicy,
     amount_due_unformed_reasons,
+    einvoice_reasons,
     review_reasons,
     unread_number_copies,
     unread_reasons,
@@ -465,7 +466,10 @@ def validate(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID, Outco
         elif problems and (unformed := amount_due_unformed_reasons(found, problems)) is not None:
             unread.append((c.lease, Verdict("held", "; ".join(unformed), tuple(unformed))))
         elif problems:
-            outcomes[c.invoice_id] = Quarantined(problems[0].code, "; ".join(p.reason for p in problems))
+            # Unusable as it is (no number, no total, an unknown currency): quarantined, the file
+            # kept; an e-invoice's reason also names the rules of its own that it breaks (issue 55).
+            reasons = [p.reason for p in problems] + einvoice_reasons(found)
+            outcomes[c.invoice_id] = Quarantined(problems[0].code, "; ".join(reasons))
     # Held here, the invoice fast-forwards past dedupe and approval (their done queries count a
     # hold): without its number or seller there is nothing to compare, and a person decides.
     held = env.store.documents.record_verdicts(unread, step=step)
