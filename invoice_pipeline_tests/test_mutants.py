@@ -51,6 +51,11 @@ def test_fails_an_assertion():
     assert total == 3, "the mechanism's effect is gone"
 
 
+def test_fails_a_plain_assert():
+    total = 1 + 1
+    assert total == 3
+
+
 def test_fails_with_pytest_raises():
     with pytest.raises(ValueError):
         pass
@@ -118,6 +123,7 @@ def _run_tiny(tmp_path: Path, name: str, raises: tuple[str, ...] = (), timeout: 
             "killed",
             "Failed: DID NOT RAISE ValueError",
         ),
+        ("test_tiny.py::test_fails_a_plain_assert", (), "killed", "assert 2 == 3"),
         (
             "test_tiny.py::test_raises_value_error",
             ("ValueError",),

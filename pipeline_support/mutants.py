@@ -1362,9 +1362,12 @@ class RunVerdict:
 
 def exception_name(message: str) -> str:
     """The class name a pytest crash message starts with: "psycopg.errors.LockNotAvailable: ..."
-    gives "LockNotAvailable", "AssertionError: assert 1 == 2" gives "AssertionError"."""
-    head = message.split("\n", 1)[0].split(":", 1)[0].strip()
-    return head.rsplit(".", 1)[-1]
+    gives "LockNotAvailable", "AssertionError: the total" and "assert 2 == 3" give "AssertionError"."""
+    first = message.split("\n", 1)[0]
+    if first.startswith("assert "):
+        # A plain `assert` pytest rewrote: it drops the "AssertionError: " prefix.
+        return "AssertionError"
+    return first.split(":", 1)[0].strip().rsplit(".", 1)[-1]
 
 
 def _failure_kills(message: str, text: str, allowed: Sequence[str]) -> str | None:
