@@ -46,6 +46,10 @@ ENV_REVIEW_USERS = "INVOICE_PIPELINE_REVIEW_USERS"
 # Which deployment's resources a code location binds (orchestration/resources/deployments.py):
 # "local" (the default: runs with no setup) or "production".
 ENV_DEPLOYMENT = "INVOICE_PIPELINE_DEPLOYMENT"
+# 1 (the default): every structured e-invoice is checked against the EN 16931 / Factur-X rules it
+# declares, and a Factur-X PDF's page against its XML (issue 55; DocumentReader). 0 turns both off:
+# for measuring what they cost (benchmarks/default_path.py), never a deployment's choice.
+ENV_EINVOICE_CHECKS = "INVOICE_PIPELINE_EINVOICE_CHECKS"
 
 DEFAULT_PG_PORT = 54329
 # The one place for defaults: Settings (the CLI) and the Dagster resource both read these.
@@ -201,6 +205,7 @@ class Settings:
     save_after: timedelta = timedelta(milliseconds=DEFAULT_SAVE_AFTER_MS)
     deployment: str = "local"
     review_users: Path | None = None
+    einvoice_checks: bool = True
 
     @property
     def uses_embedded_postgres(self) -> bool:
@@ -257,4 +262,5 @@ class Settings:
             save_after=timedelta(milliseconds=_int(env, ENV_SAVE_AFTER_MS, DEFAULT_SAVE_AFTER_MS, minimum=0)),
             deployment=env.get(ENV_DEPLOYMENT) or "local",
             review_users=Path(env[ENV_REVIEW_USERS]).absolute() if env.get(ENV_REVIEW_USERS) else None,
+            einvoice_checks=_switch(env, ENV_EINVOICE_CHECKS, True),
         )

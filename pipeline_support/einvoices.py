@@ -45,6 +45,65 @@ class EInvoice:
     tax_in_tax_currency: str | None = None
     # UBL only: another currencyID on an amount, by element name (e.g. {"PayableAmount": "CHF"}).
     currency_ids: Mapping[str, str] = field(default_factory=dict)
+    # What EN 16931 requires besides (issue 55: the e-invoice validator holds a document without
+    # them): the parties' countries; one line and a VAT breakdown are formed from net and tax.
+    seller_country: str = "DE"
+    buyer_country: str = "FR"
+
+
+# The parts every document carries so that it is a valid EN 16931 invoice (BR-08..BR-11, BR-16,
+# BR-CO-18, BR-CO-25): the tests here are about other things than these.
+PAYMENT_TERMS = "30 days net"
+LINE_ITEM = "Services as agreed"
+_UBL_ADDRESS = (
+    "<cac:PostalAddress><cbc:CityName>Hamburg</cbc:CityName><cbc:PostalZone>20457</cbc:PostalZone>"
+    "<cac:Country><cbc:IdentificationCode>{country}</cbc:IdentificationCode></cac:Country></cac:PostalAddress>"
+)
+_CII_ADDRESS = (
+    "<ram:PostalTradeAddress><ram:PostcodeCode>20457</ram:PostcodeCode><ram:CityName>Hamburg</ram:CityName>"
+    "<ram:CountryID>{country}</ram:CountryID></ram:PostalTradeAddress>"
+)
+
+
+@dataclass(frozen=True)
+class _VatLine:
+    """The one invoice line (net amount, quantity, unit price) and its VAT rate, from net and tax."""
+
+    net: str | None
+    quantity: str = "1"
+    price: str | None = None
+    rate: str = "0"
+
+
+def _vat_line(inv: EInvoice) -> _VatLine:
+    if inv.net is None:
+        return _VatLine(None)
+    net = Decimal(inv.net)
+    rate = (
+        (Decimal(inv.tax) * 100 / net).quantize(Decimal("0.01")).normalize()
+        if inv.tax and net
+        else Decimal(0)
+    )
+    # A negative line is a negative quantity of a positive price (BR-27: no negative price).
+    return _VatLine(inv.net, "-1" if net < 0 else "1", str(abs(net)), f"{rate:f}")
+
+
+def _cii_line(inv: EInvoice, vat: _VatLine) -> str:
+    if vat.net is None:
+        return ""
+    return (
+        "<ram:IncludedSupplyChainTradeLineItem><ram:AssociatedDocumentLineDocument><ram:LineID>1</ram:LineID>"
+        f"</ram:AssociatedDocumentLineDocument><ram:SpecifiedTradeProduct><ram:Name>{LINE_ITEM}</ram:Name>"
+        "</ram:SpecifiedTradeProduct><ram:SpecifiedLineTradeAgreement><ram:NetPriceProductTradePrice>"
+        f"<ram:ChargeAmount>{vat.price}</ram:ChargeAmount></ram:NetPriceProductTradePrice>"
+        f'</ram:SpecifiedLineTradeAgreement><ram:SpecifiedLineTradeDelivery><ram:BilledQuantity unitCode="C62">'
+        f"{vat.quantity}</ram:BilledQuantity></ram:SpecifiedLineTradeDelivery><ram:SpecifiedLineTradeSettlement>"
+        "<ram:ApplicableTradeTax><ram:TypeCode>VAT</ram:TypeCode><ram:CategoryCode>S</ram:CategoryCode>"
+        f"<ram:RateApplicablePercent>{vat.rate}</ram:RateApplicablePercent></ram:ApplicableTradeTax>"
+        "<ram:SpecifiedTradeSettlementLineMonetarySummation>"
+        f"<ram:LineTotalAmount>{vat.net}</ram:LineTotalAmount></ram:SpecifiedTradeSettlementLineMonetarySummation>"
+        "</ram:SpecifiedLineTradeSettlement></ram:IncludedSupplyChainTradeLineItem>"
+    )
 
 
 def ubl(inv: EInvoice, *, root: str = "Invoice") -> bytes:
@@ -73,11 +132,13 @@ def ubl(inv: EInvoice, *, root: str = "Invoice") -> bytes:
             else ""
         ),
         "<cac:AccountingSupplierParty><cac:Party>",
+        _UBL_ADDRESS.format(country=inv.seller_country),
         f"<cac:PartyTaxScheme><cbc:CompanyID>{inv.seller_vat}</cbc:CompanyID>"
         "<cac:TaxScheme><cbc:ID>VAT</cbc:ID></cac:TaxScheme></cac:PartyTaxScheme>",
         f"<cac:PartyLegalEntity><cbc:RegistrationName>{inv.seller}</cbc:RegistrationName></cac:PartyLegalEntity>",
         "</cac:Party></cac:AccountingSupplierParty>",
         "<cac:AccountingCustomerParty><cac:Party>",
+        _UBL_ADDRESS.format(country=inv.buyer_country),
         f"<cac:PartyLegalEntity><cbc:RegistrationName>{inv.buyer}</cbc:RegistrationName></cac:PartyLegalEntity>",
         "</cac:Party></cac:AccountingCustomerParty>",
     ]
@@ -97,8 +158,17 @@ def ubl(inv: EInvoice, *, root: str = "Invoice") -> bytes:
                 )
             parts.append("</cac:PaymentMandate>")
         parts.append("</cac:PaymentMeans>")
+    parts.append(f"<cac:PaymentTerms><cbc:Note>{PAYMENT_TERMS}</cbc:Note></cac:PaymentTerms>")
+    vat = _vat_line(inv)
     if inv.tax is not None:
-        parts.append(f"<cac:TaxTotal>{amount('TaxAmount', inv.tax)}</cac:TaxTotal>")
+        breakdown = (
+            f"<cac:TaxSubtotal>{amount('TaxableAmount', vat.net)}{amount('TaxAmount', inv.tax)}"
+            f"<cac:TaxCategory><cbc:ID>S</cbc:ID><cbc:Percent>{vat.rate}</cbc:Percent>"
+            "<cac:TaxScheme><cbc:ID>VAT</cbc:ID></cac:TaxScheme></cac:TaxCategory></cac:TaxSubtotal>"
+            if vat.net is not None
+            else ""
+        )
+        parts.append(f"<cac:TaxTotal>{amount('TaxAmount', inv.tax)}{breakdown}</cac:TaxTotal>")
     if inv.tax_in_tax_currency is not None and inv.tax_currency:
         parts.append(
             f'<cac:TaxTotal><cbc:TaxAmount currencyID="{inv.tax_currency}">{inv.tax_in_tax_currency}'
@@ -113,8 +183,18 @@ def ubl(inv: EInvoice, *, root: str = "Invoice") -> bytes:
         amount("PayableRoundingAmount", inv.rounding),
         amount("PayableAmount", inv.due),
         "</cac:LegalMonetaryTotal>",
-        f"</{root}>",
     ]
+    if vat.net is not None:
+        line = "CreditNoteLine" if root == "CreditNote" else "InvoiceLine"
+        quantity = "CreditedQuantity" if root == "CreditNote" else "InvoicedQuantity"
+        parts.append(
+            f'<cac:{line}><cbc:ID>1</cbc:ID><cbc:{quantity} unitCode="C62">{vat.quantity}</cbc:{quantity}>'
+            f"{amount('LineExtensionAmount', vat.net)}<cac:Item><cbc:Name>{LINE_ITEM}</cbc:Name>"
+            f"<cac:ClassifiedTaxCategory><cbc:ID>S</cbc:ID><cbc:Percent>{vat.rate}</cbc:Percent>"
+            "<cac:TaxScheme><cbc:ID>VAT</cbc:ID></cac:TaxScheme></cac:ClassifiedTaxCategory></cac:Item>"
+            f"<cac:Price>{amount('PriceAmount', vat.price)}</cac:Price></cac:{line}>"
+        )
+    parts.append(f"</{root}>")
     return "".join(parts).encode()
 
 
@@ -152,11 +232,18 @@ def cii(inv: EInvoice) -> bytes:
                 "</ram:PayeePartyCreditorFinancialAccount>"
             )
         settlement.append("</ram:SpecifiedTradeSettlementPaymentMeans>")
-    if inv.mandate:
+    vat = _vat_line(inv)
+    if inv.tax is not None and vat.net is not None:
         settlement.append(
-            f"<ram:SpecifiedTradePaymentTerms><ram:DirectDebitMandateID>{inv.mandate}</ram:DirectDebitMandateID>"
-            "</ram:SpecifiedTradePaymentTerms>"
+            f"<ram:ApplicableTradeTax><ram:CalculatedAmount>{inv.tax}</ram:CalculatedAmount><ram:TypeCode>VAT"
+            f"</ram:TypeCode><ram:BasisAmount>{vat.net}</ram:BasisAmount><ram:CategoryCode>S</ram:CategoryCode>"
+            f"<ram:RateApplicablePercent>{vat.rate}</ram:RateApplicablePercent></ram:ApplicableTradeTax>"
         )
+    mandate = f"<ram:DirectDebitMandateID>{inv.mandate}</ram:DirectDebitMandateID>" if inv.mandate else ""
+    settlement.append(
+        f"<ram:SpecifiedTradePaymentTerms><ram:Description>{PAYMENT_TERMS}</ram:Description>{mandate}"
+        "</ram:SpecifiedTradePaymentTerms>"
+    )
     settlement += [
         "<ram:SpecifiedTradeSettlementHeaderMonetarySummation>",
         amount("LineTotalAmount", inv.net),
@@ -192,10 +279,13 @@ def cii(inv: EInvoice) -> bytes:
         f"<rsm:ExchangedDocument><ram:ID>{inv.number}</ram:ID>"
         + (f"<ram:TypeCode>{inv.type_code}</ram:TypeCode>" if inv.type_code else "")
         + f'<ram:IssueDateTime><udt:DateTimeString format="102">{date}</udt:DateTimeString></ram:IssueDateTime>'
-        "</rsm:ExchangedDocument><rsm:SupplyChainTradeTransaction><ram:ApplicableHeaderTradeAgreement>"
-        f"<ram:SellerTradeParty><ram:Name>{inv.seller}</ram:Name>"
+        "</rsm:ExchangedDocument><rsm:SupplyChainTradeTransaction>"
+        + _cii_line(inv, vat)
+        + "<ram:ApplicableHeaderTradeAgreement>"
+        f"<ram:SellerTradeParty><ram:Name>{inv.seller}</ram:Name>{_CII_ADDRESS.format(country=inv.seller_country)}"
         f'<ram:SpecifiedTaxRegistration><ram:ID schemeID="VA">{inv.seller_vat}</ram:ID></ram:SpecifiedTaxRegistration>'
-        f"</ram:SellerTradeParty><ram:BuyerTradeParty><ram:Name>{inv.buyer}</ram:Name></ram:BuyerTradeParty>"
+        f"</ram:SellerTradeParty><ram:BuyerTradeParty><ram:Name>{inv.buyer}</ram:Name>"
+        f"{_CII_ADDRESS.format(country=inv.buyer_country)}</ram:BuyerTradeParty>"
         "</ram:ApplicableHeaderTradeAgreement><ram:ApplicableHeaderTradeDelivery/>"
         "<ram:ApplicableHeaderTradeSettlement>"
         + "".join(settlement)

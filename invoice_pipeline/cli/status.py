@@ -14,7 +14,7 @@ from invoice_pipeline.cli.output import in_days
 from invoice_pipeline.cli.store import open_store
 from invoice_pipeline.config import Settings
 from invoice_pipeline.domain.fields import InvoiceFields
-from invoice_pipeline.domain.review import reason_code
+from invoice_pipeline.domain.review import einvoice_warnings, reason_code
 from invoice_pipeline.engine.records import JobRecord
 from invoice_pipeline.engine.review import REVIEW_OWNER_PREFIX, REVIEW_STATUSES
 from invoice_pipeline.engine.store import dumps
@@ -214,7 +214,7 @@ def field_lines(fields: dict[str, Any]) -> list[str]:
     for name in sorted(fields, key=lambda n: order.index(n) if n in order else len(order)):
         value = fields[name]
         source = sources.get(name)
-        if name in ("sources", "amount_check") or (value is None and source is None):
+        if name in ("sources", "amount_check", *EINVOICE_KEYS) or (value is None and source is None):
             continue
         where: list[str] = []
         if source is not None:
@@ -236,6 +236,35 @@ def field_lines(fields: dict[str, Any]) -> list[str]:
         )
         if candidates:
             lines.append(f"  amounts on the page: {candidates}")
+    return lines + einvoice_lines(fields)
+
+
+# The fields' entries that `einvoice_lines` prints (domain/einvoice.py), not as fields.
+EINVOICE_KEYS = ("einvoice_check", "page_disagreements")
+
+
+def einvoice_lines(fields: dict[str, Any]) -> list[str]:
+    """The e-invoice's own rules and its page (issue 55): the rule set that ran, each failed rule
+    (fatal ones hold the invoice; warnings are only shown here and on the review page), and each
+    field its page prints differently from its XML."""
+    read = InvoiceFields.from_json({key: fields[key] for key in EINVOICE_KEYS if key in fields})
+    lines: list[str] = []
+    check = read.einvoice_check
+    if check is not None and check.rule_set:
+        lines.append(
+            printable(
+                f"e-invoice rules: {check.rule_set} {check.version}, profile {check.profile}: "
+                f"{len(check.fatal)} fatal, {len(check.warnings)} warning(s)"
+            )
+        )
+        lines += [printable(f"  fatal {f.rule_id}: {f.text} at {f.location}") for f in check.fatal]
+        lines += [printable(f"  warning {w}") for w in einvoice_warnings(read)]
+    elif check is not None:
+        lines.append(printable(f"e-invoice rules: not run ({check.profile}: {check.skipped})"))
+    for d in read.page_disagreements:
+        lines.append(
+            printable(f"page disagrees: {d.field}: XML {d.xml_value!r}, page {d.page_value!r} ({d.where})")
+        )
     return lines
 
 

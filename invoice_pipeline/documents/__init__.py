@@ -9,6 +9,7 @@ field extraction without fetching the original file again.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from decimal import Decimal
 
 from ..domain.fields import FIELD_NAMES, InvoiceFields
@@ -98,10 +99,11 @@ def extract_text(
     embedded = embedded_invoice_xml(reader, max_bytes=max_bytes)
     page_count = len(reader.pages)
     if embedded is not None:
+        boxes: str | None = None
         try:
             # The XML is read; OCRing a scanned visual layer would buy nothing.
             layer = text_layer(content, max_chars=max_text_chars, ocr=False)
-            text = layer.text
+            text, boxes = layer.text, layer.structured
         except BadDocument as exc:
             # The XML is the legal invoice; an unreadable visual layer does not make it unusable.
             # An oversized one is still a bomb, though, and says so.
@@ -109,7 +111,12 @@ def extract_text(
                 raise
             text = ""
         return ExtractedText(
-            "facturx-pdf", text, serialize(embedded.root), f"pdf-embedded-xml:{embedded.name}", page_count
+            "facturx-pdf",
+            text,
+            serialize(embedded.root),
+            f"pdf-embedded-xml:{embedded.name}",
+            page_count,
+            page_boxes=boxes,
         )
     layer = text_layer(content, max_chars=max_text_chars)
     if not layer.method.startswith("ocr") and not looks_like_invoice(layer.text):
@@ -117,10 +124,18 @@ def extract_text(
     return ExtractedText("pdf", layer.text, layer.structured, layer.method, layer.page_count)
 
 
-def extract_fields(extracted: ExtractedText) -> InvoiceFields:
-    """Fields with provenance; missing ones are None with FieldSource.reason set."""
+def extract_fields(extracted: ExtractedText, *, compare_page: bool = True) -> InvoiceFields:
+    """Fields with provenance; missing ones are None with FieldSource.reason set.
+
+    A hybrid PDF's fields are its XML's; with `compare_page`, the key fields its visible page
+    prints differently are kept beside them (`page_witness`, issue 55).
+    """
     fields = _fields(extracted)
     _check_storable(fields)
+    if compare_page and extracted.format == "facturx-pdf":
+        from .page_witness import compare_page as page_disagreements
+
+        fields = replace(fields, page_disagreements=page_disagreements(fields, extracted))
     return fields
 
 

@@ -20,6 +20,9 @@ class ExtractedText:
     structured: str | None
     method: str
     page_count: int | None = None
+    # A hybrid PDF's text-layer boxes (reading.words.TextBoxes JSON): `structured` holds its XML,
+    # and the page is compared with it (documents.page_witness). None for every other document.
+    page_boxes: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -28,6 +31,7 @@ class ExtractedText:
             "structured": self.structured,
             "method": self.method,
             "page_count": self.page_count,
+            "page_boxes": self.page_boxes,
         }
 
     @classmethod
@@ -38,4 +42,5 @@ class ExtractedText:
             structured=d.get("structured"),
             method=str(d.get("method") or ""),
             page_count=d.get("page_count"),
+            page_boxes=d.get("page_boxes"),
         )

@@ -31,9 +31,10 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from ..child_python import child_environment, python_command
+from ..domain.einvoice import EinvoiceCheck
 from ..domain.fields import InvoiceFields
 from .errors import BadDocument, too_complex
 from .extracted import ExtractedText
@@ -68,6 +69,11 @@ class SandboxLimits:
     # general 1 GiB would fail every scan. The worker keeps 1 GiB as its soft limit and this
     # as the hard one; OCR lifts the soft limit, and the worker is retired after that document.
     ocr_memory_mib: int = 2048
+    # What `memory_mib` bounds: the address space (RLIMIT_AS), or the data segment (RLIMIT_DATA:
+    # memory written to, not merely reserved). The e-invoice validator's workers use "data":
+    # SaxonC's native image reserves ~32 GiB of address space before it allocates anything
+    # (documents/einvoice_rules.py), which no address-space limit worth having allows.
+    memory_kind: Literal["address_space", "data"] = "address_space"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -75,6 +81,7 @@ class SandboxLimits:
             "cpu_seconds": self.cpu_seconds,
             "memory_mib": self.memory_mib,
             "ocr_memory_mib": self.ocr_memory_mib,
+            "memory_kind": self.memory_kind,
         }
 
 
@@ -344,6 +351,7 @@ class Sandbox:
         max_bytes: int,
         max_text_chars: int,
         max_pdf_pages: int,
+        compare_page: bool = True,
     ) -> ExtractedText:
         header = {
             "op": "text",
@@ -351,6 +359,7 @@ class Sandbox:
             "max_bytes": max_bytes,
             "max_text_chars": max_text_chars,
             "max_pdf_pages": max_pdf_pages,
+            "compare_page": compare_page,
         }
         reply = self._call(header, content)
         extracted = ExtractedText.from_json(reply["text"])
@@ -358,12 +367,19 @@ class Sandbox:
             self._fields_ahead.put(extracted, reply["fields"])
         return extracted
 
-    def read_fields(self, extracted: ExtractedText) -> InvoiceFields:
+    def read_fields(self, extracted: ExtractedText, compare_page: bool = True) -> InvoiceFields:
         ahead = self._fields_ahead.take(extracted)
         if ahead is not None:
             return InvoiceFields.from_json(_answer(ahead))
         payload = json.dumps(extracted.to_json()).encode()
-        return InvoiceFields.from_json(self._call({"op": "fields"}, payload))
+        return InvoiceFields.from_json(self._call({"op": "fields", "compare_page": compare_page}, payload))
+
+    def check_einvoice(self, extracted: ExtractedText) -> EinvoiceCheck | None:
+        """The EN 16931 check of a structured e-invoice (None: not one); in a pool whose limits
+        bound data, not address space (`SandboxLimits.memory_kind`)."""
+        payload = json.dumps(extracted.to_json()).encode()
+        answer = self._call({"op": "einvoice_check"}, payload)
+        return EinvoiceCheck.from_json(answer) if answer is not None else None
 
     def call(self, header: dict[str, Any], payload: bytes) -> Any:
         """Another operation the worker knows (the review page's page images:

@@ -48,7 +48,7 @@ def _answer(parse: Callable[[], Any]) -> dict[str, Any]:
         return {"bad": {"code": exc.code, "reason": exc.reason}}
 
 
-def _handle(header: dict[str, Any], payload: bytes) -> dict[str, Any]:
+def _handle(header: dict[str, Any], payload: bytes) -> dict[str, Any] | None:
     op = header["op"]
     if op == "text":
         extracted = extract_text(
@@ -64,10 +64,18 @@ def _handle(header: dict[str, Any], payload: bytes) -> dict[str, Any]:
             # document's CPU and wall-clock budget, and spare the fields stage a second round
             # trip (`Sandbox.read_fields`). A refusal travels as the fields' answer, not as a
             # failed text read: the fields stage raises it, as if it had asked.
-            reply["fields"] = _answer(lambda: extract_fields(extracted).to_json())
+            compare_page = bool(header.get("compare_page", True))
+            reply["fields"] = _answer(lambda: extract_fields(extracted, compare_page=compare_page).to_json())
         return reply
     if op == "fields":
-        return extract_fields(ExtractedText.from_json(json.loads(payload))).to_json()
+        extracted = ExtractedText.from_json(json.loads(payload))
+        return extract_fields(extracted, compare_page=bool(header.get("compare_page", True))).to_json()
+    if op == "einvoice_check":
+        # Imported here: only the validator's workers load Saxon (einvoice_rules explains why).
+        from invoice_pipeline.documents.einvoice_rules import check_extracted
+
+        check = check_extracted(ExtractedText.from_json(json.loads(payload)))
+        return check.to_json() if check is not None else None
     if op == "ping":
         return {"pid": os.getpid()}
     if op in ("page_sizes", "page_png"):
@@ -91,7 +99,11 @@ def main() -> int:
     logging.disable(logging.WARNING)
     warnings.simplefilter("ignore")
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # SIGXCPU would otherwise dump core
-    resource.setrlimit(resource.RLIMIT_AS, (memory, ocr_memory))
+    if limits.get("memory_kind") == "data":
+        # Memory written to, not reserved: SandboxLimits.memory_kind says why.
+        resource.setrlimit(resource.RLIMIT_DATA, (memory, memory))
+    else:
+        resource.setrlimit(resource.RLIMIT_AS, (memory, ocr_memory))
     write_frame(out, json.dumps({"ready": os.getpid()}).encode())
     while True:
         header_frame = read_frame(inp)

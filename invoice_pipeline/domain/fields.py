@@ -8,6 +8,8 @@ from datetime import date
 from decimal import Decimal
 from typing import Any, Literal
 
+from .einvoice import EinvoiceCheck, PageDisagreement
+
 DocumentType = Literal["invoice", "credit_note"]
 
 FIELD_NAMES: tuple[str, ...] = (
@@ -187,6 +189,10 @@ class InvoiceFields:
     # Amounts whose currencyID attribute names another currency than the document's (BT-5), as
     # "path CUR"; tax amounts in the tax currency (BT-6) are not listed. Held: `currency_mismatch`.
     foreign_amounts: tuple[str, ...] = ()
+    # A structured invoice's own rules (EN 16931 Schematron) and, for a Factur-X/ZUGFeRD PDF, its
+    # visible page compared with its XML (domain/einvoice.py, issue 55). None / (): not checked.
+    einvoice_check: EinvoiceCheck | None = None
+    page_disagreements: tuple[PageDisagreement, ...] = ()
 
     @property
     def read_from_page(self) -> bool:
@@ -223,6 +229,13 @@ class InvoiceFields:
             elif f.name == "foreign_amounts":
                 if value:
                     out["foreign_amounts"] = list(value)
+            elif f.name == "einvoice_check":
+                # Absent when not checked: stored JSON and its hashes stay as they were.
+                if value is not None:
+                    out["einvoice_check"] = value.to_json()
+            elif f.name == "page_disagreements":
+                if value:
+                    out["page_disagreements"] = [d.to_json() for d in value]
             elif f.name in EXTRA_FIELD_NAMES and value is None:
                 # Absent as before they existed: stored JSON and its hashes stay as they were.
                 continue
@@ -269,4 +282,10 @@ class InvoiceFields:
             prepaid_total=as_decimal(data.get("prepaid_total")),
             rounding_total=as_decimal(data.get("rounding_total")),
             foreign_amounts=tuple(str(a) for a in data.get("foreign_amounts") or ()),
+            einvoice_check=EinvoiceCheck.from_json(data["einvoice_check"])
+            if data.get("einvoice_check")
+            else None,
+            page_disagreements=tuple(
+                PageDisagreement.from_json(d) for d in data.get("page_disagreements") or ()
+            ),
         )

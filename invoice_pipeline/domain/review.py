@@ -64,6 +64,11 @@ AMOUNT_DUE_MISMATCH = "amount_due_mismatch"
 # grand total BT-112 to form it from, BR-CO-16): held for a person to read the amount owed, not
 # quarantined as unusable (issue 58).
 AMOUNT_DUE_UNFORMED = "amount_due_unformed"
+# A structured e-invoice that breaks a fatal rule of the EN 16931 / Factur-X rule set it declares,
+# and a Factur-X/ZUGFeRD PDF whose visible page prints a key field differently from its XML
+# (domain/einvoice.py, issue 55).
+EINVOICE_INVALID = "einvoice_invalid"
+PAGE_DISAGREES_WITH_XML = "page_disagrees_with_xml"
 # The source entry where a layout in shadow leaves that disagreement (not a field of its own).
 SHADOW_SOURCE = "layout_shadow"
 
@@ -91,6 +96,8 @@ REASON_CODES: tuple[str, ...] = (
     CURRENCY_MISMATCH,
     AMOUNT_DUE_MISMATCH,
     AMOUNT_DUE_UNFORMED,
+    EINVOICE_INVALID,
+    PAGE_DISAGREES_WITH_XML,
 )
 
 _CODE = re.compile(r"^[a-z][a-z0-9_]*")
@@ -150,6 +157,7 @@ def review_reasons(fields: InvoiceFields, policy: ReviewPolicy, *, today: date |
     out: list[str] = []
     payable, currency = fields.payable_total, fields.currency or "?"
     out.extend(document_type_reasons(fields))
+    out.extend(einvoice_reasons(fields))
     out.extend(money_reasons(fields))
     kind = "credit note" if fields.document_type == "credit_note" else "invoice"
 
@@ -228,6 +236,62 @@ def document_type_reasons(fields: InvoiceFields) -> list[str]:
             f"{row.label}; check whether it is owed or credited before booking it"
         ]
     return []
+
+
+# Rules named with their text in a reason; the others by id only (all are in einvoice_findings).
+_RULES_WITH_TEXT = 5
+_RULE_TEXT_CHARS = 160
+_RULE_ID_PREFIX = re.compile(r"^\[[^\]]*\]\s*-?\s*")
+
+
+def _rule_text(text: str) -> str:
+    """A rule's text without the "[BR-CO-10]-" its rule sets begin it with, shortened."""
+    text = _RULE_ID_PREFIX.sub("", text)
+    return text if len(text) <= _RULE_TEXT_CHARS else text[: _RULE_TEXT_CHARS - 1] + "…"
+
+
+def einvoice_reasons(fields: InvoiceFields) -> list[str]:
+    """What the e-invoice's own rules and its own page say a person must see (issue 55): every
+    fatal rule it breaks, by id, and every key field its page prints differently from its XML,
+    with both values. Warnings hold nothing: they are shown with the invoice (`einvoice_warnings`)."""
+    out: list[str] = []
+    check = fields.einvoice_check
+    if check is not None and check.fatal:
+        counts: dict[str, int] = {}
+        texts: dict[str, str] = {}
+        for finding in check.fatal:
+            counts[finding.rule_id] = counts.get(finding.rule_id, 0) + 1
+            texts.setdefault(finding.rule_id, _rule_text(finding.text))
+        named = [
+            f"{rule} {texts[rule]}" + (f" (x{counts[rule]})" if counts[rule] > 1 else "")
+            for rule in list(counts)[:_RULES_WITH_TEXT]
+        ]
+        rest = list(counts)[_RULES_WITH_TEXT:]
+        more = f"; and {', '.join(rest)}" if rest else ""
+        out.append(
+            f"{EINVOICE_INVALID}: {'; '.join(named)}{more} ({check.rule_set} {check.version}, profile "
+            f"{check.profile}); the original file is kept: ask the seller for a corrected e-invoice and "
+            "reject this one, or correct the fields and approve"
+        )
+    if fields.page_disagreements:
+        shown = "; ".join(
+            f"{d.field}: the XML says {d.xml_value!r}, the page prints {d.page_value!r} ({d.where})"
+            for d in fields.page_disagreements
+        )
+        out.append(
+            f"{PAGE_DISAGREES_WITH_XML}: {shown}; the ledger would record the XML's values while a person "
+            "reading the PDF sees the page's: ask the seller, by a channel you already know, which is "
+            "right before approving"
+        )
+    return out
+
+
+def einvoice_warnings(fields: InvoiceFields) -> list[str]:
+    """The rule set's warnings, shown with the invoice (review page, `show`); they hold nothing."""
+    check = fields.einvoice_check
+    if check is None:
+        return []
+    return [f"{w.rule_id} {_rule_text(w.text)} ({w.location})" for w in check.warnings]
 
 
 def money_reasons(fields: InvoiceFields) -> list[str]:

@@ -46,7 +46,7 @@ from invoice_pipeline.domain.corrections import CorrectionError, as_text
 from invoice_pipeline.domain.doctypes import is_correction
 from invoice_pipeline.domain.fields import FIELD_NAMES, InvoiceFields
 from invoice_pipeline.domain.identity import IDENTIFIER_KINDS
-from invoice_pipeline.domain.review import reason_code
+from invoice_pipeline.domain.review import einvoice_warnings, reason_code
 from invoice_pipeline.engine.corrections import correct_invoice
 from invoice_pipeline.engine.ingest import org_problem
 from invoice_pipeline.engine.layouts import export_layouts, import_layouts
@@ -436,6 +436,8 @@ class ReviewUi:
             inv=inv,
             rows=rows,
             check=check,
+            einvoice_warnings=einvoice_warnings(fields) if fields else [],
+            page_disagreements=fields.page_disagreements if fields else (),
             pages=self._pages(inv, fields, set(), "field"),
             original=original,
             original_pages=self._pages(original, theirs, differs, "differs") if original else [],
@@ -476,6 +478,15 @@ class ReviewUi:
                         source.page,
                         source.box,
                     )
+            for d in fields.page_disagreements:
+                # Where the page prints a key field differently from the XML (issue 55).
+                add(
+                    f"page {d.field}",
+                    f"the page prints {d.field} {d.page_value}; the XML says {d.xml_value}",
+                    "differs",
+                    d.page,
+                    d.box,
+                )
             for c in fields.amount_check.candidates if fields.amount_check else ():
                 add(
                     f"{c.role} {c.amount}",

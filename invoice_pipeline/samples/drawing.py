@@ -16,6 +16,12 @@ from .render import Line, Party, SampleInvoice
 from .vat_ids import valid_vat_id
 
 # Invented companies; any resemblance to real ones is accidental.
+# Sellers without a VAT id are identified as EN 16931 asks instead (render.Party): a state
+# registration (BT-30) and a federal tax number (BT-32), invented like the rest.
+_US_IDS = {
+    "Kettle & Pine LLC": ("OR-1184502", "93-4417208"),
+    "Quillstone Analytics Inc.": ("CA-C4021197", "94-3380561"),
+}
 SELLERS = (
     ("Nordwind Logistik GmbH", "DE", "Hafenstraße 12", "20457", "Hamburg"),
     ("Blue Heron Consulting Ltd", "GB", "14 Kestrel Row", "BS1 4DJ", "Bristol"),
@@ -99,7 +105,7 @@ class InvoiceDrawer:
     def __init__(self, seed: int) -> None:
         self.rng = random.Random(seed)
         self.sellers = [
-            Party(name, _vat(self.rng, cc), street, pc, city, cc or "US")
+            Party(name, _vat(self.rng, cc), street, pc, city, cc or "US", *_US_IDS.get(name, (None, None)))
             for name, cc, street, pc, city in SELLERS
         ]
         self.buyers = [Party(name, None, street, pc, city, cc) for name, street, pc, city, cc in BUYERS]

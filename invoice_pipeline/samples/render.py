@@ -24,6 +24,10 @@ class Party:
     postcode: str
     city: str
     country: str
+    # A seller without a VAT id (outside the EU) is identified by these instead, as EN 16931
+    # requires (BR-CO-26: a legal registration id, BT-30; BR-S-02: a tax registration, BT-32).
+    registration: str | None = None
+    tax_number: str | None = None
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,16 @@ class Line:
     @property
     def net(self) -> Decimal:
         return (self.quantity * self.unit_price).quantize(Decimal("0.01"))
+
+    # An e-invoice states a negative line as a negative quantity of a positive price (EN 16931
+    # BR-27: an item's net price is never negative); the line's net amount is the same.
+    @property
+    def xml_quantity(self) -> Decimal:
+        return -self.quantity if self.unit_price < 0 else self.quantity
+
+    @property
+    def xml_price(self) -> Decimal:
+        return abs(self.unit_price)
 
 
 @dataclass(frozen=True)
@@ -64,8 +78,8 @@ class SampleInvoice:
 
     @property
     def tax_total(self) -> Decimal:
-        tax = sum((line.net * line.vat_rate / 100 for line in self.lines), Decimal("0"))
-        return tax.quantize(Decimal("0.01"))
+        # Rounded per rate, as the VAT breakdown states it (BR-CO-14: the total is their sum).
+        return sum((tax for _, _, tax in _vat_by_rate(self)), Decimal("0"))
 
     @property
     def payable_total(self) -> Decimal:
@@ -110,13 +124,55 @@ def _ubl_party(p: Party) -> str:
         if p.vat_id
         else ""
     )
+    if p.tax_number:
+        vat += (
+            f"<cac:PartyTaxScheme><cbc:CompanyID>{escape(p.tax_number)}</cbc:CompanyID>"
+            "<cac:TaxScheme><cbc:ID>TAX</cbc:ID></cac:TaxScheme></cac:PartyTaxScheme>"
+        )
+    registration = f"<cbc:CompanyID>{escape(p.registration)}</cbc:CompanyID>" if p.registration else ""
     return (
         f"<cac:Party><cac:PartyName><cbc:Name>{escape(p.name)}</cbc:Name></cac:PartyName>"
         f"<cac:PostalAddress><cbc:StreetName>{escape(p.street)}</cbc:StreetName><cbc:CityName>{escape(p.city)}</cbc:CityName>"
         f"<cbc:PostalZone>{p.postcode}</cbc:PostalZone><cac:Country><cbc:IdentificationCode>{p.country}"
         "</cbc:IdentificationCode></cac:Country></cac:PostalAddress>"
-        f"{vat}<cac:PartyLegalEntity><cbc:RegistrationName>{escape(p.name)}</cbc:RegistrationName></cac:PartyLegalEntity>"
-        "</cac:Party>"
+        f"{vat}<cac:PartyLegalEntity><cbc:RegistrationName>{escape(p.name)}</cbc:RegistrationName>{registration}"
+        "</cac:PartyLegalEntity></cac:Party>"
+    )
+
+
+def _ubl_payee_account(inv: SampleInvoice) -> str:
+    if not inv.payee_iban:
+        return ""
+    return f"<cac:PayeeFinancialAccount><cbc:ID>{escape(inv.payee_iban)}</cbc:ID></cac:PayeeFinancialAccount>"
+
+
+def vat_category(rate: Decimal) -> str:
+    """UNTDID 5305: zero rated at 0 %, standard rated otherwise (BR-S-05: S needs a rate above 0)."""
+    return "Z" if rate == 0 else "S"
+
+
+_UBL_VAT = "<cac:TaxScheme><cbc:ID>VAT</cbc:ID></cac:TaxScheme>"
+
+
+def _vat_by_rate(inv: SampleInvoice) -> list[tuple[Decimal, Decimal, Decimal]]:
+    """(rate, taxable amount, tax) per VAT rate of the lines: the VAT breakdown (BG-23)."""
+    out = []
+    for rate in sorted({line.vat_rate for line in inv.lines}):
+        basis = sum((ln.net for ln in inv.lines if ln.vat_rate == rate), Decimal(0))
+        tax = sum((ln.net * rate / 100 for ln in inv.lines if ln.vat_rate == rate), Decimal(0))
+        out.append((rate, basis, tax.quantize(Decimal("0.01"))))
+    return out
+
+
+def _ubl_vat_breakdown(inv: SampleInvoice) -> str:
+    """EN 16931 requires one (BR-CO-18): the e-invoice validator holds an invoice without it."""
+    cur = inv.currency
+    return "".join(
+        f'<cac:TaxSubtotal><cbc:TaxableAmount currencyID="{cur}">{_a(basis)}</cbc:TaxableAmount>'
+        f'<cbc:TaxAmount currencyID="{cur}">{_a(tax)}</cbc:TaxAmount><cac:TaxCategory>'
+        f"<cbc:ID>{vat_category(rate)}</cbc:ID>"
+        f"<cbc:Percent>{rate}</cbc:Percent>{_UBL_VAT}</cac:TaxCategory></cac:TaxSubtotal>"
+        for rate, basis, tax in _vat_by_rate(inv)
     )
 
 
@@ -128,25 +184,29 @@ def ubl_xml(inv: SampleInvoice) -> bytes:
     line_tag = "CreditNoteLine" if credit else "InvoiceLine"
     qty_tag = "CreditedQuantity" if credit else "InvoicedQuantity"
     lines = "".join(
-        f'<cac:{line_tag}><cbc:ID>{i}</cbc:ID><cbc:{qty_tag} unitCode="C62">{line.quantity}</cbc:{qty_tag}>'
+        f'<cac:{line_tag}><cbc:ID>{i}</cbc:ID><cbc:{qty_tag} unitCode="C62">{line.xml_quantity}</cbc:{qty_tag}>'
         f'<cbc:LineExtensionAmount currencyID="{cur}">{_a(line.net)}</cbc:LineExtensionAmount>'
-        f"<cac:Item><cbc:Name>{escape(line.description)}</cbc:Name></cac:Item>"
-        f'<cac:Price><cbc:PriceAmount currencyID="{cur}">{line.unit_price}</cbc:PriceAmount></cac:Price></cac:{line_tag}>'
+        f"<cac:Item><cbc:Name>{escape(line.description)}</cbc:Name><cac:ClassifiedTaxCategory>"
+        f"<cbc:ID>{vat_category(line.vat_rate)}</cbc:ID>"
+        f"<cbc:Percent>{line.vat_rate}</cbc:Percent>{_UBL_VAT}</cac:ClassifiedTaxCategory></cac:Item>"
+        f'<cac:Price><cbc:PriceAmount currencyID="{cur}">{line.xml_price}</cbc:PriceAmount></cac:Price></cac:{line_tag}>'
         for i, line in enumerate(inv.lines, 1)
     )
     due = ""
     if inv.due_date and not credit:
         due = f"<cbc:DueDate>{inv.due_date.isoformat()}</cbc:DueDate>"
     pay_means = (
-        f"<cac:PaymentMeans><cbc:PaymentMeansCode>30</cbc:PaymentMeansCode><cbc:PaymentDueDate>{inv.due_date.isoformat()}"
-        "</cbc:PaymentDueDate></cac:PaymentMeans>"
+        # A credit transfer names the account (BR-61); without one the means is not defined (1).
+        f"<cac:PaymentMeans><cbc:PaymentMeansCode>{'30' if inv.payee_iban else '1'}</cbc:PaymentMeansCode>"
+        f"<cbc:PaymentDueDate>{inv.due_date.isoformat()}</cbc:PaymentDueDate>{_ubl_payee_account(inv)}"
+        "</cac:PaymentMeans>"
         if inv.due_date and credit
         else ""
     )
     if inv.payee_iban and not pay_means:
         pay_means = (
-            "<cac:PaymentMeans><cbc:PaymentMeansCode>58</cbc:PaymentMeansCode><cac:PayeeFinancialAccount>"
-            f"<cbc:ID>{escape(inv.payee_iban)}</cbc:ID></cac:PayeeFinancialAccount></cac:PaymentMeans>"
+            f"<cac:PaymentMeans><cbc:PaymentMeansCode>58</cbc:PaymentMeansCode>{_ubl_payee_account(inv)}"
+            "</cac:PaymentMeans>"
         )
     type_code = (
         "<cbc:CreditNoteTypeCode>381</cbc:CreditNoteTypeCode>"
@@ -175,7 +235,8 @@ def ubl_xml(inv: SampleInvoice) -> bytes:
         f"{type_code}<cbc:DocumentCurrencyCode>{cur}</cbc:DocumentCurrencyCode>{order}"
         f"<cac:AccountingSupplierParty>{_ubl_party(inv.seller)}</cac:AccountingSupplierParty>"
         f"<cac:AccountingCustomerParty>{_ubl_party(inv.buyer)}</cac:AccountingCustomerParty>{pay_means}"
-        f'<cac:TaxTotal><cbc:TaxAmount currencyID="{cur}">{_a(inv.tax_total)}</cbc:TaxAmount></cac:TaxTotal>'
+        f'<cac:TaxTotal><cbc:TaxAmount currencyID="{cur}">{_a(inv.tax_total)}</cbc:TaxAmount>{_ubl_vat_breakdown(inv)}'
+        "</cac:TaxTotal>"
         f'<cac:LegalMonetaryTotal><cbc:LineExtensionAmount currencyID="{cur}">{_a(inv.net_total)}</cbc:LineExtensionAmount>'
         f'<cbc:TaxExclusiveAmount currencyID="{cur}">{_a(inv.net_total)}</cbc:TaxExclusiveAmount>'
         f"{payable}</cac:LegalMonetaryTotal>{lines}</{root}>\n"
@@ -192,8 +253,18 @@ def _cii_party(tag: str, p: Party) -> str:
         if p.vat_id
         else ""
     )
+    if p.tax_number:
+        vat += (
+            f'<ram:SpecifiedTaxRegistration><ram:ID schemeID="FC">{escape(p.tax_number)}</ram:ID>'
+            "</ram:SpecifiedTaxRegistration>"
+        )
+    registration = (
+        f"<ram:SpecifiedLegalOrganization><ram:ID>{escape(p.registration)}</ram:ID></ram:SpecifiedLegalOrganization>"
+        if p.registration
+        else ""
+    )
     return (
-        f"<ram:{tag}><ram:Name>{escape(p.name)}</ram:Name><ram:PostalTradeAddress><ram:PostcodeCode>{p.postcode}"
+        f"<ram:{tag}><ram:Name>{escape(p.name)}</ram:Name>{registration}<ram:PostalTradeAddress><ram:PostcodeCode>{p.postcode}"
         f"</ram:PostcodeCode><ram:LineOne>{escape(p.street)}</ram:LineOne><ram:CityName>{escape(p.city)}</ram:CityName>"
         f"<ram:CountryID>{p.country}</ram:CountryID></ram:PostalTradeAddress>{vat}</ram:{tag}>"
     )
@@ -211,10 +282,11 @@ def cii_xml(inv: SampleInvoice) -> bytes:
         f"<ram:IncludedSupplyChainTradeLineItem><ram:AssociatedDocumentLineDocument><ram:LineID>{i}</ram:LineID>"
         f"</ram:AssociatedDocumentLineDocument><ram:SpecifiedTradeProduct><ram:Name>{escape(line.description)}</ram:Name>"
         "</ram:SpecifiedTradeProduct><ram:SpecifiedLineTradeAgreement><ram:NetPriceProductTradePrice>"
-        f"<ram:ChargeAmount>{line.unit_price}</ram:ChargeAmount></ram:NetPriceProductTradePrice></ram:SpecifiedLineTradeAgreement>"
-        f'<ram:SpecifiedLineTradeDelivery><ram:BilledQuantity unitCode="C62">{line.quantity}</ram:BilledQuantity>'
+        f"<ram:ChargeAmount>{line.xml_price}</ram:ChargeAmount></ram:NetPriceProductTradePrice></ram:SpecifiedLineTradeAgreement>"
+        f'<ram:SpecifiedLineTradeDelivery><ram:BilledQuantity unitCode="C62">{line.xml_quantity}</ram:BilledQuantity>'
         "</ram:SpecifiedLineTradeDelivery><ram:SpecifiedLineTradeSettlement><ram:ApplicableTradeTax><ram:TypeCode>VAT"
-        f"</ram:TypeCode><ram:CategoryCode>S</ram:CategoryCode><ram:RateApplicablePercent>{line.vat_rate}"
+        f"</ram:TypeCode><ram:CategoryCode>{vat_category(line.vat_rate)}</ram:CategoryCode>"
+        f"<ram:RateApplicablePercent>{line.vat_rate}"
         "</ram:RateApplicablePercent></ram:ApplicableTradeTax><ram:SpecifiedTradeSettlementLineMonetarySummation>"
         f"<ram:LineTotalAmount>{_a(line.net)}</ram:LineTotalAmount></ram:SpecifiedTradeSettlementLineMonetarySummation>"
         "</ram:SpecifiedLineTradeSettlement></ram:IncludedSupplyChainTradeLineItem>"
@@ -232,14 +304,11 @@ def cii_xml(inv: SampleInvoice) -> bytes:
         if inv.due_date
         else ""
     )
-    rates = sorted({line.vat_rate for line in inv.lines})
     taxes = "".join(
-        f"<ram:ApplicableTradeTax><ram:CalculatedAmount>"
-        f"{_a(sum((ln.net * r / 100 for ln in inv.lines if ln.vat_rate == r), Decimal(0)).quantize(Decimal('0.01')))}"
-        f"</ram:CalculatedAmount><ram:TypeCode>VAT</ram:TypeCode><ram:BasisAmount>"
-        f"{_a(sum((ln.net for ln in inv.lines if ln.vat_rate == r), Decimal(0)))}</ram:BasisAmount>"
-        f"<ram:CategoryCode>S</ram:CategoryCode><ram:RateApplicablePercent>{r}</ram:RateApplicablePercent></ram:ApplicableTradeTax>"
-        for r in rates
+        f"<ram:ApplicableTradeTax><ram:CalculatedAmount>{_a(tax)}</ram:CalculatedAmount><ram:TypeCode>VAT"
+        f"</ram:TypeCode><ram:BasisAmount>{_a(basis)}</ram:BasisAmount><ram:CategoryCode>{vat_category(r)}</ram:CategoryCode>"
+        f"<ram:RateApplicablePercent>{r}</ram:RateApplicablePercent></ram:ApplicableTradeTax>"
+        for r, basis, tax in _vat_by_rate(inv)
     )
     payable = (
         "" if inv.omit_payable else f"<ram:DuePayableAmount>{_a(inv.payable_total)}</ram:DuePayableAmount>"
@@ -464,12 +533,13 @@ def invoice_pdf(inv: SampleInvoice, lang: str = "en", style: int = 0) -> bytes:
     return out.getvalue()
 
 
-def letter_pdf(text_lines: list[str]) -> bytes:
-    """A PDF with text but nothing invoice-like (a cover letter)."""
+def letter_pdf(text_lines: list[str], *, font: str = "Helvetica", size: int = 11) -> bytes:
+    """A PDF with these lines of text (a cover letter; in "Courier", a page whose columns are
+    its lines' spaces)."""
     pdf = FPDF(format="A4")
     pdf.set_creation_date(FIXED_PDF_DATE)
     pdf.add_page()
-    pdf.set_font("Helvetica", "", 11)
+    pdf.set_font(font, "", size)
     for i, text in enumerate(text_lines):
         pdf.set_xy(20, 30 + 7 * i)
         pdf.cell(170, 6, text)

@@ -223,6 +223,10 @@ def test_a_prepayment_stated_without_an_amount_due_is_not_paid_again(
     database_url: str, store: InvoiceStore
 ) -> None:
     (invoice,) = _process(database_url, store, cii(EInvoice(number="INV-4001", due=None, prepaid="500.00")))
+    # Without an amount due it breaks EN 16931 (BR-15): held einvoice_invalid (issue 55); the amount
+    # a person's approval posts is the one BR-CO-16 forms, never the grand total paid again.
+    assert act(store, "approve", invoice, ALICE).done
+    run_ok(database_url, [invoice])
     assert [amount for amount, _, _ in _ledger(database_url, invoice)] == [Decimal("690.00")]
 
 

@@ -72,15 +72,16 @@ WHERE i.id = ANY(%(invoice_ids)s::uuid[])
        OR EXISTS (SELECT 1 FROM ledger_postings p WHERE p.invoice_id = i.id))
 
 -- name: save_extracted_text
-INSERT INTO extracted_texts (invoice_id, job_id, format, method, page_count, text, structured)
-VALUES (%(invoice_id)s, %(job_id)s, %(format)s, %(method)s, %(page_count)s, %(text)s, %(structured)s)
+INSERT INTO extracted_texts (invoice_id, job_id, format, method, page_count, text, structured, page_boxes)
+VALUES (%(invoice_id)s, %(job_id)s, %(format)s, %(method)s, %(page_count)s, %(text)s, %(structured)s,
+        %(page_boxes)s)
 ON CONFLICT (invoice_id) DO UPDATE
 SET job_id = EXCLUDED.job_id, format = EXCLUDED.format, method = EXCLUDED.method,
     page_count = EXCLUDED.page_count, text = EXCLUDED.text, structured = EXCLUDED.structured,
-    created_at = clock_timestamp()
+    page_boxes = EXCLUDED.page_boxes, created_at = clock_timestamp()
 
 -- name: load_extracted_texts
-SELECT invoice_id, format, method, page_count, text, structured
+SELECT invoice_id, format, method, page_count, text, structured, page_boxes
 FROM extracted_texts WHERE invoice_id = ANY(%(invoice_ids)s::uuid[])
 
 -- name: save_fields

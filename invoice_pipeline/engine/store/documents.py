@@ -36,6 +36,7 @@ from invoice_pipeline.engine.records import (
 from invoice_pipeline.engine.store.database import Database, as_uuid
 
 DOCUMENTS = QueryFile("documents")
+EINVOICE = QueryFile("einvoice")
 
 
 class Documents:
@@ -151,8 +152,38 @@ class Documents:
         self, items: Sequence[tuple[Lease, InvoiceFields]], *, step: str | None = None
     ) -> ChunkWrite[None]:
         save = self.db.writer(DOCUMENTS["save_fields"])
+        save_check = self.db.writer(EINVOICE["save_einvoice_check"])
+        forget_findings = self.db.writer(EINVOICE["forget_einvoice_findings"])
+        save_findings = self.db.writer(EINVOICE["save_einvoice_findings"])
 
         def write(conn: psycopg.Connection[Any], lease: Lease, fields: InvoiceFields) -> None:
+            check = fields.einvoice_check
+            if check is not None:
+                # Recorded with the invoice (sql/0024): the rule set, and each failed assertion.
+                save_check(
+                    conn,
+                    lease,
+                    {
+                        "rule_set": check.rule_set,
+                        "rule_set_version": check.version,
+                        "profile": check.profile,
+                        "skipped": check.skipped,
+                        "fatal_count": len(check.fatal),
+                        "warning_count": len(check.warnings),
+                    },
+                )
+                forget_findings(conn, lease, {})
+                if check.findings:
+                    save_findings(
+                        conn,
+                        lease,
+                        {
+                            "rule_ids": [f.rule_id for f in check.findings],
+                            "flags": [f.flag for f in check.findings],
+                            "texts": [f.text for f in check.findings],
+                            "locations": [f.location for f in check.findings],
+                        },
+                    )
             save(
                 conn,
                 lease,
@@ -172,6 +203,16 @@ class Documents:
 
     def save_fields(self, lease: Lease, fields: InvoiceFields) -> None:
         self.db.only(self.save_fields_of([(lease, fields)]), lease)
+
+    def einvoice_findings(self, invoice_id: UUID | str) -> list[dict[str, Any]]:
+        """The recorded check of an e-invoice (sql/0024): one row per failed assertion, each with
+        the rule set's name and version ([] when it was not checked; one row without a rule id
+        when nothing failed)."""
+        with self.db.pool.connection() as conn:
+            with conn.cursor(row_factory=dict_row) as cur:
+                return cur.execute(
+                    EINVOICE["einvoice_findings_of"], {"invoice_id": as_uuid(invoice_id)}
+                ).fetchall()
 
     def load_fields_of(self, invoice_ids: Sequence[UUID]) -> dict[UUID, InvoiceFields]:
         with self.db.pool.connection() as conn:

@@ -23,7 +23,9 @@ def local_resources(settings: Settings) -> dict[str, object]:
     """Runs with no setup: the embedded PostgreSQL unless INVOICE_PIPELINE_DATABASE_URL names a server."""
     return {
         "invoice_db": InvoiceDatabase.from_settings(settings),
-        "document_reader": DocumentReader(),
+        "document_reader": DocumentReader(
+            validate_einvoices=settings.einvoice_checks, compare_page_with_xml=settings.einvoice_checks
+        ),
         "review_access": ReviewAccess.from_settings(settings),
     }
 

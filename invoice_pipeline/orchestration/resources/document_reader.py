@@ -6,6 +6,8 @@ in a sandbox worker process under CPU, memory and wall-clock limits (`documents.
 hostile file costs at most those and ends quarantined as `too_complex`.
 """
 
+from dataclasses import replace
+
 from dagster import ConfigurableResource, InitResourceContext
 from pydantic import Field
 
@@ -16,6 +18,7 @@ from invoice_pipeline.documents import (
     extract_fields,
     extract_text,
 )
+from invoice_pipeline.documents.einvoice_rules import STRUCTURED_FORMATS, check_extracted
 from invoice_pipeline.documents.sandbox import Sandbox, SandboxLimits, run_parser, shared_sandbox
 from invoice_pipeline.domain.fields import InvoiceFields
 
@@ -52,6 +55,23 @@ class DocumentReader(ConfigurableResource):
         default=MAX_TEXT_CHARS, ge=1000, description="Longest text a document may produce"
     )
     max_pdf_pages: int = Field(default=MAX_PDF_PAGES, ge=1, description="Most pages a PDF may have")
+    validate_einvoices: bool = Field(
+        default=True,
+        description="Run the EN 16931 / Factur-X Schematron on every structured e-invoice (issue 55); "
+        "a fatal failure holds it einvoice_invalid",
+    )
+    compare_page_with_xml: bool = Field(
+        default=True,
+        description="Hold a Factur-X/ZUGFeRD PDF whose visible page prints a key field differently "
+        "from its XML (page_disagrees_with_xml)",
+    )
+    validation_memory_mb: int = Field(
+        # Saxon's heap for the largest rule set and a large invoice stays well under this.
+        default=_LIMITS.memory_mib,
+        ge=256,
+        description="Data-size limit (MiB) of an e-invoice validator worker (it reserves ~32 GiB of "
+        "address space, so that is not what is bounded)",
+    )
 
     @property
     def sandbox(self) -> Sandbox:
@@ -61,6 +81,19 @@ class DocumentReader(ConfigurableResource):
                 cpu_seconds=self.parse_cpu_seconds,
                 memory_mib=self.parse_memory_mb,
                 ocr_memory_mib=max(self.parse_ocr_memory_mb, self.parse_memory_mb),
+            )
+        )
+
+    @property
+    def validator(self) -> Sandbox:
+        """The e-invoice validator's workers: the same time bounds, memory bounded by data size."""
+        return shared_sandbox(
+            SandboxLimits(
+                wall_seconds=self.parse_timeout_seconds,
+                cpu_seconds=self.parse_cpu_seconds,
+                memory_mib=self.validation_memory_mb,
+                ocr_memory_mib=self.validation_memory_mb,
+                memory_kind="data",
             )
         )
 
@@ -78,6 +111,7 @@ class DocumentReader(ConfigurableResource):
                 max_bytes=max_bytes,
                 max_text_chars=self.max_text_chars,
                 max_pdf_pages=self.max_pdf_pages,
+                compare_page=self.compare_page_with_xml,
             )
         return run_parser(
             lambda: extract_text(
@@ -90,6 +124,15 @@ class DocumentReader(ConfigurableResource):
         )
 
     def read_fields(self, extracted: ExtractedText) -> InvoiceFields:
+        compare = self.compare_page_with_xml
         if self.isolate:
-            return self.sandbox.read_fields(extracted)
-        return run_parser(lambda: extract_fields(extracted))
+            fields = self.sandbox.read_fields(extracted, compare_page=compare)
+        else:
+            fields = run_parser(lambda: extract_fields(extracted, compare_page=compare))
+        if not self.validate_einvoices or extracted.format not in STRUCTURED_FORMATS:
+            return fields
+        if self.isolate:
+            check = self.validator.check_einvoice(extracted)
+        else:
+            check = run_parser(lambda: check_extracted(extracted))
+        return replace(fields, einvoice_check=check)

