@@ -32,8 +32,9 @@ from invoice_pipeline.orchestration.jobs import make_jobs
 from invoice_pipeline_tests.factories import pipeline_resources
 from pipeline_support.factories import json_invoice
 
-# The test database's URL, for the job a re-execution rebuilds from its module (reconstructable).
-DATABASE_URL_VAR = "INVOICE_PIPELINE_TEST_REEXECUTION_DATABASE_URL"
+# The test database's URL, for the job a re-execution rebuilds from its module (reconstructable);
+# not an INVOICE_PIPELINE_ setting: only this test reads it.
+DATABASE_URL_VAR = "REEXECUTION_TEST_DATABASE_URL"
 ANOTHER_OWNER = "dagster-run:another-live-run"
 
 
