@@ -132,8 +132,9 @@ def command_problem(parser: argparse.ArgumentParser, words: tuple[str, ...]) -> 
             positional = 0
             continue
         slots = [a for a in parser._actions if not a.option_strings]
-        if positional < len(slots) and slots[positional].choices and name.islower():
-            choices = [str(c) for c in slots[positional].choices]
+        allowed = slots[positional].choices if positional < len(slots) else None
+        if allowed is not None and name.islower():
+            choices = [str(c) for c in allowed]
             if name not in choices:
                 return f"`{' '.join(path)}` takes {' | '.join(choices)} there, not {name!r}"
         positional += 1
