@@ -1327,6 +1327,45 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "invoice_pipeline_tests/engine/test_vendor_layouts_store.py::"
         "test_an_approved_correction_teaches_at_once_and_later_invoices_are_read_and_posted",
     ),
+    _one(
+        "shared-sign-not-vat-country",
+        "a page printing only a sign several currencies share ('$', 'kr') is not read in the seller's "
+        "VAT country's currency (issue 54)",
+        "invoice_pipeline/documents/text_fields.py",
+        "    if currency is None and printed is None and not shared and vat is not None:\n",
+        "    if currency is None and printed is None and vat is not None:\n",
+        "invoice_pipeline_tests/engine/test_registered_vendor.py::"
+        "test_a_dollar_page_is_held_until_a_person_approved_the_vendors_invoice_in_a_dollar",
+    ),
+    _one(
+        "shared-sign-not-default-currency",
+        "the org's default currency fills a '$' or 'kr' page only when the sign can mean it (issue 54)",
+        "invoice_pipeline/engine/stages.py",
+        "            and policy.default_currency not in frozenset().union(*shared.values())\n",
+        "            and False\n",
+        "invoice_pipeline_tests/engine/test_registered_vendor.py::"
+        "test_a_dollar_page_is_held_until_a_person_approved_the_vendors_invoice_in_a_dollar",
+    ),
+    _one(
+        "registry-contradiction-no-layout",
+        "a page whose seller VAT id contradicts the vendor its account confirms is read by no layout "
+        "of that vendor (issue 54)",
+        "invoice_pipeline/engine/stages.py",
+        "        if vendor is not None and contradiction(fields, vendor) is not None:\n",
+        "        if False:\n",
+        "invoice_pipeline_tests/engine/test_registered_vendor.py::"
+        "test_a_page_naming_another_sellers_vat_id_beside_the_vendors_account_is_held_and_filled_with_nothing",
+    ),
+    _one(
+        "registry-contradiction-not-filled",
+        "the registry never fills its vendor's name and VAT id over a page naming another seller's VAT "
+        "id (issue 54)",
+        "invoice_pipeline/domain/registered_vendor.py",
+        "    if vendor is None or not fields.read_from_page or contradiction(fields, vendor) is not None:\n",
+        "    if vendor is None or not fields.read_from_page:\n",
+        "invoice_pipeline_tests/domain/test_registered_vendor.py::"
+        "test_a_page_naming_another_sellers_vat_id_is_a_contradiction_and_nothing_is_filled",
+    ),
 )
 
 

@@ -50,7 +50,14 @@ from .reading.labels import (
 )
 from .reading.number_guard import PageNumbers, why_not_a_number
 from .reading.ocr_layout import MIN_FIELD_CONFIDENCE, OcrLayout
-from .reading.page_values import currency_of_vat_id, first_date, first_identifier, first_money, labelled_date
+from .reading.page_values import (
+    currency_of_vat_id,
+    first_date,
+    first_identifier,
+    first_money,
+    labelled_date,
+    shared_currency_signs,
+)
 from .reading.parties import legal_form_apart
 from .reading.ranker import ranked_fields, shipped_ranker
 from .reading.seller_buyer import fullest_spelling, parties, seller_vat
@@ -115,18 +122,27 @@ def hand_fields_from_text(
     vat = _parties(page)
     if currency is not None and _euro_by_shape(page, currency):
         currency = _euro_confirmed(currency, vat, issue)
+    page_lines = "\n".join("   ".join(seg.text for seg in line) for line in doc.lines)
+    shared = shared_currency_signs(page_lines) if currency is None and printed is None else {}
     page.put(
         "currency",
         currency,
-        "no currency code or symbol next to the amounts"
+        (
+            "no currency code or symbol next to the amounts"
+            if not shared
+            else f"the amounts are printed only with {' and '.join(repr(s) for s in sorted(shared))}, "
+            f"which several currencies use ({', '.join(sorted(set().union(*shared.values())))}): the "
+            "vendor's usual currency once a person approved one of its invoices in it, else a person says"
+        )
         if printed is None
         else f"the page's currency is {printed.value!r}, which is not a currency this pipeline takes (withdrawn or unknown)",
     )
     po = labelled(doc, PO_LABELS, first_identifier)
     page.put("po_number", po, "no purchase order reference found")
-    if currency is None and printed is None and vat is not None:
+    if currency is None and printed is None and not shared and vat is not None:
         # The seller's country may stand in for a currency the page leaves out, never for one
-        # it prints (issue 40: a page in a withdrawn currency was read as its country's euro).
+        # it prints (issue 40: a page in a withdrawn currency was read as its country's euro;
+        # issue 54: nor for a sign such as "$" or "kr" that several currencies print).
         _currency_of_sellers_country(page, vat, issue)
     return replace(page.collector.build(), amount_check=resolution.check)
 

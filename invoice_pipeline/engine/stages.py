@@ -28,10 +28,12 @@ from uuid import UUID
 from invoice_pipeline.config import DEFAULT_SAVE_AFTER_MS
 from invoice_pipeline.documents import BadDocument, ExtractedText
 from invoice_pipeline.documents.reading.layouts import PAGE_FORMATS, apply_layouts
+from invoice_pipeline.documents.reading.page_values import shared_currency_signs
 from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.identity import without_own_identity
 from invoice_pipeline.domain.matching import MatchCandidate
 from invoice_pipeline.domain.payment import PaymentFacts, identity_keys, payee_reasons
+from invoice_pipeline.domain.registered_vendor import contradiction, with_registered_vendor
 from invoice_pipeline.domain.review import (
     SUSPECTED_DUPLICATE,
     ReviewPolicy,
@@ -425,15 +427,38 @@ def extract_fields(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID,
         if texts[c.invoice_id].format in PAGE_FORMATS
     }
     vendors = vendors_of_pages(env.store, pages, profiles) if pages else {}
+    # What a shared currency sign ("$", "kr") means for those vendors: the currencies of their
+    # invoices a person approved (issue 54).
+    approved = env.store.vendors.currencies_a_person_approved(
+        sorted({(pages[i][0], v.vendor_id) for i, v in vendors.items() if v is not None})
+    )
 
     def read(c: Claimed) -> InvoiceFields:
         text = texts[c.invoice_id]
+        fields = without_own_identity(env.parser.read_fields(text), profiles[c.org_id], text.text)
         vendor = vendors.get(c.invoice_id)
-        fields = apply_layouts(
-            text, env.parser.read_fields(text), layouts.get(c.org_id, ()), c.org_id, vendor
+        if vendor is not None and contradiction(fields, vendor) is not None:
+            # The page names another seller than the vendor its identifiers confirm: read as an
+            # unknown vendor's page (no layout, nothing filled); the payment decision holds it.
+            vendor = None
+        fields = apply_layouts(text, fields, layouts.get(c.org_id, ()), c.org_id, vendor)
+        shared = shared_currency_signs(text.text) if text.format in PAGE_FORMATS else {}
+        fields = with_registered_vendor(
+            fields,
+            vendor,
+            approved_currencies=approved.get((c.org_id, vendor.vendor_id), ()) if vendor else (),
+            shared_signs=shared,
         )
-        fields = without_own_identity(fields, profiles[c.org_id], text.text)
-        return with_default_currency(fields, policies[c.org_id])
+        policy = policies[c.org_id]
+        if (
+            fields.currency is None
+            and shared
+            and policy.default_currency not in frozenset().union(*shared.values())
+        ):
+            # A "$" or "kr" page is not in the org's default currency when that sign cannot mean
+            # it: the currency stays unread, for a person.
+            return fields
+        return with_default_currency(fields, policy)
 
     return outcomes | saved_as_they_finish(
         have,

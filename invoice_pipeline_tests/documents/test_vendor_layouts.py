@@ -556,3 +556,13 @@ def test_a_typed_value_the_page_does_not_print_teaches_nothing_and_says_so() -> 
     assert any(w.startswith("due_date 2025-06-29: not printed on the page") for w in layout.not_learnt), (
         layout.not_learnt
     )
+
+
+def test_the_registry_is_asked_by_the_sellers_own_vat_id_wherever_the_page_prints_it() -> None:
+    """Every generated vendor's page offers the registry its seller's VAT id: in a letterhead, a
+    legal footer, or on a line naming the seller right under the buyer's block (which the block
+    rule alone would take for the buyer's)."""
+    for vendor in (*series(), *(v.invoices for v in vendor_series(2031, 18, 6))):
+        for inv in vendor:
+            offered = [i.value for i in identifiers_for_the_registry(read(inv).text)]
+            assert inv.case.seller_vat_id in offered, (inv.case.name, offered)

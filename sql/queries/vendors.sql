@@ -62,6 +62,17 @@ WHERE v.org_id = %(org_id)s
 GROUP BY v.id, v.org_id, v.name, v.default_currency
 ORDER BY v.id
 
+-- The currencies of each vendor's invoices that a person approved and the ledger posted (issue 54):
+-- what a sign several currencies print ("$", "kr") means on the vendor's next page.
+-- name: currencies_a_person_approved
+SELECT lp.org_id, lp.vendor_id, array_agg(DISTINCT lp.currency ORDER BY lp.currency)
+FROM ledger_postings lp
+JOIN approvals a ON a.invoice_id = lp.invoice_id
+JOIN unnest(%(org_ids)s::text[], %(vendor_ids)s::bigint[]) AS wanted (org_id, vendor_id)
+  ON wanted.org_id = lp.org_id AND wanted.vendor_id = lp.vendor_id
+WHERE a.decision = 'approved' AND starts_with(a.rule, 'approved by ')
+GROUP BY lp.org_id, lp.vendor_id
+
 -- name: insert_vendor
 INSERT INTO vendors (org_id, name, default_currency, source, created_by)
 VALUES (%(org_id)s, %(name)s, %(default_currency)s, %(source)s, %(actor)s)

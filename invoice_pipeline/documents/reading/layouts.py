@@ -719,7 +719,9 @@ def _currency_on_page(page: Page, currency: str | None) -> bool:
     codes = {c for c in re.findall(r"\b[A-Z]{3}\b", page.flat) if c in KNOWN_CURRENCIES}
     if codes - {currency}:
         return False  # the page names another currency too: not the layout's to decide
-    symbols = {"EUR": "€", "GBP": "£", "USD": "$", "JPY": "¥", "INR": "₹"}
+    # Only a sign no other currency prints: "$" (or "kr") alone says a currency of several, which
+    # the currency a person approved the vendor's invoices in decides (domain/registered_vendor.py).
+    symbols = {"EUR": "€", "GBP": "£", "JPY": "¥", "INR": "₹"}
     return currency in codes or (symbols.get(currency, "\0") in page.flat)
 
 

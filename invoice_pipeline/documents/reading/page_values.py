@@ -43,6 +43,28 @@ DOLLAR_PREFIXES = {
 }
 
 
+# Signs several currencies print (issue 54): "$" alone (not "US$", "C$" ...) or "kr" says that the
+# page is in one of these, not which one.
+SHARED_SIGNS: dict[str, frozenset[str]] = {
+    "$": frozenset({"USD", "CAD", "AUD", "NZD", "HKD", "SGD", "MXN"}),
+    "kr": frozenset({"SEK", "NOK", "DKK", "ISK"}),
+}
+_SHARED_SIGN = re.compile(r"(?<![A-Za-z$])(\$|kr)(?![A-Za-z$])")
+
+
+def shared_currency_signs(text: str) -> dict[str, frozenset[str]]:
+    """The shared signs printed on a line with an amount, each with the currencies it may mean;
+    {} when the page prints none (or prints a currency's own code or sign beside them: then the
+    reader's currency stands)."""
+    found: dict[str, frozenset[str]] = {}
+    for line in text.splitlines():
+        if AMOUNT.search(line) is None:
+            continue
+        for m in _SHARED_SIGN.finditer(line):
+            found[m.group(1)] = SHARED_SIGNS[m.group(1)]
+    return found
+
+
 @dataclass(frozen=True)
 class Money:
     amount: Decimal

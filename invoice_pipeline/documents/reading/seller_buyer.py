@@ -27,7 +27,7 @@ from .labels import (
 )
 from .ocr_layout import OcrLayout
 from .page_values import vat_id_value, vat_value
-from .parties import LEGAL_MARKERS, WEB_ADDRESS, footer_lines, footer_seller, named_company
+from .parties import LEGAL_FORM, LEGAL_MARKERS, WEB_ADDRESS, footer_lines, footer_seller, named_company
 
 _I = re.IGNORECASE
 _ANY_SUBLABEL = re.compile(r"^[\w .\-/]{2,30}:(?:\s|$)", _I)
@@ -202,12 +202,29 @@ def identifiers_for_the_registry(text: str) -> list[Identifier]:
     doc = TextDoc(text)
     n_lines = len(doc.lines)
     seller, buyer, footer = parties(doc, max(25, n_lines // 2), n_lines)
+
+    def on_sellers_line(hit: Hit[str]) -> bool:
+        # "Halvorsen Metaalwerk B.V. - VAT Reg. No.: GB585738843": the seller names itself, as the
+        # reader found it or as a company (OCR reads "B.v." as often as "B.V."), even right under
+        # the buyer's block, which the block rule would take it for.
+        line = " ".join(s.text for s in doc.lines[hit.line])
+        before = line[: max(0, line.find(hit.label))]
+        return (seller is not None and seller.value in line) or (
+            _COMPANY_ANY_CASE.search(before) is not None and (buyer is None or buyer.value not in before)
+        )
+
     buyers = {
         compact(c[2].value)
         for c in _vat_candidates(doc, seller, buyer, footer)
-        if c[0] < 0 and c[2].line not in footer
+        if c[0] < 0
+        and c[2].line not in footer
+        and (_among_customer_references(doc, c[2]) or not on_sellers_line(c[2]))
     }
     return [i for i in found if not (i.kind == "vat" and compact(i.value) in buyers)]
+
+
+# A legal form in any case: what OCR makes of "B.V." or "GmbH" on a seller's own line.
+_COMPANY_ANY_CASE = re.compile(LEGAL_FORM.pattern, re.IGNORECASE)
 
 
 def _vat_candidates(

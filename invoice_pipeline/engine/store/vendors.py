@@ -153,6 +153,22 @@ class Vendors:
             out.setdefault(vendor.org_id, []).append(vendor)
         return out
 
+    def currencies_a_person_approved(
+        self, vendors: Sequence[tuple[str, int]]
+    ) -> dict[tuple[str, int], tuple[str, ...]]:
+        """Per (org, vendor id), the currencies of its invoices a person approved and the ledger
+        posted (an approval's rule "approved by <person>", `records.Approval.approver`)."""
+        if not vendors:
+            return {}
+        params = {"org_ids": [org for org, _ in vendors], "vendor_ids": [v for _, v in vendors]}
+        with self.db.pool.connection() as conn:
+            return {
+                (str(org), int(vendor_id)): tuple(currencies)
+                for org, vendor_id, currencies in conn.execute(
+                    VENDORS["currencies_a_person_approved"], params
+                )
+            }
+
     def list_vendors(self, org_id: str) -> list[Vendor]:
         with self.db.pool.connection() as conn:
             return [_vendor(row) for row in conn.execute(VENDORS["list_vendors"], {"org_id": org_id})]
