@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Any
 
 from lxml import etree
 
@@ -147,7 +148,41 @@ def with_payee_iban(cii: bytes, iban: str) -> bytes:
 
 
 def with_xml(pdf: bytes, xml: bytes) -> bytes:
-    """The PDF with its embedded invoice XML replaced by `xml` (its visible page unchanged)."""
-    import facturx
+    """The PDF with its embedded invoice XML replaced by `xml`, everything else as it was: the page
+    unchanged, the attachment's stream rewritten in place (every XML attachment: a hybrid carries
+    one). A PDF without one gets `xml` attached as factur-x.xml by the factur-x library."""
+    import io
 
-    return bytes(facturx.generate_from_binary(pdf, xml, check_xsd=False))
+    import pypdf
+
+    writer = pypdf.PdfWriter(clone_from=pypdf.PdfReader(io.BytesIO(pdf)))
+    replaced = 0
+    for spec in _file_specs(writer):
+        name = str(spec.get("/UF") or spec.get("/F") or "")
+        if name.lower().endswith(".xml") and "/EF" in spec:
+            stream = spec["/EF"]["/F"].get_object()
+            stream.set_data(xml)
+            replaced += 1
+    if not replaced:
+        import facturx
+
+        return bytes(facturx.generate_from_binary(pdf, xml, check_xsd=False))
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
+def _file_specs(writer: object) -> list[Any]:
+    """Every file specification of the document's EmbeddedFiles name tree (its kids included)."""
+    root = writer._root_object  # type: ignore[attr-defined]
+    tree = root.get("/Names", {}).get_object().get("/EmbeddedFiles") if "/Names" in root else None
+    found: list[Any] = []
+    stack = [tree.get_object()] if tree is not None else []
+    while stack:
+        node = stack.pop()
+        names = node.get("/Names")
+        if names is not None:
+            names = names.get_object()
+            found += [names[i + 1].get_object() for i in range(0, len(names) - 1, 2)]
+        stack += [kid.get_object() for kid in node.get("/Kids", [])]
+    return found

@@ -241,12 +241,17 @@ def document_type_reasons(fields: InvoiceFields) -> list[str]:
 # Rules named with their text in a reason; the others by id only (all are in einvoice_findings).
 _RULES_WITH_TEXT = 5
 _RULE_TEXT_CHARS = 160
-_RULE_ID_PREFIX = re.compile(r"^\[[^\]]*\]\s*-?\s*")
+_RULE_ID_PREFIX = re.compile(r"^\[([^\]]*)\]\s*-?\s*")
 
 
-def _rule_text(text: str) -> str:
-    """A rule's text without the "[BR-CO-10]-" its rule sets begin it with, shortened."""
-    text = _RULE_ID_PREFIX.sub("", text)
+def _rule_text(rule_id: str, text: str) -> str:
+    """A rule's text, shortened, without the "[BR-CO-10]-" its rule sets begin it with when that is
+    its id; the Factur-X rule sets number EN 16931's rules FX-SCH-*, so there the EN 16931 id the
+    text names is kept ("FX-SCH-A-000226 [BR-CO-10] Sum of ...")."""
+    match = _RULE_ID_PREFIX.match(text)
+    if match:
+        named = match.group(1).strip()
+        text = text[match.end() :] if named == rule_id else f"[{named}] {text[match.end() :]}"
     return text if len(text) <= _RULE_TEXT_CHARS else text[: _RULE_TEXT_CHARS - 1] + "…"
 
 
@@ -261,7 +266,7 @@ def einvoice_reasons(fields: InvoiceFields) -> list[str]:
         texts: dict[str, str] = {}
         for finding in check.fatal:
             counts[finding.rule_id] = counts.get(finding.rule_id, 0) + 1
-            texts.setdefault(finding.rule_id, _rule_text(finding.text))
+            texts.setdefault(finding.rule_id, _rule_text(finding.rule_id, finding.text))
         named = [
             f"{rule} {texts[rule]}" + (f" (x{counts[rule]})" if counts[rule] > 1 else "")
             for rule in list(counts)[:_RULES_WITH_TEXT]
@@ -291,7 +296,7 @@ def einvoice_warnings(fields: InvoiceFields) -> list[str]:
     check = fields.einvoice_check
     if check is None:
         return []
-    return [f"{w.rule_id} {_rule_text(w.text)} ({w.location})" for w in check.warnings]
+    return [f"{w.rule_id} {_rule_text(w.rule_id, w.text)} ({w.location})" for w in check.warnings]
 
 
 def money_reasons(fields: InvoiceFields) -> list[str]:

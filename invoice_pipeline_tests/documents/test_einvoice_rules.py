@@ -22,10 +22,13 @@ from invoice_pipeline.documents.einvoice_rules import (
 )
 from invoice_pipeline.documents.extracted import ExtractedText
 from invoice_pipeline.documents.xmlsafe import parse_xml
+from invoice_pipeline.domain.einvoice import EinvoiceCheck, RuleFinding
+from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.review import (
     DEFAULT_POLICY,
     EINVOICE_INVALID,
     PAGE_DISAGREES_WITH_XML,
+    einvoice_reasons,
     reason_code,
     review_reasons,
 )
@@ -115,6 +118,13 @@ def test_a_fatal_rule_holds_and_a_warning_does_not() -> None:
     fields = replace(extract_fields(extracted), einvoice_check=check)  # type: ignore[arg-type]
     (reason,) = [r for r in review_reasons(fields, DEFAULT_POLICY) if reason_code(r) == EINVOICE_INVALID]
     assert "BR-CO-10" in reason and UBL_RULES.name in reason
+    # Inside a Factur-X PDF, the Factur-X rules (which number some EN 16931 rules FX-SCH-*, their
+    # text naming the EN 16931 id, kept in the reason) name it too.
+    pdf = with_xml(invoice_pdf(SAMPLE), changed(_cii(), RULE_BREAKS[0]))
+    extracted, check = _check(pdf)
+    fields = replace(extract_fields(extracted), einvoice_check=check)  # type: ignore[arg-type]
+    reasons = [r for r in review_reasons(fields, DEFAULT_POLICY) if reason_code(r) == EINVOICE_INVALID]
+    assert len(reasons) == 1 and "BR-CO-10" in reasons[0] and "Factur-X EN16931" in reasons[0], reasons
     # The sample CII has an empty element: PEPPOL-EN16931-R008, a warning, which holds nothing.
     extracted, check = _check(render(SAMPLE, "cii"))
     assert check is not None and check.warnings and not check.fatal  # type: ignore[attr-defined]
@@ -136,7 +146,8 @@ def test_the_page_is_held_against_its_own_xml(change: object) -> None:
     original = extract_fields(extract_text(with_xml(page, _cii())))
     assert original.page_disagreements == ()
     fields = extract_fields(extract_text(with_xml(page, changed(_cii(), change))))  # type: ignore[arg-type]
-    (disagreement,) = fields.page_disagreements
+    assert len(fields.page_disagreements) == 1, fields.page_disagreements
+    disagreement = fields.page_disagreements[0]
     assert disagreement.field == change.expect  # type: ignore[attr-defined]
     shown = {disagreement.xml_value, disagreement.page_value}
     if disagreement.field == "invoice_number":
@@ -170,3 +181,10 @@ def test_public_e_invoices_are_checked_by_the_rules_they_declare() -> None:
         assert check is not None, name
         if name.startswith("en16931/"):
             assert not check.fatal, (name, check.fatal)  # type: ignore[attr-defined]
+
+
+def test_a_rule_numbered_by_factur_x_is_named_by_its_en_16931_id_too() -> None:
+    finding = RuleFinding("FX-SCH-A-000226", "fatal", "[BR-CO-10]-Sum of Invoice line net amount", "/*:X[1]")
+    check = EinvoiceCheck("Factur-X BASIC", "1.09", "BASIC", (finding,))
+    (reason,) = einvoice_reasons(InvoiceFields(einvoice_check=check))
+    assert reason.startswith(f"{EINVOICE_INVALID}: FX-SCH-A-000226 [BR-CO-10] Sum of Invoice line net amount")

@@ -75,7 +75,9 @@ def test_an_e_invoice_that_breaks_a_rule_is_held_naming_it(database_url: str, st
 
     assert status_and_reasons(database_url, original) == ("processed", [])
     assert postings(database_url, original) == 1
-    (check,) = store.documents.einvoice_findings(original)
+    checks = store.documents.einvoice_findings(original)
+    assert len(checks) == 1, "one recorded check, no failed assertion"
+    check = checks[0]
     assert (
         check["rule_set"] == "EN16931-UBL"
         and check["rule_id"] is None
@@ -128,10 +130,13 @@ def test_a_factur_x_page_that_disagrees_with_its_xml_is_held(database_url: str, 
     assert status_and_reasons(database_url, unchanged) == ("processed", [])
     for invoice_id, change in zip(changed_ids, PAGE_DISAGREEMENTS, strict=True):
         assert status_and_reasons(database_url, invoice_id) == ("needs_review", [PAGE_DISAGREES_WITH_XML])
-        (reason,) = _reasons(database_url, invoice_id)
+        reasons = _reasons(database_url, invoice_id)
+        assert len(reasons) == 1, reasons
+        reason = reasons[0]
         fields = store.documents.load_fields(invoice_id)
         assert fields is not None
-        (disagreement,) = fields.page_disagreements
+        assert len(fields.page_disagreements) == 1, fields.page_disagreements
+        disagreement = fields.page_disagreements[0]
         assert disagreement.field == change.expect
         # Both values, side by side: the XML's (what the ledger would record) and the page's.
         assert (
