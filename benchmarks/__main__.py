@@ -37,6 +37,7 @@ BENCHMARK_MODULES = (
     "benchmarks.dedupe_scaling",
     "benchmarks.duplicate_accuracy",
     "benchmarks.holds_by_reason",
+    "benchmarks.einvoice_validation",
     "benchmarks.sensor_tick",
     "benchmarks.end_to_end",
     "benchmarks.default_path",
