@@ -28,6 +28,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -50,12 +51,14 @@ settings.register_profile("fixed", derandomize=True, database=None, deadline=Non
 settings.register_profile("chaos", derandomize=False, max_examples=1000, deadline=None, print_blob=True)
 settings.load_profile(os.environ.get(ENV_HYPOTHESIS_PROFILE) or "fixed")
 
-# `make test` runs the suite in parallel workers (pytest-xdist, --dist loadgroup); each worker has
-# its own embedded PostgreSQL (server_url below), its own server root and password file. Tests of
-# one group below run on one worker, one after another: they share something a worker starts once
-# (the package's dagster dev, podman's images) or each takes the machine (a cluster of hosts in
-# network namespaces, each a PostgreSQL and several Dagster workers). Keys: paths under this folder.
+# `make test` runs the suite in parallel workers (pytest-xdist); each worker has its own embedded
+# PostgreSQL (server_url below), its own server root and password file. Tests of one group below
+# run on one worker, one after another: they share something a worker starts once (the package's
+# dagster dev, podman's images) or each takes the machine (a cluster of hosts in network
+# namespaces, each a PostgreSQL and several Dagster workers; a chaos scenario's gang of worker
+# processes: four at once overran their 600 s on a loaded machine). Keys: paths under this folder.
 XDIST_GROUPS = {
+    "chaos/": "chaos",
     "cluster/": "hosts",
     "orchestration/test_celery_deadline.py": "hosts",
     "containers/": "podman",
@@ -65,13 +68,25 @@ XDIST_GROUPS = {
 TESTS = Path(__file__).resolve().parent
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        where = item.path.relative_to(TESTS).as_posix()
-        for prefix, group in XDIST_GROUPS.items():
-            if where.startswith(prefix):
-                item.add_marker(pytest.mark.xdist_group(group))
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Each test is scheduled on its own, but a group's tests as one unit (xdist's loadscope with
+    XDIST_GROUPS as the scopes). Not xdist's own loadgroup: it renames the test's node id to mark
+    the group, which pytest 9 no longer lets a plugin do."""
+    if config.getvalue("dist") not in ("load", "loadgroup"):
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    tests = TESTS.relative_to(config.rootpath).as_posix() + "/"
+
+    class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            where = nodeid.removeprefix(tests)
+            for prefix, group in XDIST_GROUPS.items():
+                if where.startswith(prefix):
+                    return group
+            return nodeid
+
+    return GroupScheduling(config, log)
 
 
 @pytest.fixture(scope="session", autouse=True)
