@@ -75,7 +75,8 @@ def test_a_dollar_page_is_held_until_a_person_approved_the_vendors_invoice_in_a_
     register(store, "acme")
     [first] = run_documents(store, "acme", [(dollar_page("PT-1001"), "pt-1001.pdf")])
     fields = store.documents.load_fields(first)
-    assert fields is not None and fields.currency is None, fields.sources.get("currency")
+    assert fields is not None
+    assert fields.currency is None, fields.sources.get("currency")
     assert "'$'" in (fields.sources["currency"].reason or "")
     assert status(store, first) == "needs_review"
     # The registry confirmed the vendor: its registered name, the page's beside it.
@@ -90,7 +91,8 @@ def test_a_dollar_page_is_held_until_a_person_approved_the_vendors_invoice_in_a_
 
     [second] = run_documents(store, "acme", [(dollar_page("PT-1002"), "pt-1002.pdf")])
     fields = store.documents.load_fields(second)
-    assert fields is not None and fields.currency == "USD", fields.sources.get("currency")
+    assert fields is not None
+    assert fields.currency == "USD", fields.sources.get("currency")
     assert fields.sources["currency"].source.startswith("registry:vendor #")
     assert status(store, second) == "processed", store.documents.review_reasons(second)
     posting = store.documents.load_ledger_posting(second)

@@ -299,9 +299,11 @@ def layout_of_vendor(vendor_key: str, vendor: Identified | None) -> bool:
     whose vendor the registry does not confirm is read without layouts, and a layout never applies
     to another vendor's page, however alike the two vendors' templates; a `name:` key never binds."""
     kind, _, value = vendor_key.partition(":")
-    if vendor is None or kind not in ("vat", "iban") or not value:
+    if vendor is None or not value:
         return False
-    return vendor.has(kind, value)
+    if kind == "vat":
+        return vendor.has("vat", value)
+    return kind == "iban" and vendor.has("iban", value)
 
 
 def vendor_key_for(confirmed: InvoiceFields, vendor: Identified | None = None) -> str | None:
@@ -311,8 +313,8 @@ def vendor_key_for(confirmed: InvoiceFields, vendor: Identified | None = None) -
     it. None when the invoice gives neither: the registry could never confirm its vendor."""
     idents = seller_identifiers(confirmed)
     known = [i for i in idents if vendor is not None and vendor.has(i.kind, i.value)]
-    chosen = (known or idents or [None])[0]
-    return None if chosen is None else f"{chosen.kind}:{norm_id(chosen.value)}"
+    chosen = (known or idents)[:1]
+    return f"{chosen[0].kind}:{norm_id(chosen[0].value)}" if chosen else None
 
 
 # ---------------------------------------------------------------- values in a segment
@@ -416,9 +418,9 @@ def _anchors_for(page: Page, seg: Segment, start: int) -> list[FieldRule]:
     elif (inline := _inline_anchor(seg.text, start)) is not None:
         # A value inside a line of other text (a title line): the words right before it, found
         # again near their column, once.
-        anchor, offset = inline
-        if len(_inline_hits(page, anchor, seg.col + offset)) == 1:
-            out.append(FieldRule("", anchor, seg.col + offset, "after", 0))
+        words, offset = inline
+        if len(_inline_hits(page, words, seg.col + offset)) == 1:
+            out.append(FieldRule("", words, seg.col + offset, "after", 0))
     row = page.lines[seg.line]
     left = [s for s in row if s.col < seg.col]
     if left:
