@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from datetime import date
 from decimal import Decimal
 
-from ..domain.einvoice import PageDisagreement
-from ..domain.fields import CURRENCY_FROM_VAT_COUNTRY, FieldSource, InvoiceFields
+from ..domain.fields import CURRENCY_FROM_VAT_COUNTRY, FieldSource, InvoiceFields, PageDisagreement
 from ..domain.identity import compact, ibans_on_page
 from ..domain.normalize import normalize_invoice_number, normalize_vat_id, number_skeleton
 from .extracted import ExtractedText
@@ -161,14 +160,7 @@ _COMPARED: tuple[_Comparison, ...] = (
 def _disagreement(
     name: str, xml_value: object, page_value: object, source: FieldSource | None
 ) -> PageDisagreement:
-    return PageDisagreement(
-        name,
-        _shown(xml_value),
-        _shown(page_value),
-        source.source if source is not None else "page",
-        source.page if source is not None else None,
-        source.box if source is not None else None,
-    )
+    return PageDisagreement(name, _shown(xml_value), _shown(page_value), source or FieldSource("page"))
 
 
 def _iban_disagreement(xml_iban: str | None, page: _Page) -> list[PageDisagreement]:
@@ -178,7 +170,9 @@ def _iban_disagreement(xml_iban: str | None, page: _Page) -> list[PageDisagreeme
     printed = ibans_on_page(page.text)
     if not printed or compact(xml_iban).upper() in printed:
         return []
-    return [PageDisagreement("payee_iban", xml_iban, ", ".join(printed), "IBANs printed on the page")]
+    return [
+        PageDisagreement("payee_iban", xml_iban, ", ".join(printed), FieldSource("IBANs printed on the page"))
+    ]
 
 
 def compare_page(xml_fields: InvoiceFields, extracted: ExtractedText) -> tuple[PageDisagreement, ...]:

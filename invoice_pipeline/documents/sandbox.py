@@ -57,6 +57,10 @@ WORKER_MODULE = "invoice_pipeline.documents.sandbox_worker"
 MIB = 1024 * 1024
 
 
+# What a worker's memory limit bounds (SandboxLimits.memory_kind).
+MemoryKind = Literal["address_space", "data"]
+
+
 @dataclass(frozen=True)
 class SandboxLimits:
     """Per-document bounds of the worker processes."""
@@ -73,7 +77,7 @@ class SandboxLimits:
     # memory written to, not merely reserved). The e-invoice validator's workers use "data":
     # SaxonC's native image reserves ~32 GiB of address space before it allocates anything
     # (documents/einvoice_rules.py), which no address-space limit worth having allows.
-    memory_kind: Literal["address_space", "data"] = "address_space"
+    memory_kind: MemoryKind = "address_space"
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -8,7 +8,7 @@ from datetime import date
 from decimal import Decimal
 from typing import Any, Literal
 
-from .einvoice import EinvoiceCheck, PageDisagreement
+from .einvoice import EinvoiceCheck
 
 DocumentType = Literal["invoice", "credit_note"]
 
@@ -154,6 +154,49 @@ class AmountCheck:
             bool(data["confirmed"]),
             str(data["rule"]),
             tuple(AmountCandidate.from_json(c) for c in data.get("candidates") or ()),
+        )
+
+
+@dataclass(frozen=True)
+class PageDisagreement:
+    """A key field a hybrid PDF's visible page prints differently from its XML (issue 55): both
+    values, and where the page's was read. The XML stays the source; the page is a witness."""
+
+    field: str
+    xml_value: str
+    page_value: str
+    source: FieldSource
+
+    @property
+    def page(self) -> int | None:
+        return self.source.page
+
+    @property
+    def box(self) -> Box | None:
+        return self.source.box
+
+    @property
+    def where(self) -> str:
+        if self.page is None:
+            return self.source.source
+        box = f", box ({', '.join(f'{v:g}' for v in self.box)})" if self.box else ""
+        return f"page {self.page}{box}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "field": self.field,
+            "xml_value": self.xml_value,
+            "page_value": self.page_value,
+            "source": self.source.to_json(),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PageDisagreement:
+        return cls(
+            str(data["field"]),
+            str(data["xml_value"]),
+            str(data["page_value"]),
+            FieldSource.from_json(data["source"]),
         )
 
 

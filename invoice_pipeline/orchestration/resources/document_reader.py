@@ -19,7 +19,7 @@ from invoice_pipeline.documents import (
     extract_text,
 )
 from invoice_pipeline.documents.einvoice_rules import STRUCTURED_FORMATS, check_extracted
-from invoice_pipeline.documents.sandbox import Sandbox, SandboxLimits, run_parser, shared_sandbox
+from invoice_pipeline.documents.sandbox import MemoryKind, Sandbox, SandboxLimits, run_parser, shared_sandbox
 from invoice_pipeline.domain.fields import InvoiceFields
 
 _LIMITS = SandboxLimits()
@@ -73,29 +73,27 @@ class DocumentReader(ConfigurableResource):
         "address space, so that is not what is bounded)",
     )
 
-    @property
-    def sandbox(self) -> Sandbox:
+    def _pool(
+        self, memory_mib: int, ocr_memory_mib: int, memory_kind: MemoryKind = "address_space"
+    ) -> Sandbox:
         return shared_sandbox(
             SandboxLimits(
                 wall_seconds=self.parse_timeout_seconds,
                 cpu_seconds=self.parse_cpu_seconds,
-                memory_mib=self.parse_memory_mb,
-                ocr_memory_mib=max(self.parse_ocr_memory_mb, self.parse_memory_mb),
+                memory_mib=memory_mib,
+                ocr_memory_mib=ocr_memory_mib,
+                memory_kind=memory_kind,
             )
         )
 
     @property
+    def sandbox(self) -> Sandbox:
+        return self._pool(self.parse_memory_mb, max(self.parse_ocr_memory_mb, self.parse_memory_mb))
+
+    @property
     def validator(self) -> Sandbox:
         """The e-invoice validator's workers: the same time bounds, memory bounded by data size."""
-        return shared_sandbox(
-            SandboxLimits(
-                wall_seconds=self.parse_timeout_seconds,
-                cpu_seconds=self.parse_cpu_seconds,
-                memory_mib=self.validation_memory_mb,
-                ocr_memory_mib=self.validation_memory_mb,
-                memory_kind="data",
-            )
-        )
+        return self._pool(self.validation_memory_mb, self.validation_memory_mb, "data")
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
         # Start a worker when the run starts: it imports (~0.7 s) while claim does its database
