@@ -1366,6 +1366,46 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "invoice_pipeline_tests/domain/test_registered_vendor.py::"
         "test_a_page_naming_another_sellers_vat_id_is_a_contradiction_and_nothing_is_filled",
     ),
+    _one(
+        "einvoice-validator-off",
+        "every structured e-invoice is checked against the EN 16931 rules it declares (issue 55)",
+        "invoice_pipeline/orchestration/resources/document_reader.py",
+        "        if not self.validate_einvoices or extracted.format not in STRUCTURED_FORMATS:\n",
+        "        if True:\n",
+        "invoice_pipeline_tests/engine/test_einvoice_holds.py::test_an_e_invoice_that_breaks_a_rule_is_held_naming_it",
+    ),
+    _one(
+        "einvoice-fatal-not-held",
+        "a fatal rule an e-invoice breaks holds it einvoice_invalid, naming the rule (issue 55)",
+        "invoice_pipeline/domain/review.py",
+        "    if check is not None and check.fatal:\n",
+        "    if False:\n",
+        "invoice_pipeline_tests/engine/test_einvoice_holds.py::test_an_e_invoice_that_breaks_a_rule_is_held_naming_it",
+    ),
+    _one(
+        "einvoice-plain-cii-fx-rules",
+        "Factur-X's own rules (FX-SCH-*) are not applied to a plain CII file (issue 55)",
+        "invoice_pipeline/documents/einvoice_rules.py",
+        '"facturx-en16931/FACTUR-X_EN16931.xslt",\n    FX_OWN_RULES,\n)',
+        '"facturx-en16931/FACTUR-X_EN16931.xslt",\n    "",\n)',
+        "invoice_pipeline_tests/documents/test_einvoice_rules.py::test_a_document_changed_to_break_a_rule_fails_that_rule",
+    ),
+    _one(
+        "page-comparison-off",
+        "a Factur-X PDF's page is held against its own XML (issue 55)",
+        "invoice_pipeline/documents/__init__.py",
+        '    if compare_page and extracted.format == "facturx-pdf":\n',
+        "    if False:\n",
+        "invoice_pipeline_tests/engine/test_einvoice_holds.py::test_a_factur_x_page_that_disagrees_with_its_xml_is_held",
+    ),
+    _one(
+        "page-unprinted-iban-disagrees",
+        "an IBAN the page does not print is no disagreement with the XML's (issue 55)",
+        "invoice_pipeline/documents/page_witness.py",
+        "    if not printed or compact(xml_iban).upper() in printed:\n",
+        "    if compact(xml_iban).upper() in printed:\n",
+        "invoice_pipeline_tests/documents/test_einvoice_rules.py::test_a_field_the_page_does_not_print_is_no_disagreement",
+    ),
 )
 
 
