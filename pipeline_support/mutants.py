@@ -1051,8 +1051,8 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "the posting takes the advisory locks of its identity keys before deciding, so a "
         "registration racing it is seen, not duplicated (issue 52)",
         "invoice_pipeline/engine/store/payments.py",
-        "        self.vendors.lock_identities(\n",
-        "        return None\n        (\n",
+        "                *(identity_lock_id(org_id, i) for org_id, fields in keys for i in identity_keys(fields)),\n",
+        "",
         f"{PAYMENT_TESTS}::test_a_registration_racing_the_posting_is_seen_by_it",
     ),
     _one(
@@ -1288,7 +1288,7 @@ SABOTAGES: tuple[Sabotage, ...] = (
     _one(
         "correction-needs-choice",
         "a corrected invoice is approved only as replacing or reversing its original (issue 58)",
-        "invoice_pipeline/engine/store/review.py",
+        "invoice_pipeline/engine/store/payments.py",
         '        if correction is None:\n            return (\n                f"it is a corrected invoice of',
         '        if False:\n            return (\n                f"it is a corrected invoice of',
         f"{ACCOUNTANT_POSTS}::test_a_correction_is_held_and_never_added_to_its_invoice",
@@ -1300,6 +1300,15 @@ SABOTAGES: tuple[Sabotage, ...] = (
         '    if original.status != "processed" or original.decision is None:\n',
         "    if False:\n",
         f"{ACCOUNTANT_POSTS}::test_a_correction_that_cannot_be_booked_stays_held",
+    ),
+    _one(
+        "amount-due-unformed-held",
+        "a structured document stating amounts but no amount due that anything forms is held for a "
+        "person, not quarantined (issue 58)",
+        "invoice_pipeline/domain/review.py",
+        '    if not problems or any(p.code != "missing_total" for p in problems) or all(a is None for a in stated):\n',
+        "    if True:\n",
+        f"{ACCOUNTANT_POSTS}::test_an_amount_due_nothing_forms_is_held_for_a_person_not_quarantined",
     ),
     _one(
         "correction-original-lock",

@@ -31,7 +31,7 @@ from invoice_pipeline.domain.corrected_invoices import (
     booking_for_correction,
     original_lock_id,
 )
-from invoice_pipeline.domain.doctypes import payment_means_kind
+from invoice_pipeline.domain.doctypes import is_correction, payment_means_kind
 from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.identity import OrgProfile
 from invoice_pipeline.domain.keys import NumberKey
@@ -167,6 +167,39 @@ class Payments:
             frozenset(approval.vouched) if approval else frozenset(),
             approval.correction_choice if approval else None,
         )
+
+    def original_to_correct(
+        self,
+        conn: psycopg.Connection[Any],
+        org_id: str,
+        invoice_id: UUID,
+        fields: InvoiceFields,
+        correction: CorrectionChoice | None,
+    ) -> UUID | None | str:
+        """The original a corrected invoice's approval books it against (None: not a corrected
+        invoice), or why the approval is refused: it must name one original of the same seller,
+        decided already, that the choice can be booked against (domain/corrected_invoices.py)."""
+        if not is_correction(fields):
+            if correction is not None:
+                return "it is not a corrected invoice: approve it without choosing replace or reverse"
+            return None
+        names = fields.preceding_invoice or "an invoice it does not name (no BT-25)"
+        if correction is None:
+            return (
+                f"it is a corrected invoice of {names}: approve it as replacing the invoice it corrects "
+                "(the difference is booked) or as reversing it (what was booked for it is taken back); "
+                "it is never paid on top of it"
+            )
+        found = self.originals_a_correction_names(conn, org_id, invoice_id, fields)
+        if not found:
+            return (
+                f"it corrects {names}, which is no invoice of this seller the pipeline knows: ingest "
+                "the original first, or reject the correction"
+            )
+        if len(found) > 1:
+            return f"it corrects {names}, and more than one invoice of this seller has that number: reject it"
+        booking = self.correction_booking(conn, org_id, fields, correction, found[0])
+        return booking if isinstance(booking, str) else booking.original_id
 
     def post_many(
         self, items: Sequence[tuple[Lease, PaymentRequest]], *, step: str | None = None

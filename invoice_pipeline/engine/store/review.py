@@ -21,7 +21,6 @@ import psycopg
 
 from invoice_pipeline.db.sqlfiles import QueryFile
 from invoice_pipeline.domain.corrected_invoices import CorrectionChoice, choice_text
-from invoice_pipeline.domain.doctypes import is_correction
 from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.matching import MatchCandidate
 from invoice_pipeline.domain.payment import payment_reasons, vouch
@@ -49,6 +48,29 @@ from invoice_pipeline.engine.store.payments import Payments
 REASONS_CHANGED = "the reasons changed since you looked"
 
 REVIEW = QueryFile("review")
+
+
+def _approvable_fields(target: LockedTarget) -> InvoiceFields | str:
+    """The fields an approval decides on, or why no approval can be taken before anything else:
+    the duplicate check has not run, it found a suspected duplicate, or posting lacks a field."""
+    if target.duplicate_status is None:
+        return (
+            "the duplicate check has not run on it (its number or seller was not read): "
+            "correct the missing fields first (review correct), then approve"
+        )
+    if target.duplicate_status == "suspected":
+        return (
+            f"it is a suspected duplicate of {target.duplicate_of}: approving would pay it twice; "
+            "decide that first with not-duplicate (then it continues) or confirm-duplicate"
+        )
+    fields = InvoiceFields.from_json(target.fields) if target.fields else None
+    gaps = posting_gaps(fields) if fields is not None else ["fields"]
+    if gaps or fields is None:
+        return (
+            f"it has no {' and no '.join(g.removeprefix('a ') for g in gaps)}, which posting needs: "
+            "reject it and ask the seller for a corrected copy"
+        )
+    return fields
 
 
 class Review:
@@ -135,11 +157,7 @@ class Review:
         approval and is added to the invoice's reasons for the person to see; a reason nobody may
         vouch for (the org's own identity as the seller, an impossible IBAN) refuses it too. What
         the approval vouches for is recorded with it; the posting holds again for anything else.
-
-        A corrected invoice (type 384 and its kin) is approved only with `correction`, the
-        person's choice of whether it replaces or reverses the invoice it names (BT-25), which
-        must be one original of the same seller, decided already; the approval records both, and
-        the posting books the difference (domain/corrected_invoices.py).
+        A corrected invoice needs `correction` (`Payments.original_to_correct`).
         """
         policies: dict[str, ReviewPolicy] = {}
 
@@ -152,24 +170,12 @@ class Review:
                 self.payments.take_identity_locks(conn, [keys])
 
         def write(conn: psycopg.Connection[Any], target: LockedTarget) -> tuple[str, str] | str:
-            if target.duplicate_status is None:
-                return (
-                    "the duplicate check has not run on it (its number or seller was not read): "
-                    "correct the missing fields first (review correct), then approve"
-                )
-            if target.duplicate_status == "suspected":
-                return (
-                    f"it is a suspected duplicate of {target.duplicate_of}: approving would pay it twice; "
-                    "decide that first with not-duplicate (then it continues) or confirm-duplicate"
-                )
-            fields = InvoiceFields.from_json(target.fields) if target.fields else None
-            gaps = posting_gaps(fields) if fields is not None else ["fields"]
-            if gaps or fields is None:
-                return (
-                    f"it has no {' and no '.join(g.removeprefix('a ') for g in gaps)}, which posting needs: "
-                    "reject it and ask the seller for a corrected copy"
-                )
-            corrects = self._original_to_correct(conn, target, fields, correction)
+            fields = _approvable_fields(target)
+            if isinstance(fields, str):
+                return fields
+            corrects = self.payments.original_to_correct(
+                conn, target.org_id, target.invoice_id, fields, correction
+            )
             if isinstance(corrects, str):
                 return corrects
             facts = replace(
@@ -219,37 +225,6 @@ class Review:
             return "pending", "approved: due now, the pipeline posts it"
 
         return self._review_write(lease, "approve", actor, note, write, before_fence=identity_locks_first)
-
-    def _original_to_correct(
-        self,
-        conn: psycopg.Connection[Any],
-        target: LockedTarget,
-        fields: InvoiceFields,
-        correction: CorrectionChoice | None,
-    ) -> UUID | None | str:
-        """The original a corrected invoice's approval books it against (None: not a corrected
-        invoice), or why the approval is refused."""
-        if not is_correction(fields):
-            if correction is not None:
-                return "it is not a corrected invoice: approve it without choosing replace or reverse"
-            return None
-        names = fields.preceding_invoice or "an invoice it does not name (no BT-25)"
-        if correction is None:
-            return (
-                f"it is a corrected invoice of {names}: approve it as replacing the invoice it corrects "
-                "(the difference is booked) or as reversing it (what was booked for it is taken back); "
-                "it is never paid on top of it"
-            )
-        found = self.payments.originals_a_correction_names(conn, target.org_id, target.invoice_id, fields)
-        if not found:
-            return (
-                f"it corrects {names}, which is no invoice of this seller the pipeline knows: ingest "
-                "the original first, or reject the correction"
-            )
-        if len(found) > 1:
-            return f"it corrects {names}, and more than one invoice of this seller has that number: reject it"
-        booking = self.payments.correction_booking(conn, target.org_id, fields, correction, found[0])
-        return booking if isinstance(booking, str) else booking.original_id
 
     def review_reject(self, lease: Lease, actor: str, reason: str) -> ActionOutcome:
         """Rejected by a person: finished, never posted."""
