@@ -42,7 +42,9 @@ class SampleFile:
     expected: InvoiceFields | None
     duplicate_of: str | None
     quarantine_code: str | None
-    fails_at: str | None  # "extract" (BadDocument) | "validate" (ValidationProblem) | None
+    # "extract" (BadDocument) | "validate" (ValidationProblem: quarantined, or held for a person
+    # when `review` says so) | None
+    fails_at: str | None
     note: str
     # Valid, but held for a person (needs_review): the review reason code (domain/review.py).
     review: str | None = None
@@ -409,7 +411,16 @@ def _add_bad_inputs(b: _Builder) -> None:
     )
     bad("wrong_encoding", "xml", latin1, "ubl", "bad_encoding", "declares UTF-8 but contains Latin-1 bytes")
 
-    invalid("missing_total", b.invoice(omit_payable=True), "ubl", "missing_total", "no PayableAmount")
+    # Net and tax stated, but no amount due and no grand total to form it from (BR-CO-16): not
+    # valid, yet a person can read what is owed, so held for them, not quarantined (issue 58).
+    b.add_invoice(
+        "missing_total",
+        b.invoice(omit_payable=True),
+        "ubl",
+        fails_at="validate",
+        review="amount_due_unformed",
+        note="no PayableAmount and no TaxInclusiveAmount: held for a person to type the amount due",
+    )
     # Valid under EN 16931, so not broken: held for a person (review_cases.py).
     b.add_invoice(
         "negative_total",

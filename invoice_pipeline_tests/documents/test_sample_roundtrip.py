@@ -9,6 +9,7 @@ import pytest
 
 from invoice_pipeline.documents import BadDocument, ExtractedText, extract_fields, extract_text
 from invoice_pipeline.domain.fields import FIELD_NAMES, InvoiceFields
+from invoice_pipeline.domain.review import amount_due_unformed_reasons
 from invoice_pipeline.domain.validation import validate_fields
 from invoice_pipeline.samples import SampleSet, generate_samples
 
@@ -34,7 +35,9 @@ def _diff(want: InvoiceFields, got: InvoiceFields) -> dict[str, tuple[object, ob
 @pytest.mark.parametrize("fmt", ["ubl", "cii", "json", "pdf", "facturx-pdf"])
 def test_roundtrip_per_format(samples: SampleSet, fmt: str) -> None:
     files = [
-        f for f in samples.files if f.format == fmt and f.expected is not None and f.quarantine_code is None
+        f
+        for f in samples.files
+        if f.format == fmt and f.expected is not None and f.quarantine_code is None and f.fails_at is None
     ]
     assert files, f"generator produced no clean {fmt} sample"
     for f in files:
@@ -70,6 +73,10 @@ def test_every_sample_meets_its_expected_outcome(samples: SampleSet) -> None:
             assert exc.reason
             continue
         problems = validate_fields(fields)
+        if f.fails_at == "validate" and f.review is not None:
+            # Invalid, but what is missing a person can type: held with its reason, not quarantined.
+            assert amount_due_unformed_reasons(fields, problems), (f.name, problems)
+            continue
         got = problems[0].code if problems else None
         assert got == f.quarantine_code, (f.name, problems)
 

@@ -71,7 +71,6 @@ def test_duplicates_found_exactly_as_declared(tmp_path: Path) -> None:
         "xml_entities_forbidden",
         "unsupported_xml",
         "json_schema",
-        "missing_total",
         "unknown_currency",
         "bad_date",
         "bad_encoding",
