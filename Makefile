@@ -31,6 +31,16 @@ test: install
 	$(BIN)/python -m invoice_pipeline_tests.browser_setup
 	$(BIN)/pytest $(XDIST) $(PYTEST_ARGS)
 
+# The inner loop: unit and property tests that need no server beyond PostgreSQL (the domain, the
+# engine on the database, migrations, document reading, samples, the models' replays), without
+# those marked slow (docs/tests.md: what is left out and why). A couple of minutes.
+FAST_TESTS = invoice_pipeline_tests/domain invoice_pipeline_tests/engine invoice_pipeline_tests/db \
+	invoice_pipeline_tests/documents invoice_pipeline_tests/samples invoice_pipeline_tests/model \
+	invoice_pipeline_tests/test_architecture.py invoice_pipeline_tests/test_needs_tool.py
+
+test-fast: install
+	$(BIN)/pytest $(XDIST) -m "not slow" $(FAST_TESTS) $(PYTEST_ARGS)
+
 # The core suite against an external server (this machine also runs PostgreSQL on 5432).
 test-external: install
 	INVOICE_PIPELINE_DATABASE_URL=$${INVOICE_PIPELINE_DATABASE_URL:-postgresql://postgres@127.0.0.1:5432/postgres} \
