@@ -665,8 +665,8 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "a currency the page prints but the pipeline does not take is never replaced by the "
         "seller's VAT country (the field stays empty: held for a person)",
         "invoice_pipeline/documents/text_fields.py",
-        "    if currency is None and printed is None and vat is not None:\n",
-        "    if currency is None and vat is not None:\n",
+        "    if currency is None and printed is None and not shared and vat is not None:\n",
+        "    if currency is None and not shared and vat is not None:\n",
         "invoice_pipeline_tests/documents/test_reading_roles.py::"
         "test_a_printed_currency_the_pipeline_does_not_take_is_not_replaced_by_the_sellers_country",
     ),
