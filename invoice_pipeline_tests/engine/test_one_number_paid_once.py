@@ -49,7 +49,10 @@ def ubl(number: str, issued: str, net: str, tax: str, payable: str, *, credit: b
    <cac:Country><cbc:IdentificationCode>FR</cbc:IdentificationCode></cac:Country></cac:PostalAddress>
   <cac:PartyLegalEntity><cbc:RegistrationName>Maison Verte Paysage</cbc:RegistrationName></cac:PartyLegalEntity>
  </cac:Party></cac:AccountingCustomerParty>
- <cac:TaxTotal><cbc:TaxAmount currencyID="EUR">{tax}</cbc:TaxAmount></cac:TaxTotal>
+ <cac:TaxTotal><cbc:TaxAmount currencyID="EUR">{tax}</cbc:TaxAmount>
+  <cac:TaxSubtotal><cbc:TaxableAmount currencyID="EUR">{net}</cbc:TaxableAmount><cbc:TaxAmount currencyID="EUR">{tax}</cbc:TaxAmount>
+   <cac:TaxCategory><cbc:ID>S</cbc:ID><cbc:Percent>19</cbc:Percent><cac:TaxScheme><cbc:ID>VAT</cbc:ID></cac:TaxScheme></cac:TaxCategory></cac:TaxSubtotal>
+ </cac:TaxTotal>
  <cac:LegalMonetaryTotal>
   <cbc:LineExtensionAmount currencyID="EUR">{net}</cbc:LineExtensionAmount>
   <cbc:TaxExclusiveAmount currencyID="EUR">{net}</cbc:TaxExclusiveAmount>
@@ -58,7 +61,8 @@ def ubl(number: str, issued: str, net: str, tax: str, payable: str, *, credit: b
  </cac:LegalMonetaryTotal>
  <cac:{line_tag}><cbc:ID>1</cbc:ID><cbc:{qty_tag} unitCode="C62">1</cbc:{qty_tag}>
   <cbc:LineExtensionAmount currencyID="EUR">{net}</cbc:LineExtensionAmount>
-  <cac:Item><cbc:Name>Freight Hamburg-Paris</cbc:Name></cac:Item>
+  <cac:Item><cbc:Name>Freight Hamburg-Paris</cbc:Name>
+   <cac:ClassifiedTaxCategory><cbc:ID>S</cbc:ID><cbc:Percent>19</cbc:Percent><cac:TaxScheme><cbc:ID>VAT</cbc:ID></cac:TaxScheme></cac:ClassifiedTaxCategory></cac:Item>
   <cac:Price><cbc:PriceAmount currencyID="EUR">{net}</cbc:PriceAmount></cac:Price>
  </cac:{line_tag}>
 </{root}>
