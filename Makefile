@@ -24,7 +24,7 @@ demo: install
 # In parallel workers (pytest-xdist), each with its own embedded PostgreSQL; tests that share a
 # server or take the machine run on one worker (XDIST_GROUPS in invoice_pipeline_tests/conftest.py).
 # TEST_WORKERS=0 runs in this process. docs/tests.md: the layout and the measured durations.
-TEST_WORKERS ?= 4
+TEST_WORKERS ?= 2
 XDIST = -n $(TEST_WORKERS) --dist loadgroup
 
 test: install
