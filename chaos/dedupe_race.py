@@ -62,7 +62,7 @@ from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.identity import VENDOR_UNCONFIRMED, Identifier, normalise
 from invoice_pipeline.domain.matching import MatchCandidate, find_match
 from invoice_pipeline.domain.payment import POSSIBLE_IMPERSONATION
-from invoice_pipeline.domain.review import reason_code
+from invoice_pipeline.domain.review import EINVOICE_INVALID, reason_code
 from invoice_pipeline.engine.records import ChunkWrite, DuplicateDecision, Lease
 from invoice_pipeline.engine.store import Dedupe, InvoiceStore, MatchFunction, VendorImportRow
 from invoice_pipeline.orchestration.jobs import make_jobs
@@ -642,13 +642,14 @@ class Outcome:
     def held_for_who_is_paid(self) -> bool:
         """Held only because no registered vendor confirms its seller: a seller the race's vendor
         master knows by name only, or an invoice in the name of a vendor another pair registered
-        that gives none of its identifiers (possible_impersonation, issue 52; docs/vendors.md). A
-        person decides who is paid; the race is over."""
+        that gives none of its identifiers (possible_impersonation, issue 52; docs/vendors.md); or
+        a side whose spelling breaks EN 16931 (a VAT id without its country prefix, BR-CO-09:
+        einvoice_invalid, issue 55). A person decides; the race is over."""
         codes = set(self.review_codes)
         return self.status == "needs_review" and bool(codes) and codes <= WHO_IS_PAID
 
 
-WHO_IS_PAID = {VENDOR_UNCONFIRMED, POSSIBLE_IMPERSONATION}
+WHO_IS_PAID = {VENDOR_UNCONFIRMED, POSSIBLE_IMPERSONATION, EINVOICE_INVALID}
 OUTCOMES_SQL = """
 SELECT i.id::text, i.status, i.duplicate_status, i.duplicate_of::text, a.decision,
        (SELECT count(*) FROM ledger_postings l WHERE l.invoice_id = i.id), i.fields,
