@@ -80,6 +80,16 @@ def test_a_pro_forma_is_never_posted(database_url: str, store: InvoiceStore) -> 
     _held_for(database_url, pro_forma, NOT_A_CLAIM)
 
 
+def _invoice_and_its_correction(database_url: str, store: InvoiceStore) -> list[UUID]:
+    """INV-2001 at 1190.00, posted, and its correction K-5512 at 1249.50, held."""
+    return _process(
+        database_url,
+        store,
+        cii(EInvoice(number="INV-2001")),
+        corrected_invoice("K-5512", "INV-2001", "1249.50"),
+    )
+
+
 def _held_invoice(number: str) -> bytes:
     """An invoice held for a person (a negative total), never posted by itself."""
     return cii(EInvoice(number=number, net="-4.20", tax="-0.80", grand="-5.00", due="-5.00"))
@@ -96,12 +106,7 @@ def _booked(database_url: str, original: UUID) -> Decimal:
 
 
 def test_a_correction_is_held_and_never_added_to_its_invoice(database_url: str, store: InvoiceStore) -> None:
-    original, correction = _process(
-        database_url,
-        store,
-        cii(EInvoice(number="INV-2001")),
-        corrected_invoice("K-5512", "INV-2001", "1249.50"),
-    )
+    original, correction = _invoice_and_its_correction(database_url, store)
     assert postings(database_url, original) == 1
     _held_for(database_url, correction, CORRECTION)
     (reasons,) = sql(database_url, "SELECT review_reasons FROM invoices WHERE id = %s", (correction,))[0]
@@ -142,12 +147,7 @@ def test_a_correction_that_replaces_books_only_the_difference(database_url: str,
 def test_a_correction_that_reverses_takes_back_what_was_booked(
     database_url: str, store: InvoiceStore
 ) -> None:
-    original, correction = _process(
-        database_url,
-        store,
-        cii(EInvoice(number="INV-2001")),
-        corrected_invoice("K-5512", "INV-2001", "1249.50"),
-    )
+    original, correction = _invoice_and_its_correction(database_url, store)
     assert act(store, "approve", correction, ALICE, correction="reverse").done
     run_ok(database_url, [correction])
     assert [a for a, _, _ in _ledger(database_url, correction)] == [Decimal("-1190.00")]
@@ -311,12 +311,7 @@ def test_a_correction_is_booked_under_its_originals_lock(database_url: str, stor
     """While the original's advisory lock is held elsewhere (another correction of it being
     booked), the posting waits on exactly that lock before it reads what is booked: two
     corrections of one original are booked one after the other, never both against 1190.00."""
-    original, correction = _process(
-        database_url,
-        store,
-        cii(EInvoice(number="INV-2001")),
-        corrected_invoice("K-5512", "INV-2001", "1249.50"),
-    )
+    original, correction = _invoice_and_its_correction(database_url, store)
     assert act(store, "approve", correction, ALICE, correction="replace").done
     lock_id = original_lock_id("acme", original)
     errors: list[BaseException] = []
