@@ -1266,12 +1266,13 @@ SABOTAGES: tuple[Sabotage, ...] = (
     ),
     Sabotage(
         "accountant-oracle-prepaid",
-        "the accountant's property catches a prepaid amount paid again (issue 58)",
+        "the accountant's property catches a prepaid amount paid again: the posting books the "
+        "amount due, never the grand total (issue 58)",
         (
             Edit(
-                "invoice_pipeline/documents/collect.py",
-                "            amount -= prepaid.amount\n",
-                "            amount -= 0\n",
+                "invoice_pipeline/engine/store/payments.py",
+                "        amount = fields.payable_total\n",
+                "        amount = fields.grand_total or fields.payable_total\n",
             ),
         ),
         f"{ACCOUNTANT_STATEFUL}::test_random_sequences_are_booked_as_an_accountant_books_them",

@@ -101,8 +101,10 @@ def document(kind: str, n: int, form: str, year: int, total: str, as_cii: bool) 
     elif kind == "correction":
         inv = EInvoice(**{**inv.__dict__, "type_code": "384", "preceding": form.format(n=n)})
     elif kind == "prepayment":
-        inv = EInvoice(**{**inv.__dict__, "prepaid": "500.00", "due": None})
+        # The final invoice after a prepayment: the grand total, the part prepaid and the amount
+        # due that is left (BT-115 is mandatory, BR-CO-16 forms it). Only what is due is booked.
         books = grand - Decimal("500.00")
+        inv = EInvoice(**{**inv.__dict__, "prepaid": "500.00", "due": str(books)})
     elif kind == "direct_debit":
         inv = EInvoice(
             **{
