@@ -27,9 +27,10 @@ demo: install
 TEST_WORKERS ?= 2
 XDIST = -n $(TEST_WORKERS) --dist loadgroup
 
+# Every run ends with its 30 slowest tests (docs/tests.md publishes them).
 test: install
 	$(BIN)/python -m invoice_pipeline_tests.browser_setup
-	$(BIN)/pytest $(XDIST) $(PYTEST_ARGS)
+	$(BIN)/pytest $(XDIST) --durations=30 $(PYTEST_ARGS)
 
 # The inner loop: unit and property tests that need no server beyond PostgreSQL (the domain, the
 # engine on the database, migrations, document reading, samples, the models' replays), without

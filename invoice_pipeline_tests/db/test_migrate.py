@@ -50,6 +50,7 @@ def _migrate_in_child(url: str, queue: multiprocessing.Queue) -> None:  # type: 
         queue.put(("error", repr(exc)))
 
 
+@pytest.mark.slow
 def test_concurrent_migrators_apply_each_file_once(empty_database_url: str) -> None:
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()

@@ -23,6 +23,7 @@ def _modes(path: Path) -> dict[Path, int]:
     return {p: p.stat().st_mode for p in (path, *path.parents)}
 
 
+@pytest.mark.slow
 def test_demo_from_a_private_folder_leaves_every_ancestor_as_it_was() -> None:
     private = Path(tempfile.mkdtemp())  # 0700, as a container's /root or mktemp -d
     assert private.stat().st_mode & 0o777 == 0o700
@@ -68,6 +69,7 @@ def test_demo_from_a_private_folder_leaves_every_ancestor_as_it_was() -> None:
     assert after == before, "no permission outside the project's home changed"
 
 
+@pytest.mark.slow
 def test_a_home_made_again_where_one_was_deleted_gets_a_database_it_can_log_in_to(tmp_path: Path) -> None:
     """`rm -rf` of a home, then the same command: the new home must not inherit the old server,
     whose password went with the old home. The old data is kept aside, not deleted."""

@@ -343,6 +343,7 @@ def race_two_migrate_commands(url: str, env: dict[str, str]) -> list[subprocess.
     return results
 
 
+@pytest.mark.slow
 def test_upgrade_from_the_oldest_release_loses_nothing_and_finishes_what_was_in_flight(
     empty_database_url: str, database_url: str, env: dict[str, str], tmp_path: Path
 ) -> None:

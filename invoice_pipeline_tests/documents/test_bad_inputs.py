@@ -273,6 +273,7 @@ def test_the_hostile_corpus_covers_at_least_40_classes() -> None:
 
 
 @pytest.mark.parametrize("item", CORPUS, ids=[item.name for item in CORPUS])
+@pytest.mark.slow
 def test_every_hostile_class_is_refused_with_its_code_and_an_actionable_reason(
     reader: DocumentReader, item: hostile_corpus.HostileInput
 ) -> None:

@@ -53,6 +53,7 @@ def _equal(field: str, want: Any, got: Any) -> bool:
     return bool(want == got)
 
 
+@pytest.mark.slow
 def test_corpus_field_accuracy(record_property: Any) -> None:
     """Every structured invoice (XML, or XML embedded in a PDF) is read perfectly. The PDFs
     without XML are read from the page, measured below against a floor, not as exact."""
@@ -107,6 +108,7 @@ def test_corpus_duplicate_sets_and_non_duplicates() -> None:
                 assert find_match(cands[b], [cands[a]]) is None, (a, b)
 
 
+@pytest.mark.slow
 def test_page_reading_of_the_stripped_corpus_never_posts_a_wrong_amount(record_property: Any) -> None:
     """Every PDF read from its visible page only (the embedded XML, /AF, XMP and document info
     stripped): no amount other than the amount due would be posted, none is refused as

@@ -170,6 +170,7 @@ def test_a_field_the_page_does_not_print_is_no_disagreement() -> None:
 
 
 @pytest.mark.skipif(not CORPUS.is_dir(), reason="no shared corpus")
+@pytest.mark.slow
 def test_public_e_invoices_are_checked_by_the_rules_they_declare() -> None:
     """Every structured file of the development set is checked; the EN 16931 examples of the CEN
     (UBL and CII) break no fatal rule."""

@@ -118,6 +118,7 @@ def test_a_repeated_key_is_refused() -> None:
         parse_export_text(text)
 
 
+@pytest.mark.slow
 def test_a_refused_file_imports_nothing_through_the_store_or_the_command_line(
     store: InvoiceStore,
     env: dict[str, str],  # noqa: F811

@@ -309,6 +309,7 @@ def test_a_blank_scan_has_no_text() -> None:
 
 
 @needs_engine
+@pytest.mark.slow
 def test_scanned_pdf_in_the_sandbox_reads_every_key_field_and_retires_the_worker() -> None:
     inv = draw_invoice(11)
     scan = _scan(inv, "clean", 1)
@@ -342,6 +343,7 @@ def test_scanned_pdf_in_the_sandbox_reads_every_key_field_and_retires_the_worker
 
 
 @needs_engine
+@pytest.mark.slow
 def test_a_photo_turned_sideways_is_read_upright() -> None:
     inv = draw_invoice(12)
     scan = _scan(inv, "rotated_90", 2)
@@ -353,6 +355,7 @@ def test_a_photo_turned_sideways_is_read_upright() -> None:
 
 
 @needs_engine
+@pytest.mark.slow
 def test_a_skewed_speckled_jpeg_is_normalised_and_read() -> None:
     inv = draw_invoice(13)
     scan = _scan(inv, "noisy", 3)
@@ -364,6 +367,7 @@ def test_a_skewed_speckled_jpeg_is_normalised_and_read() -> None:
 
 
 @needs_engine
+@pytest.mark.slow
 def test_a_two_page_tiff_names_the_page_each_field_came_from() -> None:
     inv = draw_invoice(14)
     cover = render_pages(letter_pdf(["Dear customer,", "please find our invoice on the next page."]), 200)
@@ -387,6 +391,7 @@ def test_an_unreadable_scan_is_quarantined_naming_the_missing_fields() -> None:
 
 
 @needs_engine
+@pytest.mark.slow
 def test_a_scan_of_an_xml_invoice_is_found_as_its_duplicate(database_url: str, store: InvoiceStore) -> None:
     from invoice_pipeline_tests.orchestration.test_jobs import run_single
 

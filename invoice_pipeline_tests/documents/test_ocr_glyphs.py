@@ -54,6 +54,7 @@ def _crop(text: str, family: str, style: str, size: float, dpi: int) -> np.ndarr
 
 
 @pytest.mark.parametrize(("size", "dpi"), SCANS)
+@pytest.mark.slow
 def test_a_euro_sign_is_told_from_everything_else_that_ends_an_amount(size: int, dpi: int) -> None:
     misjudged: list[str] = []
     for family, style in FACES:
@@ -171,6 +172,7 @@ def test_the_layout_keeps_which_lines_had_their_sign_put_back() -> None:
 
 
 @needs_tool("OCR engine (rapidocr-onnxruntime)", ocr_module.available())
+@pytest.mark.slow
 def test_a_scan_printing_only_euro_signs_is_read_in_euro() -> None:
     page = render_pages(_page(_page_lines("DE123456789"), 11), 150)[0].convert("L")
     scan = encode([page], "pdf", 150)

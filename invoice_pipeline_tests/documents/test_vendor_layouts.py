@@ -558,6 +558,7 @@ def test_a_typed_value_the_page_does_not_print_teaches_nothing_and_says_so() -> 
     )
 
 
+@pytest.mark.slow
 def test_the_registry_is_asked_by_the_sellers_own_vat_id_wherever_the_page_prints_it() -> None:
     """Every generated vendor's page offers the registry its seller's VAT id: in a letterhead, a
     legal footer, or on a line naming the seller right under the buyer's block (which the block

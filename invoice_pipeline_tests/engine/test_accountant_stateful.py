@@ -267,6 +267,7 @@ def make_machine(
 
 
 @pytest.mark.hypothesis
+@pytest.mark.slow
 def test_random_sequences_are_booked_as_an_accountant_books_them(
     database_url: str, store: InvoiceStore
 ) -> None:

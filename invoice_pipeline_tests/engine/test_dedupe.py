@@ -91,6 +91,7 @@ def new_invoice(url: str, org: str) -> str:
         return str(row[0])
 
 
+@pytest.mark.slow
 def test_concurrent_copies_yield_exactly_one_original_per_org(database_url: str) -> None:
     for _ in range(ROUNDS):
         with psycopg.connect(database_url) as conn:
@@ -170,6 +171,7 @@ def test_different_keys_do_not_wait_on_each_other(database_url: str, store: Invo
 RACE_PAIRS = 40
 
 
+@pytest.mark.slow
 def test_fuzzy_copies_decided_at_the_same_moment_are_never_both_originals(database_url: str) -> None:
     """'INV-5000' and '5000' of one seller and total, decided by two processes released together.
 

@@ -57,6 +57,7 @@ def _hammer(url: str, invoices: list[str], rounds: int, barrier, queue) -> None:
         store.close()
 
 
+@pytest.mark.slow
 def test_redelivery_race_one_winner_per_invoice_per_round(database_url: str) -> None:
     invoices = [str(i) for i in _new_invoices(database_url, INVOICES)]
     ctx = multiprocessing.get_context("spawn")

@@ -110,6 +110,7 @@ def test_a_text_pdf_of_an_e_invoice_is_linked_to_it(database_url: str, store: In
 
 
 @pytest.mark.parametrize("number", ["INV-ABC", "Rechnung XY/Z"])
+@pytest.mark.slow
 def test_number_twins_decided_at_the_same_moment_never_make_two_originals(
     database_url: str, number: str
 ) -> None:

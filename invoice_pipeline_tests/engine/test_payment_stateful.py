@@ -229,6 +229,7 @@ def make_machine(database_url: str, store: InvoiceStore) -> type[RuleBasedStateM
 
 
 @pytest.mark.hypothesis
+@pytest.mark.slow
 def test_random_registries_and_invoices_pay_only_whom_an_accountant_would(
     database_url: str, store: InvoiceStore
 ) -> None:

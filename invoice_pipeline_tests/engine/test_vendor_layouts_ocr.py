@@ -12,6 +12,8 @@ from __future__ import annotations
 import random
 from uuid import UUID
 
+import pytest
+
 from invoice_pipeline.engine.corrections import correct_invoice
 from invoice_pipeline.engine.review import act
 from invoice_pipeline.engine.store import InvoiceStore
@@ -57,6 +59,7 @@ def sources(store: InvoiceStore, invoice_id: UUID) -> dict[str, str]:
     return {k: fields.sources[k].source for k in KEYS}
 
 
+@pytest.mark.slow
 def test_scans_are_read_with_the_layout_a_text_pdf_or_a_scan_taught(store: InvoiceStore) -> None:
     first, second, third, fourth = house_vendor()
 

@@ -44,6 +44,7 @@ def test_bad_arguments_exit_2_before_any_sql(args: tuple[str, ...], message: str
     assert message in result.stderr
 
 
+@pytest.mark.slow
 def test_list_approve_reject_show_and_status(
     env: dict[str, str], store: InvoiceStore, database_url: str
 ) -> None:
@@ -81,6 +82,7 @@ def test_list_approve_reject_show_and_status(
     assert actor and actor[0][0].startswith("os-user:")
 
 
+@pytest.mark.slow
 def test_policy_show_and_set(env: dict[str, str], store: InvoiceStore) -> None:
     shown = run_cli("review", "policy", "--org", "acme", env=env)
     assert shown.returncode == 0 and "auto-approve limit none" in shown.stdout

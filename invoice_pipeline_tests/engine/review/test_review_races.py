@@ -29,6 +29,8 @@ from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
+import pytest
+
 from invoice_pipeline.domain.review import ReviewPolicy
 from invoice_pipeline.engine.records import Lease
 from invoice_pipeline.engine.store import InvoiceStore, Review
@@ -167,6 +169,7 @@ def writers_held_the_lock(database_url: str, invoice_ids: list[UUID]) -> None:
     assert rows and {status for _, status in rows} == {"succeeded"}, rows
 
 
+@pytest.mark.slow
 def test_two_reviewers_approve_and_reject_at_once(database_url: str, store: InvoiceStore) -> None:
     """Checked: without the processing lock (the partial unique index dropped and
     acquire_processing_lock a plain INSERT, so both reviewers take a lease), each round still
@@ -200,6 +203,7 @@ def test_two_reviewers_approve_and_reject_at_once(database_url: str, store: Invo
     print(f"winners over {ROUNDS} rounds: {dict(winners)}")
 
 
+@pytest.mark.slow
 def test_two_reviewers_release_two_copies_of_one_invoice(database_url: str, store: InvoiceStore) -> None:
     """B and C are exact copies of each other, both suspected copies of A. Released at once,
     one becomes the original and the other is then found to copy it. Each round both reviewers
@@ -235,6 +239,7 @@ def test_two_reviewers_release_two_copies_of_one_invoice(database_url: str, stor
     assert store.reporting.offending_ids("check_groups_without_one_original") == []
 
 
+@pytest.mark.slow
 def test_reviewers_and_the_pipeline_at_once_post_at_most_once(database_url: str, store: InvoiceStore) -> None:
     """The two reviewers meet at the lock as above; the pipeline's run is launched at the same
     moment and runs freely (a held invoice is not claimed; an approved one is posted once)."""
