@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from invoice_pipeline.engine.store import VendorImportRow
+from invoice_pipeline.engine.store import InvoiceStore, VendorImportRow
 from invoice_pipeline.engine.vendors import read_vendor_csv
 from invoice_pipeline_tests.review_ui.conftest import Client, ReviewServer, hidden
 from invoice_pipeline_tests.review_ui.test_review_ui_layouts import logged_in, org_server  # noqa: F401
@@ -87,3 +87,15 @@ def test_the_orgs_are_picked_from_a_list_of_the_reviewers_own(
     status, page = client.get("/vendors?org=globex")
     assert options(page) == ["acme", "globex"] and '<option value="globex" selected>' in page
     assert "Globex Secret Vendor Ltd" in page and "Acme Supplies GmbH" not in page
+
+
+def test_the_known_orgs_are_those_with_an_invoice_a_profile_or_a_vendor(store: InvoiceStore) -> None:
+    assert store.vendors.known_orgs() == []
+    for n, org in enumerate(["zeta", "acme", "zeta", "beta"]):
+        store.documents.store_document(f'{{"invoice_number": "{n}"}}'.encode(), org, f"{n}.json")
+    assert store.vendors.add_org_identity("profiled", "vat", "DE123456788", source="t", added_by="t")
+    assert not store.vendors.import_vendors(
+        "vendored", read_vendor_csv("name,vat_id\nGlobex Ltd,GB980780684\n"), "t"
+    ).refused
+    assert store.vendors.known_orgs() == ["acme", "beta", "profiled", "vendored", "zeta"]
+    assert store.vendors.known_orgs(limit=2) == ["acme", "beta"]
