@@ -211,7 +211,7 @@ class Web:
             )
         return values
 
-    async def signed_in(self, request: Request, *, limit: int, errors: str) -> SignedIn | Response:
+    async def signed_in_request(self, request: Request, *, limit: int, errors: str) -> SignedIn | Response:
         """The signed-in reviewer's request (for a POST, with its CSRF-checked form); a redirect
         to /login for anyone else, or the refusal."""
         got = self.context(request)
@@ -256,7 +256,7 @@ def signed_in(
     def decorate(handler: Handler[PageT]) -> Endpoint[PageT]:
         @functools.wraps(handler)
         async def endpoint(page: PageT, request: Request) -> Response:
-            got = await page.web.signed_in(request, limit=form_limit, errors=form_errors)
+            got = await page.web.signed_in_request(request, limit=form_limit, errors=form_errors)
             if isinstance(got, Response):
                 return got
             response: Response = await run_in_threadpool(handler, page, request, got)
