@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import BenchContext, BenchResult, Check, Figure, register
+from invoice_pipeline.engine.reviewers import add_user
 from invoice_pipeline.engine.store import InvoiceStore
-from invoice_pipeline.review_ui.auth import add_user
 from pipeline_support.helpers import free_port
 
 # Made anew every run: no password lives in the repository.

@@ -27,10 +27,12 @@ from pathlib import Path
 
 from benchmarks.harness import BenchContext, BenchResult, percentile, register
 from invoice_pipeline.documents import BadDocument, extract_fields, extract_text
+from invoice_pipeline.engine.reviewers import Reviewer, hash_password
 from invoice_pipeline.engine.store import InvoiceStore
-from invoice_pipeline.review_ui.app import LOGIN_THREADS, create_app
-from invoice_pipeline.review_ui.auth import AuthConfig, Reviewer, authenticate, hash_password
+from invoice_pipeline.review_ui.app import create_app
+from invoice_pipeline.review_ui.auth import AuthConfig, authenticate
 from invoice_pipeline.review_ui.budget import TOO_MANY_WAITING, BudgetConfig, RequestBudget
+from invoice_pipeline.review_ui.login import LOGIN_THREADS
 from pipeline_support import hostile_corpus
 from pipeline_support.helpers import serve_asgi
 
@@ -76,7 +78,7 @@ def _healthz_while_hashing(url: str, rounds: int) -> list[float]:
     store = InvoiceStore(url, max_size=2)
     auth = AuthConfig(users={"alice": Reviewer("alice", None, hash_password("a-long-password"))})
     app = create_app(store, auth, Path(tempfile.mkdtemp(prefix="timing-goals-")))
-    pool = app.state.review_ui.login_pool
+    pool = app.state.review_ui.login.pool
     stop = threading.Event()
 
     def hash_without_pause() -> None:

@@ -3,7 +3,9 @@
     domain/, documents/   pure: no database, no engine, no Dagster
     db/                   the database: no engine, no Dagster
     engine/               Dagster-free: it never imports Dagster nor the adapter that drives it
-    orchestration/        the Dagster adapter (anything goes)
+    orchestration/        the Dagster adapter: neither the review page nor the CLI
+    review_ui/            the review page, an adapter over the engine: no Dagster, no CLI
+    cli/                  the command line: the only importer of review_ui/
 
 Each module's syntax tree is walked, so an import inside a function counts, a relative import
 is resolved to the module it names, and `importlib.import_module("...")` / `__import__("...")`
@@ -26,6 +28,8 @@ PACKAGE_DIR = Path(invoice_pipeline.__file__).resolve().parent
 DAGSTER = ("dagster", "dagster_*")
 DATABASE = ("psycopg", "psycopg_*", "invoice_pipeline.db", "invoice_pipeline.engine")
 ADAPTER = ("invoice_pipeline.orchestration",)
+REVIEW_UI = ("invoice_pipeline.review_ui",)
+CLI = ("invoice_pipeline.cli",)
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,16 @@ RULES = (
     Rule("db", DAGSTER + ADAPTER + ("invoice_pipeline.engine",), "the database layer sits below the engine"),
     Rule("domain", DAGSTER + DATABASE + ADAPTER + ("invoice_pipeline.documents",), "the domain is pure"),
     Rule("documents", DAGSTER + DATABASE + ADAPTER, "documents are pure: bytes in, words and fields out"),
+    Rule(
+        "orchestration",
+        REVIEW_UI + CLI,
+        "the Dagster adapter and the review page are two doors onto the engine: neither imports the other",
+    ),
+    Rule(
+        "review_ui",
+        DAGSTER + ADAPTER + CLI,
+        "the review page is an adapter over the engine; the CLI starts it",
+    ),
 )
 
 
@@ -91,22 +105,38 @@ def modules_of(layer: str) -> list[Path]:
     return sorted((PACKAGE_DIR / layer).rglob("*.py"))
 
 
-@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.layer)
-def test_layer_imports_follow_the_rules(rule: Rule) -> None:
-    paths = modules_of(rule.layer)
-    assert paths, f"no modules under invoice_pipeline/{rule.layer}"
-    found = [
+def violations_in(paths: list[Path], rule: Rule) -> list[str]:
+    return [
         problem
         for path in paths
         for problem in violations(
             path.read_text(), module_name(path), rule, is_package=path.name == "__init__.py"
         )
     ]
-    assert found == []
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.layer)
+def test_layer_imports_follow_the_rules(rule: Rule) -> None:
+    paths = modules_of(rule.layer)
+    assert paths, f"no modules under invoice_pipeline/{rule.layer}"
+    assert violations_in(paths, rule) == []
 
 
 ENGINE = next(r for r in RULES if r.layer == "engine")
 DOMAIN = next(r for r in RULES if r.layer == "domain")
+# Only the CLI imports the review page (issue 57): every module of the package but the CLI's and
+# the page's own, the top-level ones (config.py, forked.py ...) included.
+ONLY_THE_CLI = Rule("*", REVIEW_UI, "only the CLI starts the review page")
+
+
+def outside_the_cli_and_the_page(path: Path) -> bool:
+    return path.relative_to(PACKAGE_DIR).parts[0] not in ("cli", "review_ui")
+
+
+def test_only_the_cli_imports_the_review_page() -> None:
+    paths = [path for path in sorted(PACKAGE_DIR.rglob("*.py")) if outside_the_cli_and_the_page(path)]
+    assert any(path.parent == PACKAGE_DIR for path in paths)  # the top-level modules are checked too
+    assert violations_in(paths, ONLY_THE_CLI) == []
 
 
 @pytest.mark.parametrize(
@@ -125,6 +155,17 @@ DOMAIN = next(r for r in RULES if r.layer == "domain")
         ("from ..db import connection", "invoice_pipeline.domain.keys", DOMAIN),
         ("from invoice_pipeline.engine.store import InvoiceStore", "invoice_pipeline.domain.review", DOMAIN),
         ("from invoice_pipeline.engine import store", "invoice_pipeline.domain.review", DOMAIN),
+        (
+            "from invoice_pipeline.review_ui.auth import load_users",
+            "invoice_pipeline.orchestration.jobs",
+            ONLY_THE_CLI,
+        ),
+        (
+            "def f():\n    from ..review_ui.pages import sandboxed\n",
+            "invoice_pipeline.documents.sandbox_worker",
+            ONLY_THE_CLI,
+        ),
+        ("import invoice_pipeline.review_ui.app", "invoice_pipeline.config", ONLY_THE_CLI),
     ],
 )
 def test_the_rules_catch_an_offending_import(source: str, module: str, rule: Rule) -> None:
@@ -344,3 +385,23 @@ def test_the_length_check_catches_a_long_function_and_a_long_store_class() -> No
         "invoice_pipeline.engine.store.claims.Part: 401 lines"
     ]
     assert too_long(long_class, "invoice_pipeline.review_ui.app") == []
+
+
+# The review page in parts over a small core (issue 57): no page grows back into one class.
+MAX_REVIEW_UI_CLASS_LINES = 300
+MAX_REVIEW_UI_MODULE_LINES = 600
+
+
+def test_the_review_page_has_no_class_over_300_lines_and_no_module_over_600() -> None:
+    found = []
+    for path in modules_of("review_ui"):
+        source = path.read_text()
+        if len(source.splitlines()) > MAX_REVIEW_UI_MODULE_LINES:
+            found.append(f"{module_name(path)}: {len(source.splitlines())} lines")
+        found += [
+            f"{module_name(path)}.{node.name}: {node.end_lineno - node.lineno + 1} lines"
+            for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.ClassDef)
+            and (node.end_lineno or 0) - node.lineno + 1 > MAX_REVIEW_UI_CLASS_LINES
+        ]
+    assert found == []

@@ -265,7 +265,7 @@ def test_the_manifests_dagster_instance_runs_run_monitoring(
 def test_the_manifests_review_page_is_reachable_only_through_its_authenticating_proxy() -> None:
     """Issue 41: the review page deployed behind authentication. It listens on the pod's
     loopback and trusts the user header from there only; the proxy is the pod's one port."""
-    from invoice_pipeline.review_ui.auth import load_users
+    from invoice_pipeline.engine.reviewers import load_users
 
     pods = _containers(DEPLOYMENT)
     review = pods["review"]["command"]

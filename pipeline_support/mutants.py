@@ -546,7 +546,7 @@ SABOTAGES: tuple[Sabotage, ...] = (
     _one(
         "review-session-at-login",
         "the review page keeps a session only for a login: an anonymous request leaves nothing (issue 41)",
-        "invoice_pipeline/review_ui/app.py",
+        "invoice_pipeline/review_ui/web.py",
         '            session = Session("", self.tokens.csrf(nonce, who), now, now, reviewer, flash, transient=True)\n',
         "            session = self.sessions.new(reviewer)\n",
         f"{ATTACKS_TESTS}::test_anonymous_requests_leave_no_session_behind",
@@ -578,7 +578,7 @@ SABOTAGES: tuple[Sabotage, ...] = (
     _one(
         "review-page-pixels",
         "a page image over the pipeline's 40 M pixels is refused from its size, before it is drawn (issue 41)",
-        "invoice_pipeline/review_ui/pages.py",
+        "invoice_pipeline/documents/page_images.py",
         "    if width * height <= MAX_PAGE_PIXELS:\n",
         "    if True:\n",
         f"{ATTACKS_TESTS}::test_huge_pages_are_refused_from_their_size_and_the_refusal_shown",

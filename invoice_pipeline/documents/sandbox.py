@@ -387,7 +387,7 @@ class Sandbox:
 
     def call(self, header: dict[str, Any], payload: bytes) -> Any:
         """Another operation the worker knows (the review page's page images:
-        `review_ui.pages.sandboxed`), under the same bounds."""
+        `page_images.sandboxed`), under the same bounds."""
         return self._call(header, payload)
 
     def ping(self) -> int:

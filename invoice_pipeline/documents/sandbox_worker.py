@@ -80,7 +80,7 @@ def _handle(header: dict[str, Any], payload: bytes) -> dict[str, Any] | None:
         return {"pid": os.getpid()}
     if op in ("page_sizes", "page_png"):
         # The review page's page images, drawn here under the same bounds as any parse.
-        from invoice_pipeline.review_ui.pages import sandboxed
+        from invoice_pipeline.documents.page_images import sandboxed
 
         return sandboxed(header, payload)
     raise ValueError(f"unknown sandbox operation {op!r}")

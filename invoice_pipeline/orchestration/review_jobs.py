@@ -28,11 +28,11 @@ from invoice_pipeline.domain.fields import FIELD_NAMES
 from invoice_pipeline.engine.corrections import correct_invoice
 from invoice_pipeline.engine.review import Actor, TargetFilter, act_on, check_reason_code, statuses_for
 from invoice_pipeline.engine.review_records import Action, ActionOutcome
+from invoice_pipeline.engine.reviewers import AuthError, load_users
 from invoice_pipeline.engine.store import as_uuid
 from invoice_pipeline.orchestration.resources import InvoiceDatabase, ReviewAccess
 from invoice_pipeline.orchestration.resources.review_access import LOCAL_DEPLOYMENT
 from invoice_pipeline.orchestration.run_requests import run_owner
-from invoice_pipeline.review_ui.auth import AuthError, load_users
 
 REVIEW_INVOICE = "review_invoice"
 REQUEUE_INVOICES = "requeue_invoices"

@@ -13,16 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from invoice_pipeline.config import ENV_REVIEW_USERS
+from invoice_pipeline.engine.reviewers import AuthError, add_user, load_users
 from invoice_pipeline.review_ui.auth import (
     DEFAULT_IDLE_MINUTES,
     DEFAULT_LIFETIME_HOURS,
     DEFAULT_MAX_SESSIONS,
     DEFAULT_TRUSTED_PROXIES,
     AuthConfig,
-    AuthError,
-    add_user,
     check_bind,
-    load_users,
 )
 from invoice_pipeline.review_ui.budget import (
     DEFAULT_BURST,

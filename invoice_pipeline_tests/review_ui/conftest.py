@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 from starlette.applications import Starlette
 
+from invoice_pipeline.engine.reviewers import Reviewer, hash_password
 from invoice_pipeline.engine.store import InvoiceStore
-from invoice_pipeline.review_ui.app import BROWSER_COOKIE, COOKIE, create_app
-from invoice_pipeline.review_ui.auth import AuthConfig, Reviewer, hash_password
+from invoice_pipeline.review_ui.app import create_app
+from invoice_pipeline.review_ui.auth import AuthConfig
+from invoice_pipeline.review_ui.web import BROWSER_COOKIE, COOKIE
 from pipeline_support.helpers import serve_asgi
 
 

@@ -21,20 +21,19 @@ from typing import Any
 import pytest
 
 from invoice_pipeline.cli import main
+from invoice_pipeline.documents.page_images import PageRenderer
 from invoice_pipeline.documents.sandbox import Sandbox, SandboxLimits
+from invoice_pipeline.engine.reviewers import Reviewer, hash_password, load_users
 from invoice_pipeline.engine.store import InvoiceStore
-from invoice_pipeline.review_ui.app import LOGIN_THREADS, ReviewUi, create_app
+from invoice_pipeline.review_ui.app import ReviewUi, create_app
 from invoice_pipeline.review_ui.auth import (
     LOCKOUT_FAILURES,
     LOCKOUT_SECONDS,
     MAX_BACKOFF_SECONDS,
     AuthConfig,
-    Reviewer,
     Sessions,
-    hash_password,
-    load_users,
 )
-from invoice_pipeline.review_ui.pages import PageRenderer
+from invoice_pipeline.review_ui.login import LOGIN_THREADS
 from invoice_pipeline_tests.engine.review.helpers import held_invoice, sql
 from invoice_pipeline_tests.review_ui.conftest import PASSWORDS, Client, hidden, serve_app
 
@@ -120,14 +119,14 @@ def test_anonymous_requests_leave_no_session_behind(store: InvoiceStore, tmp_pat
         for i in range(300):
             client = Client(url)
             assert "Log in" in client.get("/login" if i % 2 else "/")[1]
-        assert len(ui.sessions) == 0
+        assert len(ui.web.sessions) == 0
         # A login makes one, and only one.
         Client(url).login("alice")
-        assert len(ui.sessions) == 1
+        assert len(ui.web.sessions) == 1
     for url, ui in running(store, AuthConfig(local_user="tester"), tmp_path / "cache2"):
         for _ in range(300):
             assert Client(url).get("/")[0] == 200
-        assert len(ui.sessions) == 0
+        assert len(ui.web.sessions) == 0
 
 
 def test_sessions_are_bounded_the_least_recently_seen_going_first() -> None:
@@ -164,11 +163,11 @@ def test_a_changed_users_file_ends_the_sessions_it_changed(store: InvoiceStore, 
         status, page = alice.get(f"/invoice/{inv}")
         assert "Log in" in page, (status, page[:200])
         assert bob.get(f"/invoice/{inv}")[0] == 200
-        assert len(ui.sessions) == 1
+        assert len(ui.web.sessions) == 1
         # Removed from the file: out at once.
         write_users(users_file, {"alice": accounts["alice"]})
         assert "Log in" in bob.get(f"/invoice/{inv}")[1]
-        assert len(ui.sessions) == 0
+        assert len(ui.web.sessions) == 0
 
 
 # -- orgs fail closed -------------------------------------------------------------------------------
@@ -231,7 +230,7 @@ def test_password_guessing_is_throttled_and_locks_the_account(
         # The right password, now, from this address: still refused.
         status, page = guesser.post("/login", {"csrf": csrf, "name": "alice", "password": PASSWORDS["alice"]})
         assert status == 429 and "try again" in page
-        assert len(ui.sessions) == 0
+        assert len(ui.web.sessions) == 0
         # Another name from the same address is throttled too (the address backs off).
         status, _ = guesser.post("/login", {"csrf": csrf, "name": "bob", "password": PASSWORDS["bob"]})
         assert status == 429
@@ -242,7 +241,7 @@ def test_password_guessing_is_throttled_and_locks_the_account(
         def moved_clock(now: list[float] = now) -> float:
             return now[0]
 
-        ui.throttle.clock = moved_clock
+        ui.login.throttle.clock = moved_clock
         for i in range(LOCKOUT_FAILURES):
             now[0] += MAX_BACKOFF_SECONDS + 1
             status, _ = guesser.post("/login", {"csrf": csrf, "name": "alice", "password": f"again-{i}"})
@@ -262,8 +261,8 @@ def test_password_guessing_is_throttled_and_locks_the_account(
                 "password": PASSWORDS["alice"],
             },
         )
-        assert status == 429 and len(ui.sessions) == 0
-        assert ui.throttle.wait("alice", "198.51.100.7") > 0  # from any address
+        assert status == 429 and len(ui.web.sessions) == 0
+        assert ui.login.throttle.wait("alice", "198.51.100.7") > 0  # from any address
         # On the record, beyond the log (sql/0017).
         assert sql(
             database_url,
@@ -271,7 +270,7 @@ def test_password_guessing_is_throttled_and_locks_the_account(
         ) == [("alice", "127.0.0.1", LOCKOUT_FAILURES, timedelta(seconds=LOCKOUT_SECONDS))]
         # bob, who did nothing wrong, logs in once this address's backoff is over.
         Client(url).login("bob")
-        assert len(ui.sessions) == 1
+        assert len(ui.web.sessions) == 1
 
 
 def test_password_checks_run_off_the_event_loop_in_a_bounded_pool(
@@ -312,7 +311,7 @@ def test_password_checks_run_off_the_event_loop_in_a_bounded_pool(
         with inside:
             while state["inside"] < LOGIN_THREADS:
                 assert inside.wait(max(0.0, deadline - time.monotonic())), "no password check started"
-        while ui._logins_waiting < 4:
+        while ui.login.waiting < 4:
             assert time.monotonic() < deadline, "the four logins did not all arrive"
             time.sleep(0.01)
         try:

@@ -206,3 +206,79 @@ def test_export_a_layout_from_the_page_and_import_it_into_another_org_through_th
     page.locator("#import-error").wait_for()
     assert "nothing imported: the export is not JSON" in page.locator("#import-error").inner_text()
     assert [row.id for row in store.layouts.list_layouts("globex", include_disabled=True)] == [globex.id]
+
+
+def _box(page: Any, selector: str) -> dict[str, float]:
+    found = page.locator(selector).first.bounding_box()
+    assert found is not None, f"{selector} is not shown"
+    return dict(found)
+
+
+def _outline(page: Any, field: str) -> str:
+    """The outline style of the field's box on this document's first page ("none" unless highlighted)."""
+    style: str = page.locator(f"#this-page-1 .box[data-field='{field}']").first.evaluate(
+        "el => getComputedStyle(el).outlineStyle"
+    )
+    return style
+
+
+def test_the_fields_stand_beside_the_pages_and_the_box_of_the_field_under_the_cursor_stands_out(
+    review_server: ReviewServer, browser: Any
+) -> None:
+    held_pdf(review_server.database_url, review_server.store, "NW-2026-902")
+    page = new_page(browser)  # 1500 x 1000: a wide screen
+    page.goto(review_server.base_url + "/")
+    page.get_by_role("link", name="NW-2026-902").click()
+    page.locator("img[alt='this page 1']").wait_for()
+    page.wait_for_load_state("load")
+    image = _box(page, "img[alt='this page 1']")
+    fields = _box(page, "section.fields")
+    total_input = _box(page, "input[name=f_payable_total]")
+    # Beside, not after: the fields column starts right of the page image, level with it, and
+    # the correction inputs are in view without scrolling past the pages.
+    assert fields["x"] >= image["x"] + image["width"], (fields, image)
+    assert fields["y"] < image["y"] + image["height"] and image["y"] < fields["y"] + fields["height"]
+    assert total_input["x"] > image["x"] + image["width"]
+    assert total_input["y"] + total_input["height"] <= 1000, "the correction input is below the fold"
+
+    # Nothing highlighted until the cursor is on a field's row; then its box, and only its box.
+    assert _outline(page, "payable_total") == "none"
+    page.locator("#field-payable_total th").hover()
+    assert _outline(page, "payable_total") == "solid"
+    assert _outline(page, "invoice_number") == "none"
+    total_box = _box(page, "#this-page-1 .box[data-field='payable_total']")
+    assert (
+        image["x"] <= total_box["x"]
+        and total_box["x"] + total_box["width"] <= image["x"] + image["width"] + 1
+    )
+    page.screenshot(path=str(ARTIFACTS / "review-invoice-beside.png"))
+    # Typing a correction highlights its field's box too (the keyboard's cursor).
+    page.locator("input[name=f_invoice_number]").focus()
+    page.mouse.move(0, 0)
+    assert _outline(page, "invoice_number") == "solid"
+    assert _outline(page, "payable_total") == "none"
+
+    # On a narrow screen the fields follow the pages.
+    page.set_viewport_size({"width": 900, "height": 1000})
+    image = _box(page, "img[alt='this page 1']")
+    fields = _box(page, "section.fields")
+    assert fields["y"] >= image["y"] + image["height"], (fields, image)
+
+
+def test_who_is_paid_offers_the_orgs_to_pick_from(review_server: ReviewServer, browser: Any) -> None:
+    store = review_server.store
+    assert store.vendors.add_org_identity("acme", "vat", "DE123456788", source="test", added_by="test")
+    assert store.vendors.add_org_identity("globex", "vat", "FR40303265045", source="test", added_by="test")
+    page = new_page(browser)
+    page.goto(review_server.base_url + "/")
+    page.get_by_role("link", name="Who is paid").click()
+    # Local mode may see every org: the orgs the database knows are listed, none typed.
+    picker = page.locator("form.pick-org select[name=org]")
+    picker.wait_for()
+    assert page.locator("form.pick-org input[name=org]").count() == 0
+    assert picker.locator("option:not([disabled])").all_inner_texts() == ["acme", "globex"]
+    picker.select_option("globex")
+    page.locator("form.pick-org").get_by_role("button", name="Show").click()
+    page.locator("#org-globex").wait_for()
+    assert "FR40303265045" in page.locator("#org-globex .profile").inner_text()
+    assert page.locator("#org-acme").count() == 0

@@ -8,14 +8,8 @@ from uuid import UUID
 import pytest
 
 from invoice_pipeline.cli import main
-from invoice_pipeline.review_ui.auth import (
-    AuthConfig,
-    BindRefused,
-    Reviewer,
-    check_bind,
-    hash_password,
-    verify_password,
-)
+from invoice_pipeline.engine.reviewers import Reviewer, hash_password, verify_password
+from invoice_pipeline.review_ui.auth import AuthConfig, BindRefused, check_bind
 from invoice_pipeline_tests.engine.review.helpers import held_invoice, sql
 from invoice_pipeline_tests.review_ui.conftest import Client, ReviewServer, hidden
 

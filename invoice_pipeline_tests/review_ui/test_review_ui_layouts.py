@@ -22,9 +22,10 @@ from uuid import UUID
 import pytest
 
 from invoice_pipeline.engine.layouts import MAX_IMPORT_LAYOUTS, export_layouts, import_layouts
+from invoice_pipeline.engine.reviewers import Reviewer, hash_password
 from invoice_pipeline.engine.store import InvoiceStore, LayoutRow
-from invoice_pipeline.review_ui.app import MAX_IMPORT_BYTES, MAX_IMPORT_FORM_BYTES
-from invoice_pipeline.review_ui.auth import AuthConfig, Reviewer, hash_password
+from invoice_pipeline.review_ui.auth import AuthConfig
+from invoice_pipeline.review_ui.layouts import MAX_IMPORT_BYTES, MAX_IMPORT_FORM_BYTES
 from invoice_pipeline_tests.engine.test_vendor_layouts_store import house_vendor, teach
 from invoice_pipeline_tests.review_ui.conftest import PASSWORDS, Client, ReviewServer, hidden, serve
 

@@ -28,19 +28,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from invoice_pipeline.engine.reviewers import AuthError, Reviewer, hash_password, load_users
 from invoice_pipeline.engine.store import InvoiceStore
-from invoice_pipeline.review_ui.app import LOGIN_QUEUE, LOGIN_THREADS, ReviewUi, create_app
+from invoice_pipeline.review_ui.app import ReviewUi, create_app
 from invoice_pipeline.review_ui.auth import (
     FREE_FAILURES,
     AuthConfig,
-    AuthError,
     LoginAttempt,
     LoginThrottle,
-    Reviewer,
     forwarded_client,
-    hash_password,
-    load_users,
 )
+from invoice_pipeline.review_ui.login import LOGIN_QUEUE, LOGIN_THREADS
 from invoice_pipeline_tests.engine.review.helpers import held_invoice
 from invoice_pipeline_tests.review_ui.conftest import PASSWORDS, Client, hidden, serve_app
 
@@ -144,8 +142,8 @@ def test_forwarded_for_from_a_client_that_is_no_trusted_proxy_is_ignored(
         statuses = From(url, OUTSIDER).wrong_logins(CHECKS_BEFORE_BACKOFF + 1, [("X-Forwarded-For", FORGED)])
         assert statuses == [401] * CHECKS_BEFORE_BACKOFF + [429]
         # The failures are the outsider's own address's, not the address it wrote.
-        assert ui.throttle.wait(None, OUTSIDER) > 0
-        assert ui.throttle.wait(None, FORGED) == 0
+        assert ui.login.throttle.wait(None, OUTSIDER) > 0
+        assert ui.login.throttle.wait(None, FORGED) == 0
 
 
 def test_a_trusted_proxys_forwarded_for_lines_name_the_rightmost_untrusted_address(
@@ -162,9 +160,9 @@ def test_a_trusted_proxys_forwarded_for_lines_name_the_rightmost_untrusted_addre
     for url, ui in running(store, auth, tmp_path / "cache"):
         statuses = From(url, PROXY).wrong_logins(CHECKS_BEFORE_BACKOFF + 1, lines)
         assert statuses == [401] * CHECKS_BEFORE_BACKOFF + [429]
-        assert ui.throttle.wait(None, client) > 0
+        assert ui.login.throttle.wait(None, client) > 0
         for other in (forged_first, forged_second, chained_proxy, PROXY):
-            assert ui.throttle.wait(None, other) == 0, other
+            assert ui.login.throttle.wait(None, other) == 0, other
 
 
 def test_forwarded_for_read_from_the_right() -> None:
@@ -250,8 +248,8 @@ def test_guesses_sent_at_once_get_no_more_password_checks_than_one_after_another
     handed = [0]
     statuses: list[int] = []
     for url, ui in running(store, accounts(), tmp_path / "cache"):
-        original_pool = ui.login_pool
-        ui.login_pool = ObservedPool(settled, handed)
+        original_pool = ui.login.pool
+        ui.login.pool = ObservedPool(settled, handed)
         original_pool.shutdown(wait=False)
         clients = [Client(url) for _ in range(guesses)]
         tokens = [hidden(c.get("/login")[1], "csrf") for c in clients]
@@ -281,7 +279,7 @@ def test_guesses_sent_at_once_get_no_more_password_checks_than_one_after_another
             for t in threads:
                 t.join(60)
         monkeypatch.undo()
-        ui.login_pool.shutdown(wait=True)
+        ui.login.pool.shutdown(wait=True)
     assert handed[0] == CHECKS_BEFORE_BACKOFF, f"{handed[0]} password checks for {guesses} guesses at once"
     assert hashed[0] == CHECKS_BEFORE_BACKOFF
     assert sorted(statuses) == [401] * CHECKS_BEFORE_BACKOFF + [429] * (guesses - CHECKS_BEFORE_BACKOFF)

@@ -3,7 +3,9 @@ identity and vendors, and adds to their own org's profile only, with the CSRF to
 
 from __future__ import annotations
 
-from invoice_pipeline.engine.store import VendorImportRow
+import re
+
+from invoice_pipeline.engine.store import InvoiceStore, VendorImportRow
 from invoice_pipeline.engine.vendors import read_vendor_csv
 from invoice_pipeline_tests.review_ui.conftest import Client, ReviewServer, hidden
 from invoice_pipeline_tests.review_ui.test_review_ui_layouts import logged_in, org_server  # noqa: F401
@@ -57,3 +59,43 @@ def test_vendors_page_shows_own_orgs_only_and_profile_edits_need_token_and_org(
     assert status == 200 and "added to its profile" in page and "FR 403 032 650 45" in page
     assert store.vendors.org_profiles(["acme"])["acme"].has("vat", "FR40303265045")
     assert not store.vendors.org_profiles(["globex"])["globex"].identifiers
+
+
+def options(page: str) -> list[str]:
+    """The orgs the Who is paid page offers to pick from (its select's enabled options)."""
+    picker = page.split('<form method="get" action="/vendors" class="pick-org">', 1)[1].split("</form>", 1)[0]
+    assert '<input name="org"' not in picker, "an org to be typed"
+    return re.findall(r'<option value="([^"]*)"(?: selected)?>', picker)
+
+
+def test_the_orgs_are_picked_from_a_list_of_the_reviewers_own(
+    org_server: ReviewServer,  # noqa: F811
+    review_server: ReviewServer,
+) -> None:
+    _import(org_server, "acme", "name,vat_id\nAcme Supplies GmbH,DE123456788\n")
+    _import(org_server, "globex", "name,vat_id\nGlobex Secret Vendor Ltd,GB980780684\n")
+    # alice's own org only, and "all of yours"; globex, which the database knows, is not offered.
+    status, page = logged_in(org_server, "alice").get("/vendors")
+    assert status == 200 and options(page) == ["", "acme"]
+    # A reviewer allowed every org (local mode, over the same database) picks among the orgs the
+    # database knows.
+    assert review_server.database_url == org_server.database_url
+    client = Client(review_server.base_url)
+    status, page = client.get("/vendors")
+    assert status == 200 and options(page) == ["acme", "globex"]
+    assert "Acme Supplies GmbH" not in page  # nothing shown until one is picked
+    status, page = client.get("/vendors?org=globex")
+    assert options(page) == ["acme", "globex"] and '<option value="globex" selected>' in page
+    assert "Globex Secret Vendor Ltd" in page and "Acme Supplies GmbH" not in page
+
+
+def test_the_known_orgs_are_those_with_an_invoice_a_profile_or_a_vendor(store: InvoiceStore) -> None:
+    assert store.vendors.known_orgs() == []
+    for n, org in enumerate(["zeta", "acme", "zeta", "beta"]):
+        store.documents.store_document(f'{{"invoice_number": "{n}"}}'.encode(), org, f"{n}.json")
+    assert store.vendors.add_org_identity("profiled", "vat", "DE123456788", source="t", added_by="t")
+    assert not store.vendors.import_vendors(
+        "vendored", read_vendor_csv("name,vat_id\nGlobex Ltd,GB980780684\n"), "t"
+    ).refused
+    assert store.vendors.known_orgs() == ["acme", "beta", "profiled", "vendored", "zeta"]
+    assert store.vendors.known_orgs(limit=2) == ["acme", "beta"]

@@ -62,6 +62,25 @@ WHERE v.org_id = %(org_id)s
 GROUP BY v.id, v.org_id, v.name, v.default_currency
 ORDER BY v.id
 
+-- The orgs the database knows (a profile, a vendor, or an invoice), for a reviewer allowed every
+-- org to pick from (the review page's "Who is paid"): their ids only, nothing of any org's data.
+-- The invoices' orgs by a loose scan of invoices_one_per_document (org_id first): one index
+-- probe per org, not a read of every invoice.
+-- name: known_orgs
+WITH RECURSIVE invoice_orgs(org_id) AS (
+    (SELECT org_id FROM invoices WHERE document_sha256 IS NOT NULL ORDER BY org_id LIMIT 1)
+    UNION ALL
+    SELECT (SELECT i.org_id FROM invoices i
+            WHERE i.document_sha256 IS NOT NULL AND i.org_id > o.org_id
+            ORDER BY i.org_id LIMIT 1)
+    FROM invoice_orgs o WHERE o.org_id IS NOT NULL
+)
+SELECT org_id FROM invoice_orgs WHERE org_id IS NOT NULL
+UNION SELECT org_id FROM org_identities
+UNION SELECT org_id FROM vendors
+ORDER BY org_id
+LIMIT %(limit)s
+
 -- The currencies of each vendor's invoices that a person approved and the ledger posted (issue 54):
 -- what a sign several currencies print ("$", "kr") means on the vendor's next page.
 -- name: currencies_a_person_approved

@@ -173,6 +173,11 @@ class Vendors:
         with self.db.pool.connection() as conn:
             return [_vendor(row) for row in conn.execute(VENDORS["list_vendors"], {"org_id": org_id})]
 
+    def known_orgs(self, limit: int = 1000) -> list[str]:
+        """The org ids the database knows (a profile, a vendor or an invoice), sorted, at most `limit`."""
+        with self.db.pool.connection() as conn:
+            return [str(org) for (org,) in conn.execute(VENDORS["known_orgs"], {"limit": limit})]
+
     def vendor_events(self, org_id: str, vendor_id: int) -> list[tuple[str, str, str, UUID | None, Any]]:
         with self.db.pool.connection() as conn:
             return [

@@ -1,4 +1,4 @@
-"""The stored document's pages as PNG images, and where a field's box lies on them.
+"""A document's pages as PNG images, drawn in the document sandbox (the review page shows them).
 
 PDFs are rendered with pypdfium2, scans decoded with Pillow, both in the pipeline's document
 sandbox (`documents.sandbox`: a worker process with the pipeline's memory, CPU and wall-clock
@@ -7,9 +7,11 @@ billions of pixels. A page whose image would exceed the pipeline's own pixel bou
 (`MAX_PAGE_PIXELS`, the scans' 40 M) is refused from its size alone, before anything is drawn,
 and the refusal is shown in the page's place (`PageRefused`). A document is addressed by its
 SHA-256, so a rendered page never goes stale: pages are cached in memory (a small LRU) and on
-disk (`<cache>/<sha256>-<page>-<scale>.png`), and the page sizes in points beside them. Boxes
-(`FieldSource.box`) are in PDF points of the upright page, origin top-left; the page shows them
-as percentages of the page's size, so they line up at any zoom.
+disk (`<cache>/<sha256>-<page>-<scale>.png`), and the page sizes in points beside them (a
+field's box, `FieldSource.box`, is in PDF points of the upright page, origin top-left).
+
+Here, in the documents layer, because it runs where the parsers run: the sandbox's worker
+(`sandbox_worker`) draws with `sandboxed`, and the review page asks `PageRenderer`.
 """
 
 from __future__ import annotations
@@ -267,28 +269,3 @@ class PageRenderer:
             while len(self._images) > MEMORY_PAGES:
                 self._images.popitem(last=False)
         return image
-
-
-@dataclass(frozen=True)
-class DrawnBox:
-    """A box on a page, as CSS percentages of the page."""
-
-    label: str
-    title: str
-    kind: str  # "field", "candidate", "differs"
-    left: float
-    top: float
-    width: float
-    height: float
-
-
-def drawn(
-    label: str, title: str, kind: str, box: tuple[float, float, float, float], size: PageSize
-) -> DrawnBox:
-    x0, top, x1, bottom = box
-    pad = 1.5  # points around the words
-    left = max(0.0, (min(x0, x1) - pad) / size.width * 100)
-    up = max(0.0, (min(top, bottom) - pad) / size.height * 100)
-    width = min(100.0 - left, (abs(x1 - x0) + 2 * pad) / size.width * 100)
-    height = min(100.0 - up, (abs(bottom - top) + 2 * pad) / size.height * 100)
-    return DrawnBox(label, title, kind, round(left, 3), round(up, 3), round(width, 3), round(height, 3))
