@@ -1416,6 +1416,20 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "    if compact(xml_iban).upper() in printed:\n",
         "invoice_pipeline_tests/documents/test_einvoice_rules.py::test_a_field_the_page_does_not_print_is_no_disagreement",
     ),
+    _one(
+        "mail-checkpoint-in-ingest",
+        "a message's checkpoint commits in the transaction that stores its attachments as invoices "
+        "(issue 56): a mail fetch killed between them neither loses the message nor takes it half",
+        "invoice_pipeline/engine/store/mail.py",
+        "        with self.db.transaction() as conn:\n"
+        "            if not self._checkpoint(conn, message):\n",
+        "        with self.db.transaction() as early:\n"
+        "            claimed = self._checkpoint(early, message)\n"
+        "        with self.db.transaction() as conn:\n"
+        "            if not claimed:\n",
+        "invoice_pipeline_tests/engine/mail/test_mail_kill.py::"
+        "test_a_kill_inside_a_messages_transaction_leaves_it_untaken_and_the_next_fetch_takes_it",
+    ),
 )
 
 
