@@ -1421,8 +1421,7 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "a message's checkpoint commits in the transaction that stores its attachments as invoices "
         "(issue 56): a mail fetch killed between them neither loses the message nor takes it half",
         "invoice_pipeline/engine/store/mail.py",
-        "        with self.db.transaction() as conn:\n"
-        "            if not self._checkpoint(conn, message):\n",
+        "        with self.db.transaction() as conn:\n            if not self._checkpoint(conn, message):\n",
         "        with self.db.transaction() as early:\n"
         "            claimed = self._checkpoint(early, message)\n"
         "        with self.db.transaction() as conn:\n"
