@@ -147,6 +147,7 @@ class MailPass:
     # UIDVALIDITYs this mailbox was read under before, when the current one is new: the folder's
     # messages were all read again (content dedupe kept them from becoming new invoices).
     earlier_uidvalidities: list[int] = field(default_factory=list)
+    left_for_next_pass: int = 0  # not read this pass: over `max_messages`
 
     @property
     def invoices_created(self) -> int:
@@ -161,8 +162,10 @@ def fetch_mail(
     *,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    max_messages: int | None = None,
 ) -> MailPass:
-    """One pass: every message not yet taken from the folder is taken, in UID order."""
+    """One pass: every message not yet taken from the folder is taken, in UID order (at most
+    `max_messages` of them: a sensor tick stays short, the next tick goes on)."""
     mailbox = url.identity
     with open_folder(url, password, timeout_s) as folder:
         known = store.mail.known_uidvalidities(org_id, mailbox)
@@ -172,6 +175,9 @@ def fetch_mail(
         uids = folder.uids()
         done.on_server = len(uids)
         todo = store.mail.untaken(org_id, mailbox, folder.uidvalidity, uids)
+        if max_messages is not None and len(todo) > max_messages:
+            done.left_for_next_pass = len(todo) - max_messages
+            todo = todo[:max_messages]
         for batch_start in range(0, len(todo), UID_BATCH):
             batch = todo[batch_start : batch_start + UID_BATCH]
             sizes = folder.sizes(batch)
@@ -199,7 +205,9 @@ class MailboxPoll:
     error: str | None
 
 
-def poll_mailboxes(store: InvoiceStore, org_id: str | None = None) -> list[MailboxPoll]:
+def poll_mailboxes(
+    store: InvoiceStore, org_id: str | None = None, max_messages: int | None = None
+) -> list[MailboxPoll]:
     """A pass over every configured mailbox (of one org, or all), each on its own: one that
     fails (a wrong password, a server down) is recorded on its row and the others still run."""
     polls = []
@@ -207,7 +215,8 @@ def poll_mailboxes(store: InvoiceStore, org_id: str | None = None) -> list[Mailb
         result, error = None, None
         try:
             password = read_password(Path(box.password_file))
-            result = fetch_mail(store, box.org_id, MailboxUrl.parse(box.url), password)
+            url = MailboxUrl.parse(box.url)
+            result = fetch_mail(store, box.org_id, url, password, max_messages=max_messages)
         except (MailConfigError, MailboxError) as exc:
             error = str(exc)
         store.mail.mark_polled(box.org_id, box.url, error)

@@ -4,6 +4,7 @@ and the database's view of what was taken."""
 from __future__ import annotations
 
 import hashlib
+import secrets
 from collections.abc import Iterator
 from email.message import EmailMessage
 
@@ -18,7 +19,8 @@ NEEDS_DOVECOT = needs_tool("dovecot-imapd", dovecot.unavailable_reason())
 
 @pytest.fixture
 def imap() -> Iterator[dovecot.Dovecot]:
-    with dovecot.running_dovecot() as server:
+    # Random, so a search for it finds only real leaks.
+    with dovecot.running_dovecot(password=f"pw-{secrets.token_hex(12)}") as server:
         yield server
 
 
