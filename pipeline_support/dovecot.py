@@ -35,7 +35,7 @@ listen = 127.0.0.1
 base_dir = {root}/run
 state_dir = {root}/state
 log_path = {root}/dovecot.log
-ssl = no
+{ssl}
 disable_plaintext_auth = no
 auth_mechanisms = plain login
 passdb {{
@@ -51,10 +51,11 @@ service imap-login {{
   chroot =
   inet_listener imap {{
     address = 127.0.0.1
-    port = {port}
+    port = {imap_port}
   }}
   inet_listener imaps {{
-    port = 0
+    address = 127.0.0.1
+    port = {imaps_port}
   }}
 }}
 service anvil {{
@@ -78,6 +79,11 @@ class Dovecot:
     port: int
     user: str
     password: str
+    tls: bool = False  # imaps on `port`, with a self-signed certificate for 127.0.0.1 (`certificate`)
+
+    @property
+    def certificate(self) -> Path:
+        return self.root / "cert.pem"
 
     @property
     def config(self) -> Path:
@@ -88,7 +94,8 @@ class Dovecot:
         return self.root / "home" / "Maildir"
 
     def url(self, folder: str = "INBOX") -> str:
-        return f"imap://{self.user}@127.0.0.1:{self.port}/{folder}"
+        scheme = "imaps" if self.tls else "imap"
+        return f"{scheme}://{self.user}@127.0.0.1:{self.port}/{folder}"
 
     def deliver(self, raw: bytes) -> Path:
         """Place a message into INBOX (Maildir/new/), atomically."""
@@ -106,6 +113,14 @@ class Dovecot:
         )
 
 
+def _self_signed(cert: Path, key: Path) -> None:
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        capture_output=True, check=True, timeout=120,
+    )  # fmt: skip
+
+
 def _listening(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(1.0)
@@ -113,18 +128,26 @@ def _listening(port: int) -> bool:
 
 
 @contextmanager
-def running_dovecot(password: str = "dovecot-test-secret") -> Iterator[Dovecot]:
+def running_dovecot(password: str = "dovecot-test-secret", *, tls: bool = False) -> Iterator[Dovecot]:
     """Start a private Dovecot and yield it; stopped and its folder removed afterwards."""
     root = Path(tempfile.mkdtemp(prefix="ip-dovecot-"))
     os.chmod(root, 0o755)  # our own folder: the mail user and dovecot's login users reach into it
-    server = Dovecot(root, free_port(), "mailuser", password)
+    server = Dovecot(root, free_port(), "mailuser", password, tls)
     home = root / "home"
     for sub in ("cur", "new", "tmp"):
         (server.maildir / sub).mkdir(parents=True)
     for path in (home, server.maildir, *(server.maildir / s for s in ("cur", "new", "tmp"))):
         os.chown(path, MAIL_UID, MAIL_UID)
     (root / "passwd").write_text(f"{server.user}:{{PLAIN}}{password}:{MAIL_UID}:{MAIL_UID}::{home}::\n")
-    server.config.write_text(CONFIG.format(root=root, port=server.port))
+    if tls:
+        _self_signed(server.certificate, root / "key.pem")
+        ssl = f"ssl = required\nssl_cert = <{server.certificate}\nssl_key = <{root / 'key.pem'}"
+    else:
+        ssl = "ssl = no"
+    ports = (
+        {"imap_port": 0, "imaps_port": server.port} if tls else {"imap_port": server.port, "imaps_port": 0}
+    )
+    server.config.write_text(CONFIG.format(root=root, ssl=ssl, **ports))
     started = subprocess.run(
         [DOVECOT, "-c", str(server.config)],
         stdin=subprocess.DEVNULL,

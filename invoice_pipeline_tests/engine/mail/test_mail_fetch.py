@@ -24,7 +24,7 @@ from invoice_pipeline_tests.engine.mail.mailbox import (  # noqa: F401 (imap is 
     message,
     sha,
 )
-from pipeline_support.dovecot import Dovecot
+from pipeline_support.dovecot import Dovecot, running_dovecot
 
 pytestmark = NEEDS_DOVECOT
 ORG = "acme"
@@ -204,3 +204,20 @@ def test_the_cli_reads_the_password_from_a_file_and_never_prints_it(
     assert "1 taken now, 1 new invoice(s)" in done.stdout
     assert "0 taken now, 0 new invoice(s)" in again.stdout
     assert imap.password not in done.stdout + done.stderr + again.stdout + again.stderr
+
+
+def test_imaps_verifies_the_servers_certificate(
+    store: InvoiceStore, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A self-signed server is refused; the same server, its certificate trusted (SSL_CERT_FILE),
+    is read: verification is on, and it is what refused the first."""
+    with running_dovecot(password="tls-test-secret", tls=True) as server:
+        server.deliver(message("one", attachment(1)))
+        url = MailboxUrl.parse(server.url())
+        assert url.tls and server.url().startswith("imaps://")
+        with pytest.raises(MailboxError, match="CERTIFICATE_VERIFY_FAILED|certificate verify failed"):
+            fetch_mail(store, ORG, url, server.password)
+        assert checkpoints(database_url, ORG) == []
+        monkeypatch.setenv("SSL_CERT_FILE", str(server.certificate))
+        done = fetch_mail(store, ORG, url, server.password)
+    assert done.invoices_created == 1

@@ -13,6 +13,7 @@ held message is not checkpointed, and the messages before it (UID order) are.
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import subprocess
@@ -41,6 +42,9 @@ pytestmark = NEEDS_DOVECOT
 ORG = "acme"
 MESSAGES = 10
 KILLS = 6
+# Two trials of KILLS kills in the suite; docs/reliability.md's figures ran more
+# (MAIL_KILL_SEEDS=1,2,...,N: each seed is one trial with its own kill points).
+SEEDS = [int(s) for s in os.environ.get("MAIL_KILL_SEEDS", "1,2").split(",")]
 
 
 @dataclass(frozen=True)
@@ -169,7 +173,7 @@ def kill_at(env: dict[str, str], database_url: str, box: Mailbox, point: KillPoi
     assert after == [uid for uid in before if uid >= point.uid], "a message before the held one was not taken"
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("seed", SEEDS)
 def test_kill_9_of_mail_fetch_at_random_points_loses_and_doubles_nothing(
     seed: int,
     env: dict[str, str],
