@@ -238,7 +238,15 @@ def _read(folder: ImapFolder, key: MessageKey, size: int | None, max_bytes: int)
         )
         return headers_only(key, head, size, reason)
     raw = folder.message(key.uid)
-    return None if raw is None else read_message(key, raw)
+    if raw is None:
+        return None
+    try:
+        return read_message(key, raw)
+    except Exception as exc:  # one malformed message must not stop the mailbox at it, every pass
+        reason = (
+            f"the message could not be read as MIME ({type(exc).__name__}: {exc}); it is left on the server"
+        )
+        return MessageRead(key, "", "", "", len(raw), (), " ".join(reason.split())[:500])
 
 
 class ImapFolder:

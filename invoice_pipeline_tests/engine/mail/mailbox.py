@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from email.message import EmailMessage
 
 import psycopg
-import pytest
 
 from invoice_pipeline_tests.tools import needs_tool
 from pipeline_support import dovecot
@@ -17,9 +16,8 @@ from pipeline_support import dovecot
 NEEDS_DOVECOT = needs_tool("dovecot-imapd", dovecot.unavailable_reason())
 
 
-@pytest.fixture
-def imap() -> Iterator[dovecot.Dovecot]:
-    # Random, so a search for it finds only real leaks.
+def private_dovecot() -> Iterator[dovecot.Dovecot]:
+    """The `imap` fixture's server. Its password is random, so a search for it finds only real leaks."""
     with dovecot.running_dovecot(password=f"pw-{secrets.token_hex(12)}") as server:
         yield server
 

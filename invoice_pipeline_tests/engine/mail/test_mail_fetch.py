@@ -13,13 +13,12 @@ import pytest
 
 from invoice_pipeline.documents.detect import sniff
 from invoice_pipeline.documents.errors import BadDocument
-from invoice_pipeline.engine.mail import MailboxError, MailboxUrl, fetch_mail
+from invoice_pipeline.engine.mail import MailboxError, MailboxUrl, MailPass, fetch_mail
 from invoice_pipeline.engine.store import InvoiceStore
-from invoice_pipeline_tests.engine.mail.mailbox import (  # noqa: F401 (imap is a fixture)
+from invoice_pipeline_tests.engine.mail.mailbox import (
     NEEDS_DOVECOT,
     attachment,
     checkpoints,
-    imap,
     invoices_by_sha,
     message,
     sha,
@@ -30,13 +29,13 @@ pytestmark = NEEDS_DOVECOT
 ORG = "acme"
 
 
-def fetch(store: InvoiceStore, imap: Dovecot):  # noqa: F811
+def fetch(store: InvoiceStore, imap: Dovecot) -> MailPass:
     return fetch_mail(store, ORG, MailboxUrl.parse(imap.url()), imap.password)
 
 
 def test_each_attachment_becomes_one_invoice_and_a_second_fetch_takes_nothing(
     store: InvoiceStore,
-    imap: Dovecot,  # noqa: F811
+    imap: Dovecot,
     database_url: str,
 ) -> None:
     a, b, c = attachment(1), attachment(2), ("einvoice.xml", b"<Invoice>3</Invoice>")
@@ -61,7 +60,7 @@ def test_each_attachment_becomes_one_invoice_and_a_second_fetch_takes_nothing(
 
 def test_a_message_without_a_usable_attachment_is_recorded_once_with_why(
     store: InvoiceStore,
-    imap: Dovecot,  # noqa: F811
+    imap: Dovecot,
     database_url: str,
 ) -> None:
     imap.deliver(message("just text"))
@@ -83,7 +82,7 @@ def test_a_message_without_a_usable_attachment_is_recorded_once_with_why(
 
 def test_the_same_attachment_in_two_mails_is_one_document_and_one_invoice(
     store: InvoiceStore,
-    imap: Dovecot,  # noqa: F811
+    imap: Dovecot,
     database_url: str,
 ) -> None:
     same = attachment(7)
@@ -102,7 +101,7 @@ def test_the_same_attachment_in_two_mails_is_one_document_and_one_invoice(
 
 def test_a_zip_attachment_is_stored_as_it_came_and_never_unpacked(
     store: InvoiceStore,
-    imap: Dovecot,  # noqa: F811
+    imap: Dovecot,
     database_url: str,
 ) -> None:
     """A ZIP is one document whose reading the pipeline refuses with a reason (unsupported_format):
@@ -125,7 +124,7 @@ def test_a_zip_attachment_is_stored_as_it_came_and_never_unpacked(
 
 def test_a_new_uidvalidity_reads_the_folder_again_and_stores_nothing_twice(
     store: InvoiceStore,
-    imap: Dovecot,  # noqa: F811
+    imap: Dovecot,
     database_url: str,
 ) -> None:
     imap.deliver(message("one", attachment(1)))
@@ -147,7 +146,7 @@ def test_a_new_uidvalidity_reads_the_folder_again_and_stores_nothing_twice(
 
 def test_a_wrong_password_takes_nothing_and_says_so_without_the_password(
     store: InvoiceStore,
-    imap: Dovecot,  # noqa: F811
+    imap: Dovecot,
     database_url: str,
 ) -> None:
     imap.deliver(message("one", attachment(1)))
@@ -160,14 +159,14 @@ def test_a_wrong_password_takes_nothing_and_says_so_without_the_password(
 
 def test_a_folder_that_does_not_exist_is_one_line(
     store: InvoiceStore,
-    imap: Dovecot,  # noqa: F811
+    imap: Dovecot,
 ) -> None:
     with pytest.raises(MailboxError, match="the folder 'Invoices' cannot be opened"):
         fetch_mail(store, ORG, MailboxUrl.parse(imap.url("Invoices")), imap.password)
 
 
 def test_the_cli_reads_the_password_from_a_file_and_never_prints_it(
-    imap: Dovecot,  # noqa: F811
+    imap: Dovecot,
     database_url: str,
     tmp_path: Path,
 ) -> None:
@@ -178,8 +177,7 @@ def test_the_cli_reads_the_password_from_a_file_and_never_prints_it(
     password_file = tmp_path / "password"
     password_file.write_text(imap.password + "\n")
     with cli_environment(tmp_path / "home", database_url) as env:
-        done = cli(
-            env,
+        args = (
             "mail",
             "fetch",
             "--org",
@@ -189,17 +187,7 @@ def test_the_cli_reads_the_password_from_a_file_and_never_prints_it(
             "--password-file",
             str(password_file),
         )
-        again = cli(
-            env,
-            "mail",
-            "fetch",
-            "--org",
-            ORG,
-            "--imap-url",
-            imap.url(),
-            "--password-file",
-            str(password_file),
-        )
+        done, again = cli(env, *args), cli(env, *args)
     assert done.returncode == 0, done.stderr
     assert "1 taken now, 1 new invoice(s)" in done.stdout
     assert "0 taken now, 0 new invoice(s)" in again.stdout

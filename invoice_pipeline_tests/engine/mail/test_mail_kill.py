@@ -26,11 +26,10 @@ import psycopg
 import pytest
 
 from invoice_pipeline.engine.mail import MailboxUrl, open_folder
-from invoice_pipeline_tests.engine.mail.mailbox import (  # noqa: F401 (imap is a fixture)
+from invoice_pipeline_tests.engine.mail.mailbox import (
     NEEDS_DOVECOT,
     attachment,
     checkpoints,
-    imap,
     invoices_by_sha,
     message,
     sha,
@@ -70,7 +69,7 @@ class KillPoint:
 
 
 @pytest.fixture
-def mailbox(imap: Dovecot, tmp_path: Path) -> Mailbox:  # noqa: F811
+def mailbox(imap: Dovecot, tmp_path: Path) -> Mailbox:
     rng = random.Random(56)
     attachments: dict[int, list[bytes]] = {}
     n = 0

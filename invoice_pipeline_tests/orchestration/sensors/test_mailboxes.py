@@ -13,12 +13,12 @@ from dagster import DagsterInstance, build_sensor_context
 
 from invoice_pipeline.orchestration.definitions import make_definitions
 from invoice_pipeline.orchestration.sensors import mailbox_intake_sensor, new_invoices_sensor
-from invoice_pipeline_tests.engine.mail.mailbox import (  # noqa: F401 (imap is a fixture)
+from invoice_pipeline_tests.engine.mail.mailbox import (
     NEEDS_DOVECOT,
     attachment,
-    imap,
     invoices_by_sha,
     message,
+    private_dovecot,
     sha,
 )
 from invoice_pipeline_tests.factories import pipeline_resources
@@ -29,10 +29,11 @@ from pipeline_support.helpers import cli_environment
 
 pytestmark = NEEDS_DOVECOT
 ORG = "acme"
+imap = pytest.fixture(private_dovecot, name="imap")
 
 
 def test_configured_mailboxes_are_polled_and_the_password_reaches_no_dagster_storage(
-    imap: Dovecot,  # noqa: F811
+    imap: Dovecot,
     database_url: str,
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
@@ -85,7 +86,7 @@ def test_configured_mailboxes_are_polled_and_the_password_reaches_no_dagster_sto
 
 
 def test_a_mailbox_that_fails_is_recorded_and_the_others_still_polled(
-    imap: Dovecot,  # noqa: F811
+    imap: Dovecot,
     database_url: str,
     tmp_path: Path,
 ) -> None:
