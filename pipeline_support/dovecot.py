@@ -10,6 +10,7 @@ Maildir/new/ (written in tmp/, renamed: the Maildir delivery protocol).
 
 from __future__ import annotations
 
+import imaplib
 import os
 import shutil
 import socket
@@ -106,6 +107,22 @@ class Dovecot:
         target = self.maildir / "new" / name
         os.rename(tmp, target)
         return target
+
+    def deliver_in_order(self, raws: list[bytes]) -> list[int]:
+        """Deliver each message and have Dovecot number it before the next is placed (a Maildir
+        scan numbers the new files it finds together, in an order of its own): their UIDs."""
+        conn = imaplib.IMAP4("127.0.0.1", self.port, timeout=60)
+        try:
+            conn.login(self.user, self.password)
+            conn.select("INBOX", readonly=True)
+            uids = []
+            for raw in raws:
+                self.deliver(raw)
+                conn.noop()  # Dovecot syncs the Maildir: the new file gets the next UID
+                uids.append(max(int(u) for u in conn.uid("SEARCH", "ALL")[1][0].split()))
+            return uids
+        finally:
+            conn.logout()
 
     def doveadm(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

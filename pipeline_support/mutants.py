@@ -1429,6 +1429,19 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "invoice_pipeline_tests/engine/mail/test_mail_kill.py::"
         "test_a_kill_inside_a_messages_transaction_leaves_it_untaken_and_the_next_fetch_takes_it",
     ),
+    _one(
+        "mail-checkpoint-property",
+        "the property of the same mechanism (issue 56): a pass whose connection is cut anywhere "
+        "leaves each message taken whole or not taken",
+        "invoice_pipeline/engine/store/mail.py",
+        "        with self.db.transaction() as conn:\n            if not self._checkpoint(conn, message):\n",
+        "        with self.db.transaction() as early:\n"
+        "            claimed = self._checkpoint(early, message)\n"
+        "        with self.db.transaction() as conn:\n"
+        "            if not claimed:\n",
+        "invoice_pipeline_tests/engine/mail/test_mail_property.py::"
+        "test_a_pass_cut_anywhere_leaves_each_message_whole_or_untaken",
+    ),
 )
 
 

@@ -71,14 +71,14 @@ class KillPoint:
 @pytest.fixture
 def mailbox(imap: Dovecot, tmp_path: Path) -> Mailbox:
     rng = random.Random(56)
-    attachments: dict[int, list[bytes]] = {}
+    contents: list[list[tuple[str, bytes]]] = []
     n = 0
-    for uid in range(1, MESSAGES + 1):
+    for _ in range(MESSAGES):
         count = rng.choice([0, 1, 1, 2, 3])
-        files = [attachment(n + i) for i in range(count)]
+        contents.append([attachment(n + i) for i in range(count)])
         n += count
-        imap.deliver(message(f"message {uid}", *files))
-        attachments[uid] = [content for _, content in files]
+    uids = imap.deliver_in_order([message(f"message {i}", *files) for i, files in enumerate(contents)])
+    attachments = {uid: [content for _, content in files] for uid, files in zip(uids, contents, strict=True)}
     url = MailboxUrl.parse(imap.url())
     with open_folder(url, imap.password) as folder:
         uidvalidity = folder.uidvalidity
