@@ -5,6 +5,7 @@ in two mails, a UIDVALIDITY change read again without doubles."""
 from __future__ import annotations
 
 import io
+import threading
 import zipfile
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 
 from invoice_pipeline.documents.detect import sniff
 from invoice_pipeline.documents.errors import BadDocument
-from invoice_pipeline.engine.mail import MailboxError, MailboxUrl, MailPass, fetch_mail
+from invoice_pipeline.engine.mail import MailboxError, MailboxUrl, MailPass, fetch_mail, open_folder
 from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline_tests.engine.mail.mailbox import (
     NEEDS_DOVECOT,
@@ -24,6 +25,7 @@ from invoice_pipeline_tests.engine.mail.mailbox import (
     sha,
 )
 from pipeline_support.dovecot import Dovecot, running_dovecot
+from pipeline_support.helpers import blocks_someone, wait_for
 
 pytestmark = NEEDS_DOVECOT
 ORG = "acme"
@@ -209,3 +211,36 @@ def test_imaps_verifies_the_servers_certificate(
         monkeypatch.setenv("SSL_CERT_FILE", str(server.certificate))
         done = fetch_mail(store, ORG, url, server.password)
     assert done.invoices_created == 1
+
+
+def test_a_message_another_pass_is_taking_is_left_to_it(
+    store: InvoiceStore,
+    imap: Dovecot,
+    database_url: str,
+) -> None:
+    """Two passes at once (the sensor and a person's fetch): the second to reach a message waits
+    for the first's checkpoint, then leaves the message to it, writing nothing of it."""
+    imap.deliver(message("one", attachment(1)))
+    imap.deliver(message("two", attachment(2)))
+    url = MailboxUrl.parse(imap.url())
+    with open_folder(url, imap.password) as folder:
+        uidvalidity = folder.uidvalidity
+    other = psycopg.connect(database_url)  # the other pass, inside its take of UID 1
+    other.execute(
+        "INSERT INTO mail_messages (org_id, mailbox, uidvalidity, uid, size_bytes, outcome, reason)"
+        " VALUES (%s, %s, %s, 1, 0, 'skipped', 'taken by the other pass')",
+        (ORG, url.identity, uidvalidity),
+    )
+    result: list[MailPass] = []
+    thread = threading.Thread(target=lambda: result.append(fetch(store, imap)))
+    thread.start()
+    wait_for(
+        lambda: blocks_someone(database_url, other.info.backend_pid), timeout=120, what="the pass to wait"
+    )
+    other.commit()
+    other.close()
+    thread.join(120)
+
+    (done,) = result
+    assert done.taken_elsewhere == 1 and [t.key.uid for t in done.taken] == [2]
+    assert invoices_by_sha(database_url, ORG) == {sha(attachment(2)[1]): 1}
