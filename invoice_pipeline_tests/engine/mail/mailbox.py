@@ -75,3 +75,19 @@ def checkpoints(database_url: str, org: str) -> list[tuple[int, str, int]]:
             (org,),
         ).fetchall()
     return [(int(r[0]), str(r[1]), int(r[2])) for r in rows]
+
+
+HOLD_CHECKPOINT = (
+    "INSERT INTO mail_messages (org_id, mailbox, uidvalidity, uid, size_bytes, outcome, reason)"
+    " VALUES (%s, %s, %s, %s, 0, 'skipped', 'held by the test')"
+)
+HOLD_DOCUMENT = "INSERT INTO documents (sha256, content, size_bytes) VALUES (%s, '', 0)"
+
+
+def holding(database_url: str, sql: str, params: tuple[object, ...]) -> psycopg.Connection:
+    """A connection holding one row uncommitted (a message's checkpoint: HOLD_CHECKPOINT with
+    org, mailbox, UIDVALIDITY, UID; an attachment's document: HOLD_DOCUMENT with its sha256). A
+    pass that must write the same row waits on it: the tests place a kill, a cut or a commit there."""
+    holder = psycopg.connect(database_url)
+    holder.execute(sql, params)
+    return holder

@@ -17,9 +17,11 @@ from invoice_pipeline.documents.errors import BadDocument
 from invoice_pipeline.engine.mail import MailboxError, MailboxUrl, MailPass, fetch_mail, open_folder
 from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline_tests.engine.mail.mailbox import (
+    HOLD_CHECKPOINT,
     NEEDS_DOVECOT,
     attachment,
     checkpoints,
+    holding,
     invoices_by_sha,
     message,
     sha,
@@ -225,12 +227,9 @@ def test_a_message_another_pass_is_taking_is_left_to_it(
     url = MailboxUrl.parse(imap.url())
     with open_folder(url, imap.password) as folder:
         uidvalidity = folder.uidvalidity
-    other = psycopg.connect(database_url)  # the other pass, inside its take of UID 1
-    other.execute(
-        "INSERT INTO mail_messages (org_id, mailbox, uidvalidity, uid, size_bytes, outcome, reason)"
-        " VALUES (%s, %s, %s, 1, 0, 'skipped', 'taken by the other pass')",
-        (ORG, url.identity, uidvalidity),
-    )
+    other = holding(
+        database_url, HOLD_CHECKPOINT, (ORG, url.identity, uidvalidity, 1)
+    )  # the other pass's take
     result: list[MailPass] = []
     thread = threading.Thread(target=lambda: result.append(fetch(store, imap)))
     thread.start()

@@ -27,9 +27,12 @@ import pytest
 
 from invoice_pipeline.engine.mail import MailboxUrl, open_folder
 from invoice_pipeline_tests.engine.mail.mailbox import (
+    HOLD_CHECKPOINT,
+    HOLD_DOCUMENT,
     NEEDS_DOVECOT,
     attachment,
     checkpoints,
+    holding,
     invoices_by_sha,
     message,
     sha,
@@ -102,19 +105,9 @@ def fetch_command(box: Mailbox) -> list[str]:
 
 def hold(database_url: str, box: Mailbox, point: KillPoint) -> psycopg.Connection:
     """A connection holding, uncommitted, the row the fetch must write at `point`."""
-    holder = psycopg.connect(database_url)
     if point.attachment is None:
-        holder.execute(
-            "INSERT INTO mail_messages (org_id, mailbox, uidvalidity, uid, size_bytes, outcome, reason)"
-            " VALUES (%s, %s, %s, %s, 0, 'skipped', 'held by the test')",
-            (ORG, box.identity, box.uidvalidity, point.uid),
-        )
-    else:
-        content = box.attachments[point.uid][point.attachment]
-        holder.execute(
-            "INSERT INTO documents (sha256, content, size_bytes) VALUES (%s, '', 0)", (sha(content),)
-        )
-    return holder
+        return holding(database_url, HOLD_CHECKPOINT, (ORG, box.identity, box.uidvalidity, point.uid))
+    return holding(database_url, HOLD_DOCUMENT, (sha(box.attachments[point.uid][point.attachment]),))
 
 
 def kill_fetch_at(env: dict[str, str], database_url: str, box: Mailbox, point: KillPoint) -> None:

@@ -22,8 +22,11 @@ from hypothesis import strategies as st
 from invoice_pipeline.engine.mail import MailboxUrl, fetch_mail, open_folder
 from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline_tests.engine.mail.mailbox import (
+    HOLD_CHECKPOINT,
+    HOLD_DOCUMENT,
     NEEDS_DOVECOT,
     checkpoints,
+    holding,
     invoices_by_sha,
     message,
     sha,
@@ -47,8 +50,7 @@ def _cut_while_waiting(
     database_url: str, hold_sql: str, params: tuple[object, ...], work: Callable[[], object]
 ) -> None:
     """Run `work` in a thread; when it waits on the held row, terminate its backend; roll back."""
-    holder = psycopg.connect(database_url)
-    holder.execute(hold_sql, params)
+    holder = holding(database_url, hold_sql, params)
     thread = threading.Thread(target=lambda: _swallow(work), daemon=True)
     thread.start()
     try:
@@ -96,16 +98,9 @@ def test_a_pass_cut_anywhere_leaves_each_message_whole_or_untaken(
         at = data.draw(st.integers(0, len(drawn) - 1))
         first_new = next((j for j in drawn[at] if all(j not in m for m in drawn[:at])), None)
         if first_new is None or data.draw(st.integers(0, 3)) == 0:  # mostly inside the transaction
-            hold = (
-                "INSERT INTO mail_messages (org_id, mailbox, uidvalidity, uid, size_bytes, outcome, reason)"
-                " VALUES (%s, %s, %s, %s, 0, 'skipped', 'held')",
-                (org, url.identity, uidvalidity, uids[at]),
-            )
+            hold = (HOLD_CHECKPOINT, (org, url.identity, uidvalidity, uids[at]))
         else:  # an attachment no earlier message of the org has: the pass waits inside message `at`
-            hold = (
-                "INSERT INTO documents (sha256, content, size_bytes) VALUES (%s, '', 0)",
-                (sha(pool[first_new]),),
-            )
+            hold = (HOLD_DOCUMENT, (sha(pool[first_new]),))
 
         _cut_while_waiting(database_url, *hold, lambda: fetch_mail(store, org, url, imap.password))
         _assert_whole_or_untaken(database_url, org, delivered)
