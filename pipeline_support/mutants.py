@@ -108,6 +108,16 @@ PROCESSING_LOCK_GONE = (
 ACCOUNTANT_READS = "invoice_pipeline_tests/documents/test_what_an_accountant_reads.py"
 ACCOUNTANT_POSTS = "invoice_pipeline_tests/engine/test_what_an_accountant_posts.py"
 
+# The mail checkpoint committed in a transaction of its own, before the message's attachments.
+MAIL_CHECKPOINT_APART = (
+    "invoice_pipeline/engine/store/mail.py",
+    "        with self.db.transaction() as conn:\n            if not self._checkpoint(conn, message):\n",
+    "        with self.db.transaction() as early:\n"
+    "            claimed = self._checkpoint(early, message)\n"
+    "        with self.db.transaction() as conn:\n"
+    "            if not claimed:\n",
+)
+
 SABOTAGES: tuple[Sabotage, ...] = (
     _one(
         "fence-sql",
@@ -1415,6 +1425,22 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "    if not printed or compact(xml_iban).upper() in printed:\n",
         "    if compact(xml_iban).upper() in printed:\n",
         "invoice_pipeline_tests/documents/test_einvoice_rules.py::test_a_field_the_page_does_not_print_is_no_disagreement",
+    ),
+    _one(
+        "mail-checkpoint-in-ingest",
+        "a message's checkpoint commits in the transaction that stores its attachments as invoices "
+        "(issue 56): a mail fetch killed between them neither loses the message nor takes it half",
+        *MAIL_CHECKPOINT_APART,
+        "invoice_pipeline_tests/engine/mail/test_mail_kill.py::"
+        "test_a_kill_inside_a_messages_transaction_leaves_it_untaken_and_the_next_fetch_takes_it",
+    ),
+    _one(
+        "mail-checkpoint-property",
+        "the property of the same mechanism (issue 56): a pass whose connection is cut anywhere "
+        "leaves each message taken whole or not taken",
+        *MAIL_CHECKPOINT_APART,
+        "invoice_pipeline_tests/engine/mail/test_mail_property.py::"
+        "test_a_pass_cut_anywhere_leaves_each_message_whole_or_untaken",
     ),
 )
 

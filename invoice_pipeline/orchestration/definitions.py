@@ -22,7 +22,7 @@ from invoice_pipeline.orchestration.jobs import process_invoice, process_invoice
 from invoice_pipeline.orchestration.resources import ReviewAccess, deployment
 from invoice_pipeline.orchestration.review_jobs import review_jobs
 from invoice_pipeline.orchestration.schedules import sweep_stale_locks_schedule
-from invoice_pipeline.orchestration.sensors import new_invoices_sensor
+from invoice_pipeline.orchestration.sensors import mailbox_intake_sensor, new_invoices_sensor
 
 refresh_reports = define_asset_job(
     "refresh_reports",
@@ -59,7 +59,7 @@ def make_definitions(
                 check_invariants,
                 *(review_jobs if review else ()),
             ],
-            sensors=[intake],
+            sensors=[intake, mailbox_intake_sensor],
             schedules=[
                 sweep_stale_locks_schedule,
                 ScheduleDefinition(

@@ -31,6 +31,8 @@ another part only through its public methods:
     vendors.py      store.vendors: the org's own identity and its vendor registry       vendors.sql
     step_outputs.py store.step_outputs: what a run's steps pass each other across
                     hosts (celery)                                                 step_outputs.sql
+    mail.py         store.mail: configured mailboxes, and each message's checkpoint
+                    committed with its attachments' invoices (via documents)              mail.sql
 """
 
 from collections import Counter
@@ -49,6 +51,7 @@ from invoice_pipeline.engine.store.database import (
 from invoice_pipeline.engine.store.dedupe import Dedupe, MatchFunction
 from invoice_pipeline.engine.store.documents import Documents
 from invoice_pipeline.engine.store.layouts import LayoutRow, Layouts
+from invoice_pipeline.engine.store.mail import Mail
 from invoice_pipeline.engine.store.maintenance import Maintenance
 from invoice_pipeline.engine.store.metrics import Metrics
 from invoice_pipeline.engine.store.payments import PaymentRequest, Payments
@@ -78,6 +81,7 @@ class InvoiceStore:
         self.metrics = Metrics(db)
         self.layouts = Layouts(db)
         self.step_outputs = StepOutputs(db)
+        self.mail = Mail(db, self.documents)
 
     @property
     def database_url(self) -> str:
@@ -101,6 +105,7 @@ __all__ = [
     "InvoiceStore",
     "LayoutRow",
     "Layouts",
+    "Mail",
     "Maintenance",
     "MatchFunction",
     "Metrics",

@@ -47,6 +47,14 @@ class Documents:
 
     def store_document(self, content: bytes, org_id: str, filename: str | None = None) -> IngestResult:
         """Keep the original bytes and create its invoice; the same bytes again are the same invoice."""
+        with self.db.transaction() as conn:
+            return self.store_document_in(conn, content, org_id, filename)
+
+    def store_document_in(
+        self, conn: psycopg.Connection[Any], content: bytes, org_id: str, filename: str | None = None
+    ) -> IngestResult:
+        """store_document in the caller's transaction (mail intake commits a message's checkpoint
+        with the invoices of its attachments: store/mail.py)."""
         if not org_id or not org_id.strip():
             raise ValueError("org_id must be a non-empty string")
         sha256 = hashlib.sha256(content).hexdigest()
@@ -57,14 +65,13 @@ class Documents:
             "org_id": org_id,
             "filename": filename,
         }
-        with self.db.transaction() as conn:
-            conn.execute(DOCUMENTS["insert_document"], params)
-            row = conn.execute(DOCUMENTS["insert_invoice_for_document"], params).fetchone()
-            if row is not None:
-                return IngestResult(row[0], sha256, created=True)
-            existing = conn.execute(DOCUMENTS["invoice_for_document"], params).fetchone()
-            assert existing is not None, "invoice vanished: rows are never deleted"
-            return IngestResult(existing[0], sha256, created=False)
+        conn.execute(DOCUMENTS["insert_document"], params)
+        row = conn.execute(DOCUMENTS["insert_invoice_for_document"], params).fetchone()
+        if row is not None:
+            return IngestResult(row[0], sha256, created=True)
+        existing = conn.execute(DOCUMENTS["invoice_for_document"], params).fetchone()
+        assert existing is not None, "invoice vanished: rows are never deleted"
+        return IngestResult(existing[0], sha256, created=False)
 
     def load_document(self, invoice_id: UUID | str) -> StoredDocument | None:
         return self.load_documents([as_uuid(invoice_id)]).get(as_uuid(invoice_id))
