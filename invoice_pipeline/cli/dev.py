@@ -229,6 +229,11 @@ def print_next_steps(org: str) -> None:
         (f"invoice-pipeline review list --org {org}", "the held invoices, each with its reasons"),
         ("invoice-pipeline show INVOICE_ID", "one invoice: fields and where they were read, attempts"),
         ("make dev", "Dagster's UI on :3000 and the review page on :3100 to decide on them"),
+        (
+            f"invoice-pipeline mail fetch --org {org} --imap-url imaps://USER@HOST:993/INBOX "
+            "--password-file F",
+            "take invoices from a real mailbox, each mail once (docs/mail.md)",
+        ),
     ):
         print(f"  {command:<58} {what}")
     print("  (invoice-pipeline is .venv/bin/invoice-pipeline)")
