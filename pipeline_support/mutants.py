@@ -1416,6 +1416,16 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "    if compact(xml_iban).upper() in printed:\n",
         "invoice_pipeline_tests/documents/test_einvoice_rules.py::test_a_field_the_page_does_not_print_is_no_disagreement",
     ),
+    _one(
+        "einvoice-currency-quarantined",
+        "a structured e-invoice in a currency ISO 4217 lacks is held einvoice_invalid naming BR-CL-04, "
+        "not quarantined (issue 55)",
+        "invoice_pipeline/domain/review.py",
+        '    if check is None or not problems or any(p.code != "unknown_currency" for p in problems):\n',
+        "    if True:\n",
+        "invoice_pipeline_tests/engine/test_einvoice_holds.py::"
+        "test_an_e_invoice_whose_currency_iso_4217_lacks_is_held_naming_br_cl_04",
+    ),
 )
 
 

@@ -29,7 +29,7 @@ from decimal import Decimal
 from .doctypes import document_type_of
 from .fields import EURO_BY_SHAPE, FieldSource, InvoiceFields
 from .identity import BANK_DETAILS_CHANGED, VENDOR_UNCONFIRMED
-from .validation import ValidationProblem, excess_decimals, minor_units
+from .validation import CURRENCY_CODE_LIST_RULE, ValidationProblem, excess_decimals, minor_units
 
 NEGATIVE_TOTAL = "negative_total"
 DUE_BEFORE_ISSUE = "due_before_issue"
@@ -424,6 +424,32 @@ def amount_due_unformed_reasons(
         "prepaid and rounding amounts (BR-CO-16); read the amount owed on the document and correct "
         "payable_total (review correct), then approve, or reject it"
         for p in problems
+    ]
+
+
+def einvoice_currency_reasons(
+    fields: InvoiceFields, problems: Sequence[ValidationProblem]
+) -> list[str] | None:
+    """A structured e-invoice whose one problem is a currency code outside ISO 4217 breaks EN 16931's
+    BR-CL-04 and is held `einvoice_invalid` naming it, as any rule it breaks (issue 55): the file is
+    read and kept, and a person can ask the seller and correct the currency or reject it. It cannot
+    post as it is: a correction must pass validation and approval waits for one (the duplicate check
+    has not run). None for any other document (a JSON file's code is its own data, quarantined) or
+    with anything else wrong (unusable as it is; the quarantine reason names BR-CL-04 too).
+
+    The rule sets name BR-CL-04 on UBL (without the code), and on CII the code list is a Factur-X
+    rule (FX-SCH-*, left out of a plain CII file's check): the pipeline's own check names it, and
+    the code, on every structured e-invoice; the rule set's findings follow."""
+    check = fields.einvoice_check
+    if check is None or not problems or any(p.code != "unknown_currency" for p in problems):
+        return None
+    return [
+        f"{EINVOICE_INVALID}: {CURRENCY_CODE_LIST_RULE} the invoice currency code (BT-5) "
+        f"{fields.currency!r} is not in ISO 4217, the code list EN 16931 requires (checked by the "
+        f"pipeline, {check.rule_set or check.skipped or 'no rule set'}); the original file is kept: "
+        "ask the seller for a corrected e-invoice and reject this one, or correct the currency "
+        "(review correct) and approve",
+        *einvoice_reasons(fields),
     ]
 
 

@@ -16,6 +16,7 @@ from uuid import UUID
 from dagster import ExecuteInProcessResult
 
 from invoice_pipeline.domain.review import EINVOICE_INVALID, PAGE_DISAGREES_WITH_XML
+from invoice_pipeline.engine.corrections import correct_invoice
 from invoice_pipeline.engine.review import Actor, act
 from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.orchestration.jobs import make_jobs
@@ -40,6 +41,8 @@ from pipeline_support.einvoice_mutations import (
     with_payee_iban,
     with_xml,
 )
+from pipeline_support.einvoices import EInvoice, cii, ubl
+from pipeline_support.factories import json_invoice
 
 ALICE = Actor("os-user:alice", "review:alice@test:1")
 IBAN = "DE89370400440532013000"
@@ -164,3 +167,41 @@ def test_with_the_checks_off_the_same_documents_are_posted(database_url: str, st
             database_url, invoice_id
         )
         assert postings(database_url, invoice_id) == 1
+
+
+def test_an_e_invoice_whose_currency_iso_4217_lacks_is_held_naming_br_cl_04(
+    database_url: str, store: InvoiceStore
+) -> None:
+    """BR-CL-04 (the invoice currency is an ISO 4217 code): on CII no rule set of a plain file names
+    it (the code list is a Factur-X rule there), so the pipeline's own check does. A structured
+    e-invoice in 'XQQ' is held `einvoice_invalid` naming BR-CL-04, never posted: approval waits for
+    a correction, a correction must name a real currency, and then a person approves it."""
+    ubl_doc = ubl(EInvoice(number="INV-6500", currency="XQQ"))
+    cii_doc = cii(EInvoice(number="INV-6501", currency="XQQ"))
+    json_doc = json_invoice("INV-6502", currency="XQQ")
+    in_ubl, in_cii, in_json = process_documents(
+        database_url, store, "acme", [(ubl_doc, "u.xml"), (cii_doc, "c.xml"), (json_doc, "j.json")]
+    )
+    for invoice_id in (in_ubl, in_cii):
+        status, codes = status_and_reasons(database_url, invoice_id)
+        assert status == "needs_review" and set(codes) == {EINVOICE_INVALID}, (status, codes)
+        reason = _reasons(database_url, invoice_id)[0]
+        assert "BR-CL-04" in reason and "XQQ" in reason, reason
+        assert postings(database_url, invoice_id) == 0
+        document = store.documents.load_document(invoice_id)
+        assert document is not None and document.content in (ubl_doc, cii_doc), "the file is kept"
+    # A JSON file is no e-invoice: its own data is wrong, quarantined as before (naming the rule).
+    state = store.documents.invoice_state(in_json)
+    assert state is not None and state.status == "quarantined"
+
+    refused = act(store, "approve", in_cii, ALICE)
+    assert not refused.done, "approval waits for the currency to be corrected"
+    assert not correct_invoice(store, in_cii, {"currency": "XQR"}, ALICE).done
+    corrected = correct_invoice(store, in_cii, {"currency": "EUR"}, ALICE)
+    assert corrected.done, corrected.message
+    assert act(store, "approve", in_cii, ALICE).done
+    run_ok(database_url, [in_cii])
+    assert postings(database_url, in_cii) == 1
+    assert sql(database_url, "SELECT currency FROM ledger_postings WHERE invoice_id = %s", (in_cii,)) == [
+        ("EUR",)
+    ]
