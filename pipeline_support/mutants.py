@@ -1426,6 +1426,16 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "invoice_pipeline_tests/engine/test_einvoice_holds.py::"
         "test_an_e_invoice_whose_currency_iso_4217_lacks_is_held_naming_br_cl_04",
     ),
+    _one(
+        "german-lineless-profile-posted",
+        "a German seller's Factur-X MINIMUM / BASIC WL is held not_an_einvoice for an org under German "
+        "e-invoicing rules (issue 55)",
+        "invoice_pipeline/domain/review.py",
+        '    if policy.einvoice_country != "DE" or check is None or check.profile not in PROFILES_WITHOUT_LINES:\n',
+        "    if True:\n",
+        "invoice_pipeline_tests/engine/test_einvoice_holds.py::"
+        "test_a_lineless_profile_is_no_e_invoice_for_an_org_under_german_rules",
+    ),
 )
 
 

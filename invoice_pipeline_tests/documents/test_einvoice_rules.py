@@ -30,6 +30,7 @@ from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.review import (
     DEFAULT_POLICY,
     EINVOICE_INVALID,
+    NOT_AN_EINVOICE,
     PAGE_DISAGREES_WITH_XML,
     einvoice_reasons,
     reason_code,
@@ -207,3 +208,27 @@ def test_a_rule_numbered_by_factur_x_is_named_by_its_en_16931_id_too() -> None:
     check = EinvoiceCheck("Factur-X BASIC", "1.09", "BASIC", (finding,))
     (reason,) = einvoice_reasons(InvoiceFields(einvoice_check=check))
     assert reason.startswith(f"{EINVOICE_INVALID}: FX-SCH-A-000226 [BR-CO-10] Sum of Invoice line net amount")
+
+
+# The development set's Factur-X documents without invoice lines (read when the corpus is present):
+# a German seller's BASIC WL, and two French sellers' (BASIC WL and MINIMUM).
+LINELESS = {
+    "pdf-layouts/factur-x-kit/FacturX_BASICWL_Test.pdf": ("BASIC WL", True),
+    "pdf-layouts/facturx-check/facture-demo-facturx.pdf": ("BASIC WL", False),
+    "pdf-layouts/facturx-engine/invoice_raw.pdf": ("MINIMUM", False),
+}
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason="the development set (../shared/corpus) is not here")
+def test_public_minimum_and_basic_wl_documents_are_no_e_invoices_under_german_rules() -> None:
+    """Under the German rules a German seller's lineless profile is held `not_an_einvoice`; a French
+    seller's is a cross-border supply the German obligation does not cover; an org receiving under no
+    country's rules holds none of them for it."""
+    german = replace(DEFAULT_POLICY, einvoice_country="DE")
+    for name, (profile, held) in LINELESS.items():
+        extracted, check = _check((CORPUS / name).read_bytes())
+        assert isinstance(check, EinvoiceCheck) and check.profile == profile, name
+        fields = replace(extract_fields(extracted, compare_page=False), einvoice_check=check)
+        codes = {reason_code(r) for r in review_reasons(fields, german)}
+        assert (NOT_AN_EINVOICE in codes) is held, (name, codes)
+        assert NOT_AN_EINVOICE not in {reason_code(r) for r in review_reasons(fields, DEFAULT_POLICY)}

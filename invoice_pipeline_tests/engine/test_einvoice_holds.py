@@ -15,7 +15,12 @@ from uuid import UUID
 
 from dagster import ExecuteInProcessResult
 
-from invoice_pipeline.domain.review import EINVOICE_INVALID, PAGE_DISAGREES_WITH_XML
+from invoice_pipeline.domain.review import (
+    DEFAULT_POLICY,
+    EINVOICE_INVALID,
+    NOT_AN_EINVOICE,
+    PAGE_DISAGREES_WITH_XML,
+)
 from invoice_pipeline.engine.corrections import correct_invoice
 from invoice_pipeline.engine.review import Actor, act
 from invoice_pipeline.engine.store import InvoiceStore
@@ -205,3 +210,53 @@ def test_an_e_invoice_whose_currency_iso_4217_lacks_is_held_naming_br_cl_04(
     assert sql(database_url, "SELECT currency FROM ledger_postings WHERE invoice_id = %s", (in_cii,)) == [
         ("EUR",)
     ]
+
+
+MINIMUM = "urn:factur-x.eu:1p0:minimum"
+BASIC_WL = "urn:zugferd.de:2p0:basicwl"
+
+
+def test_a_lineless_profile_is_no_e_invoice_for_an_org_under_german_rules(
+    database_url: str, store: InvoiceStore
+) -> None:
+    """An org that receives under the German rules (`review policy --einvoice-country DE`): a German
+    seller's MINIMUM or BASIC WL document (no invoice lines) is held `not_an_einvoice`, never posted
+    until a person who read its page approves; an EN 16931 document and a French seller's MINIMUM are
+    not held for it, and an org under no country's rules holds none of them for it."""
+    store.review.set_review_policy("de-org", replace(DEFAULT_POLICY, einvoice_country="DE"), "test")
+    documents = [
+        (cii(EInvoice(number="INV-6600", guideline=MINIMUM)), "minimum.xml"),
+        (cii(EInvoice(number="INV-6601", guideline=BASIC_WL)), "basic-wl.xml"),
+        (cii(EInvoice(number="INV-6602")), "en16931.xml"),
+        (
+            cii(
+                EInvoice(
+                    number="INV-6603",
+                    guideline=MINIMUM,
+                    seller="Atelier Lumière SARL",
+                    seller_vat="FR40303265045",
+                    seller_country="FR",
+                    iban="FR1420041010050500013M02606",
+                )
+            ),
+            "french.xml",
+        ),
+    ]
+    minimum, basic_wl, en16931, french = process_documents(database_url, store, "de-org", documents)
+    for invoice_id, profile in ((minimum, "MINIMUM"), (basic_wl, "BASIC WL")):
+        status, codes = status_and_reasons(database_url, invoice_id)
+        assert status == "needs_review" and codes == [NOT_AN_EINVOICE], (status, codes)
+        assert f"ZUGFeRD {profile} document carries no invoice lines" in _reasons(database_url, invoice_id)[0]
+        assert postings(database_url, invoice_id) == 0
+    for invoice_id in (en16931, french):
+        assert NOT_AN_EINVOICE not in status_and_reasons(database_url, invoice_id)[1]
+
+    (elsewhere,) = process_documents(
+        database_url, store, "acme", [(cii(EInvoice(number="INV-6604", guideline=MINIMUM)), "m.xml")]
+    )
+    assert status_and_reasons(database_url, elsewhere) == ("processed", [])
+
+    # A person who read the page and found it agrees approves: posted.
+    assert act(store, "approve", minimum, ALICE).done
+    run_ok(database_url, [minimum])
+    assert postings(database_url, minimum) == 1
