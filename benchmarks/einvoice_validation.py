@@ -36,6 +36,7 @@ from invoice_pipeline.domain.review import (
     DEFAULT_POLICY,
     EINVOICE_INVALID,
     PAGE_DISAGREES_WITH_XML,
+    einvoice_currency_reasons,
     einvoice_reasons,
     reason_code,
     review_reasons,
@@ -103,6 +104,10 @@ def _outcome(reader: DocumentReader, content: bytes) -> tuple[ExtractedText | No
     except BadDocument as exc:
         return None, Outcome(None, f"{exc.code}: {exc.reason}", ())
     problems = validate_fields(fields)
+    held = einvoice_currency_reasons(fields, problems)
+    if held is not None:
+        # As the validate stage holds it: an e-invoice whose currency breaks BR-CL-04.
+        return extracted, Outcome(fields, "", tuple(held))
     if problems:
         # As the validate stage quarantines it: the problems, then the rules of its own it breaks.
         reasons = [p.reason for p in problems] + einvoice_reasons(fields)
