@@ -143,6 +143,22 @@ _PATTERN_WALK = re.compile(
     r"(<svrl:active-pattern>.*?)<xsl:apply-templates\s*/>(\s*</svrl:active-pattern>)", re.S
 )
 _FIRED_RULE = re.compile(r"<svrl:fired-rule\b[^>]*/>")
+_ATTRIBUTE_WALK = re.compile(r'(<xsl:apply-templates mode="M\d+" select=")@\*\|\*(" />)')
+# A pattern's rule (its own priority; the walk's catch-all templates have negative ones).
+_PATTERN_RULE = re.compile(r'<xsl:template match="([^"]*)" mode="M\d+" priority="\d+"')
+_PREDICATE = re.compile(r"\[[^\[\]]*\]")
+
+
+def _a_rule_matches_attributes(text: str) -> bool:
+    """Whether a pattern's rule has an attribute as its context (an `@` outside its predicates)."""
+    for match in _PATTERN_RULE.findall(text):
+        while _PREDICATE.search(match):
+            match = _PREDICATE.sub("", match)
+        if "@" in match:
+            return True
+    return False
+
+
 _VERSION = (
     re.compile(r"Version:\s*([0-9][0-9.]*)"),
     re.compile(r"Schematron version\s*([0-9][0-9.]*)"),
@@ -183,10 +199,15 @@ def trimmed(text: str) -> str:
     an `xsl:apply-templates` in the default mode, whose only templates strip text: a walk of the
     whole document per pattern (66 in Factur-X EN16931) that writes nothing. Every rule that fires
     writes an `svrl:fired-rule` record (one per matching node), which the findings never read.
-    Both go; every `svrl:failed-assert` and `svrl:successful-report` stays as compiled
-    (test_einvoice_rules compares the findings with the untrimmed stylesheet's).
+    Each pattern's own walk visits attributes too (`@*|*`), though no rule of these rule sets has
+    an attribute as its context (they test attributes from their element): it walks elements only,
+    unless a rule does match attributes (`_a_rule_matches_attributes`).
+    All three go; every `svrl:failed-assert` and `svrl:successful-report` stays as compiled
+    (test_einvoice_rules compares the findings with the untrimmed stylesheet's; the development
+    set's 30 files and 105 changed ones gave the same findings, in order, on 2026-12-05).
     """
-    return _FIRED_RULE.sub("", _PATTERN_WALK.sub(r"\1\2", text))
+    text = _FIRED_RULE.sub("", _PATTERN_WALK.sub(r"\1\2", text))
+    return text if _a_rule_matches_attributes(text) else _ATTRIBUTE_WALK.sub(r"\1*\2", text)
 
 
 def compile_rule_set(rule_set: RuleSet, trim: bool = True) -> Compiled:

@@ -22,6 +22,7 @@ from invoice_pipeline.documents.einvoice_rules import (
     compiled_count,
     findings_of,
     rule_set_for,
+    trimmed,
 )
 from invoice_pipeline.documents.extracted import ExtractedText
 from invoice_pipeline.documents.xmlsafe import parse_xml
@@ -158,6 +159,14 @@ def test_the_trimmed_stylesheet_finds_what_the_compiled_one_finds(fmt: str) -> N
         assert found == findings_of(untrimmed, text, rule_set)
         seen += len(found)
     assert seen >= len(RULE_BREAKS), "the documents fail rules, so the comparison compares findings"
+
+
+def test_a_rule_set_whose_rule_matches_an_attribute_keeps_its_attribute_walk() -> None:
+    walk = '<xsl:apply-templates mode="M7" select="@*|*" />'
+    on_elements = f'<xsl:template match="cbc:ID[@schemeID]" mode="M7" priority="1000" />{walk}'
+    on_attributes = f'<xsl:template match="cbc:Amount/@currencyID" mode="M7" priority="1000" />{walk}'
+    assert 'select="*"' in trimmed(on_elements) and walk not in trimmed(on_elements)
+    assert walk in trimmed(on_attributes)
 
 
 @pytest.mark.parametrize("change", PAGE_DISAGREEMENTS, ids=lambda c: c.expect)
