@@ -3,7 +3,9 @@
 Two kinds of trouble reach a person (see docs/review.md):
 
 * an **unusable document** is quarantined by `validation.validate_fields` (no number, no total,
-  impossible dates, unknown currency...): nothing to decide, the file must be fixed or re-sent;
+  impossible dates, unknown currency...): nothing to decide, the file must be fixed or re-sent
+  (a structured e-invoice whose one problem is its currency is held instead, naming BR-CL-04:
+  `einvoice_currency_reasons`);
 * a **business exception** is a valid document that breaks what an accounts-payable team
   expects. EN 16931 allows a negative invoice total and puts no order between due date and
   issue date, so quarantining those threw away real, valid e-invoices. They are processed and
