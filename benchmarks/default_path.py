@@ -37,6 +37,7 @@ from pipeline_support.helpers import cli_environment, run_cli, start_dev_server,
 NAME = "default_path"
 ORG = "bench"
 CHECKS_OFF = "process, later backlog, e-invoice checks off"
+CHECKS_ON_AGAIN = "process, later backlog, e-invoice checks on again"
 
 
 @contextmanager
@@ -97,8 +98,10 @@ def cli_process(ctx: BenchContext, result: BenchResult, count: int) -> None:
         for round_name, prefix, seed, checks in (
             ("process", "ubl", 19, "1"),
             ("process, later backlog", "later", 29, "1"),
-            # The same again without the e-invoice checks (issue 55): what validation costs here.
+            # The same again without the e-invoice checks (issue 55): what validation costs here,
+            # then with them once more, so a later backlog's growing tables weigh on both sides.
             (CHECKS_OFF, "off", 31, "0"),
+            (CHECKS_ON_AGAIN, "again", 37, "1"),
         ):
             env = {**user_env, ENV_EINVOICE_CHECKS: checks}
             files = _write_ubl(home / prefix, count, seed=seed, prefix=prefix)
@@ -126,9 +129,11 @@ def cli_process(ctx: BenchContext, result: BenchResult, count: int) -> None:
                 commits / count
             )
             result.notes.append(f"{round_name} output: {processed.stdout.strip().splitlines()[-1]}")
-    # Two later backlogs of one home, with and without the checks: the issue's aim is >= 0.6.
+    # Later backlogs of one home, with the checks before and after one without: the issue's aim
+    # is >= 0.6. The ratio takes the mean of the two with the checks.
+    with_checks = (rates["process, later backlog"] + rates[CHECKS_ON_AGAIN]) / 2
     result.figure("e-invoice checks on / off: invoices/s ratio", "ratio", better="higher").add(
-        rates["process, later backlog"] / rates[CHECKS_OFF]
+        with_checks / rates[CHECKS_OFF]
     )
 
 

@@ -49,6 +49,8 @@ class EInvoice:
     # them): the parties' countries; one line and a VAT breakdown are formed from net and tax.
     seller_country: str = "DE"
     buyer_country: str = "FR"
+    # CII only: the specification identifier (BT-24), e.g. a Factur-X profile's.
+    guideline: str = "urn:cen.eu:en16931:2017"
 
 
 # The parts every document carries so that it is a valid EN 16931 invoice (BR-08..BR-11, BR-16,
@@ -274,7 +276,7 @@ def cii(inv: EInvoice) -> bytes:
     return (
         f"<rsm:CrossIndustryInvoice {_CII_NS}>"
         "<rsm:ExchangedDocumentContext><ram:GuidelineSpecifiedDocumentContextParameter>"
-        "<ram:ID>urn:cen.eu:en16931:2017</ram:ID></ram:GuidelineSpecifiedDocumentContextParameter>"
+        f"<ram:ID>{inv.guideline}</ram:ID></ram:GuidelineSpecifiedDocumentContextParameter>"
         "</rsm:ExchangedDocumentContext>"
         f"<rsm:ExchangedDocument><ram:ID>{inv.number}</ram:ID>"
         + (f"<ram:TypeCode>{inv.type_code}</ram:TypeCode>" if inv.type_code else "")

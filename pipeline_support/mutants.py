@@ -1442,6 +1442,26 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "invoice_pipeline_tests/engine/mail/test_mail_property.py::"
         "test_a_pass_cut_anywhere_leaves_each_message_whole_or_untaken",
     ),
+    _one(
+        "einvoice-currency-quarantined",
+        "a structured e-invoice in a currency ISO 4217 lacks is held einvoice_invalid naming BR-CL-04, "
+        "not quarantined (issue 55)",
+        "invoice_pipeline/domain/review.py",
+        '    if check is None or not problems or any(p.code != "unknown_currency" for p in problems):\n',
+        "    if True:\n",
+        "invoice_pipeline_tests/engine/test_einvoice_holds.py::"
+        "test_an_e_invoice_whose_currency_iso_4217_lacks_is_held_naming_br_cl_04",
+    ),
+    _one(
+        "german-lineless-profile-posted",
+        "a German seller's Factur-X MINIMUM / BASIC WL is held not_an_einvoice for an org under German "
+        "e-invoicing rules (issue 55)",
+        "invoice_pipeline/domain/review.py",
+        '    if policy.einvoice_country != "DE" or check is None or check.profile not in PROFILES_WITHOUT_LINES:\n',
+        "    if True:\n",
+        "invoice_pipeline_tests/engine/test_einvoice_holds.py::"
+        "test_a_lineless_profile_is_no_e_invoice_for_an_org_under_german_rules",
+    ),
 )
 
 

@@ -80,6 +80,14 @@ def yes_or_no(text: str) -> bool:
     return answer == "yes"
 
 
+def einvoice_country_or_none(text: str) -> str | None:
+    if text.strip().lower() == "none":
+        return None
+    if text.strip().upper() != "DE":
+        raise argparse.ArgumentTypeError(f"must be DE (the German e-invoicing rules) or none, got {text!r}")
+    return "DE"
+
+
 def days_or_none(text: str) -> int | None:
     return None if text.strip().lower() == "none" else positive_int(text)
 

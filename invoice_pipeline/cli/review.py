@@ -14,6 +14,7 @@ from invoice_pipeline.cli.arguments import (
     checked_org,
     currency_or_none,
     days_or_none,
+    einvoice_country_or_none,
     invoice_id_arg,
     positive_int,
     reason_code_arg,
@@ -58,6 +59,11 @@ POLICY_SETTINGS: dict[str, tuple[Callable[[str], object], str]] = {
     "register_einvoice_vendors": (
         yes_or_no,
         "yes (default): a vendor's first structured e-invoice registers the vendor; no: hold it",
+    ),
+    "einvoice_country": (
+        einvoice_country_or_none,
+        "DE: receive under the German e-invoicing rules (a German seller's Factur-X MINIMUM or BASIC WL "
+        "is held as not_an_einvoice); none (default): EN 16931 only",
     ),
 }
 
@@ -180,6 +186,7 @@ def cmd_review_policy(args: argparse.Namespace, settings: Settings) -> int:
         + f", default currency {policy.default_currency or 'none (held as currency_unknown)'}"
         + ", a vendor's first e-invoice "
         + ("registers it" if policy.register_einvoice_vendors else "is held as vendor_unconfirmed")
+        + f", e-invoicing rules {policy.einvoice_country or 'EN 16931 only'}"
     )
     return EXIT_OK
 

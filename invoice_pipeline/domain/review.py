@@ -3,7 +3,9 @@
 Two kinds of trouble reach a person (see docs/review.md):
 
 * an **unusable document** is quarantined by `validation.validate_fields` (no number, no total,
-  impossible dates, unknown currency...): nothing to decide, the file must be fixed or re-sent;
+  impossible dates, unknown currency...): nothing to decide, the file must be fixed or re-sent
+  (a structured e-invoice whose one problem is its currency is held instead, naming BR-CL-04:
+  `einvoice_currency_reasons`);
 * a **business exception** is a valid document that breaks what an accounts-payable team
   expects. EN 16931 allows a negative invoice total and puts no order between due date and
   issue date, so quarantining those threw away real, valid e-invoices. They are processed and
@@ -29,7 +31,7 @@ from decimal import Decimal
 from .doctypes import document_type_of
 from .fields import EURO_BY_SHAPE, FieldSource, InvoiceFields
 from .identity import BANK_DETAILS_CHANGED, VENDOR_UNCONFIRMED
-from .validation import ValidationProblem, excess_decimals, minor_units
+from .validation import CURRENCY_CODE_LIST_RULE, ValidationProblem, excess_decimals, minor_units
 
 NEGATIVE_TOTAL = "negative_total"
 DUE_BEFORE_ISSUE = "due_before_issue"
@@ -69,6 +71,14 @@ AMOUNT_DUE_UNFORMED = "amount_due_unformed"
 # (domain/einvoice.py, issue 55).
 EINVOICE_INVALID = "einvoice_invalid"
 PAGE_DISAGREES_WITH_XML = "page_disagrees_with_xml"
+# A Factur-X/ZUGFeRD MINIMUM or BASIC WL document, for an org that receives under the German
+# e-invoicing rules: no invoice lines, so not an e-invoice there; its page is the invoice.
+NOT_AN_EINVOICE = "not_an_einvoice"
+# The countries whose e-invoicing rules an org can receive under (ReviewPolicy.einvoice_country).
+EINVOICE_COUNTRIES: tuple[str | None, ...] = (None, "DE")
+# The Factur-X/ZUGFeRD profiles without invoice lines (BG-25): under the German rules from 2025
+# (section 14 UStG, BMF letter of 15 October 2024) they are not e-invoices.
+PROFILES_WITHOUT_LINES = ("MINIMUM", "BASIC WL")
 # The source entry where a layout in shadow leaves that disagreement (not a field of its own).
 SHADOW_SOURCE = "layout_shadow"
 
@@ -98,6 +108,7 @@ REASON_CODES: tuple[str, ...] = (
     AMOUNT_DUE_UNFORMED,
     EINVOICE_INVALID,
     PAGE_DISAGREES_WITH_XML,
+    NOT_AN_EINVOICE,
 )
 
 _CODE = re.compile(r"^[a-z][a-z0-9_]*")
@@ -121,6 +132,9 @@ class ReviewPolicy:
     * `register_einvoice_vendors`: a vendor's first structured e-invoice registers the vendor
       by itself (the default), or is held as `vendor_unconfirmed` like a page-read one
       (domain/identity.py).
+    * `einvoice_country`: the country whose e-invoicing rules the org receives under. "DE": a
+      German seller's Factur-X/ZUGFeRD MINIMUM or BASIC WL document is held `not_an_einvoice`
+      (`german_profile_reasons`). None: no country's rules beyond EN 16931.
     """
 
     auto_approve_limit: Decimal | None = None
@@ -128,6 +142,7 @@ class ReviewPolicy:
     stale_after_days: int | None = None
     default_currency: str | None = None
     register_einvoice_vendors: bool = True
+    einvoice_country: str | None = None
 
     def __post_init__(self) -> None:
         if self.auto_approve_limit is not None and (
@@ -141,6 +156,11 @@ class ReviewPolicy:
         if self.default_currency is not None and not re.fullmatch(r"[A-Z]{3}", self.default_currency):
             raise ValueError(
                 f"default_currency must be a 3-letter ISO 4217 code, got {self.default_currency!r}"
+            )
+        if self.einvoice_country not in EINVOICE_COUNTRIES:
+            raise ValueError(
+                f"einvoice_country must be one of {', '.join(map(str, EINVOICE_COUNTRIES))}, "
+                f"got {self.einvoice_country!r}"
             )
         if self.stale_after_days is not None and self.stale_after_days < 1:
             raise ValueError(f"stale_after_days must be at least 1, got {self.stale_after_days}")
@@ -158,6 +178,7 @@ def review_reasons(fields: InvoiceFields, policy: ReviewPolicy, *, today: date |
     payable, currency = fields.payable_total, fields.currency or "?"
     out.extend(document_type_reasons(fields))
     out.extend(einvoice_reasons(fields))
+    out.extend(german_profile_reasons(fields, policy))
     out.extend(money_reasons(fields))
     kind = "credit note" if fields.document_type == "credit_note" else "invoice"
 
@@ -289,6 +310,31 @@ def einvoice_reasons(fields: InvoiceFields) -> list[str]:
             "right before approving"
         )
     return out
+
+
+def german_profile_reasons(fields: InvoiceFields, policy: ReviewPolicy) -> list[str]:
+    """A Factur-X/ZUGFeRD MINIMUM or BASIC WL document from a German seller, for an org that
+    receives under the German rules: held `not_an_einvoice`. Those profiles carry no invoice lines,
+    so from 2025 they are not e-invoices under section 14 UStG: the invoice is the PDF's page (an
+    "other invoice", which the transition still allows for supplies until the end of 2026, 2027
+    for small sellers), and its XML is evidence. The fields shown are the XML's; a person reads the
+    page, approves when they agree (or corrects them), or asks for an EN 16931 e-invoice.
+
+    A seller whose VAT id is another country's is a cross-border supply, which the German
+    obligation does not cover: not held. One without a VAT id is held (unsure: a person looks)."""
+    check = fields.einvoice_check
+    if policy.einvoice_country != "DE" or check is None or check.profile not in PROFILES_WITHOUT_LINES:
+        return []
+    seller_vat = (fields.seller_vat_id or "").replace(" ", "").upper()
+    if seller_vat and not seller_vat.startswith("DE"):
+        return []
+    return [
+        f"{NOT_AN_EINVOICE}: a Factur-X/ZUGFeRD {check.profile} document carries no invoice lines, so "
+        "under the German e-invoicing rules this org receives under (section 14 UStG, from 2025) it is "
+        "not an e-invoice and its XML is not the invoice: the PDF's page is (a bare XML of this profile "
+        "is no invoice at all). Check the fields shown (read from the XML) against the page and approve, "
+        "or ask the seller for an EN 16931 e-invoice (Factur-X EN16931, XRechnung) and reject this one"
+    ]
 
 
 def einvoice_warnings(fields: InvoiceFields) -> list[str]:
@@ -424,6 +470,32 @@ def amount_due_unformed_reasons(
         "prepaid and rounding amounts (BR-CO-16); read the amount owed on the document and correct "
         "payable_total (review correct), then approve, or reject it"
         for p in problems
+    ]
+
+
+def einvoice_currency_reasons(
+    fields: InvoiceFields, problems: Sequence[ValidationProblem]
+) -> list[str] | None:
+    """A structured e-invoice whose one problem is a currency code outside ISO 4217 breaks EN 16931's
+    BR-CL-04 and is held `einvoice_invalid` naming it, as any rule it breaks (issue 55): the file is
+    read and kept, and a person can ask the seller and correct the currency or reject it. It cannot
+    post as it is: a correction must pass validation and approval waits for one (the duplicate check
+    has not run). None for any other document (a JSON file's code is its own data, quarantined) or
+    with anything else wrong (unusable as it is; the quarantine reason names BR-CL-04 too).
+
+    The rule sets name BR-CL-04 on UBL (without the code), and on CII the code list is a Factur-X
+    rule (FX-SCH-*, left out of a plain CII file's check): the pipeline's own check names it, and
+    the code, on every structured e-invoice; the rule set's findings follow."""
+    check = fields.einvoice_check
+    if check is None or not problems or any(p.code != "unknown_currency" for p in problems):
+        return None
+    return [
+        f"{EINVOICE_INVALID}: {CURRENCY_CODE_LIST_RULE} the invoice currency code (BT-5) "
+        f"{fields.currency!r} is not in ISO 4217, the code list EN 16931 requires (checked by the "
+        f"pipeline, {check.rule_set or check.skipped or 'no rule set'}); the original file is kept: "
+        "ask the seller for a corrected e-invoice and reject this one, or correct the currency "
+        "(review correct) and approve",
+        *einvoice_reasons(fields),
     ]
 
 

@@ -180,12 +180,19 @@ def _amount_problems(fields: InvoiceFields, max_total: Decimal) -> list[Validati
     return out
 
 
+# EN 16931's rule for the invoice currency code (BT-5): a code of ISO 4217, the list checked here.
+CURRENCY_CODE_LIST_RULE = "BR-CL-04"
+
+
 def _currency_problems(fields: InvoiceFields) -> list[ValidationProblem]:
     """No currency (a warning), or one that is not ISO 4217."""
     if fields.currency is None:
         return [ValidationProblem("missing_currency", "currency", "no currency code found", "warning")]
     if not is_known_currency(fields.currency):
-        reason = f"currency {fields.currency!r} is not an ISO 4217 code; expected e.g. EUR, USD, GBP"
+        reason = (
+            f"currency {fields.currency!r} is not an ISO 4217 code (EN 16931 {CURRENCY_CODE_LIST_RULE}); "
+            "expected e.g. EUR, USD, GBP"
+        )
         return [ValidationProblem("unknown_currency", "currency", reason)]
     return []
 

@@ -38,6 +38,7 @@ from invoice_pipeline.domain.review import (
     SUSPECTED_DUPLICATE,
     ReviewPolicy,
     amount_due_unformed_reasons,
+    einvoice_currency_reasons,
     einvoice_reasons,
     review_reasons,
     unread_number_copies,
@@ -490,6 +491,8 @@ def validate(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID, Outco
             unread.append((c.lease, Verdict("held", "; ".join(reasons), tuple(reasons))))
         elif problems and (unformed := amount_due_unformed_reasons(found, problems)) is not None:
             unread.append((c.lease, Verdict("held", "; ".join(unformed), tuple(unformed))))
+        elif problems and (bad_code := einvoice_currency_reasons(found, problems)) is not None:
+            unread.append((c.lease, Verdict("held", "; ".join(bad_code), tuple(bad_code))))
         elif problems:
             # Unusable as it is (no number, no total, an unknown currency): quarantined, the file
             # kept; an e-invoice's reason also names the rules of its own that it breaks (issue 55).

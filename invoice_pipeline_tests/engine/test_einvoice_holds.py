@@ -15,7 +15,13 @@ from uuid import UUID
 
 from dagster import ExecuteInProcessResult
 
-from invoice_pipeline.domain.review import EINVOICE_INVALID, PAGE_DISAGREES_WITH_XML
+from invoice_pipeline.domain.review import (
+    DEFAULT_POLICY,
+    EINVOICE_INVALID,
+    NOT_AN_EINVOICE,
+    PAGE_DISAGREES_WITH_XML,
+)
+from invoice_pipeline.engine.corrections import correct_invoice
 from invoice_pipeline.engine.review import Actor, act
 from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.orchestration.jobs import make_jobs
@@ -40,6 +46,8 @@ from pipeline_support.einvoice_mutations import (
     with_payee_iban,
     with_xml,
 )
+from pipeline_support.einvoices import EInvoice, cii, ubl
+from pipeline_support.factories import json_invoice
 
 ALICE = Actor("os-user:alice", "review:alice@test:1")
 IBAN = "DE89370400440532013000"
@@ -164,3 +172,91 @@ def test_with_the_checks_off_the_same_documents_are_posted(database_url: str, st
             database_url, invoice_id
         )
         assert postings(database_url, invoice_id) == 1
+
+
+def test_an_e_invoice_whose_currency_iso_4217_lacks_is_held_naming_br_cl_04(
+    database_url: str, store: InvoiceStore
+) -> None:
+    """BR-CL-04 (the invoice currency is an ISO 4217 code): on CII no rule set of a plain file names
+    it (the code list is a Factur-X rule there), so the pipeline's own check does. A structured
+    e-invoice in 'XQQ' is held `einvoice_invalid` naming BR-CL-04, never posted: approval waits for
+    a correction, a correction must name a real currency, and then a person approves it."""
+    ubl_doc = ubl(EInvoice(number="INV-6500", currency="XQQ"))
+    cii_doc = cii(EInvoice(number="INV-6501", currency="XQQ"))
+    json_doc = json_invoice("INV-6502", currency="XQQ")
+    in_ubl, in_cii, in_json = process_documents(
+        database_url, store, "acme", [(ubl_doc, "u.xml"), (cii_doc, "c.xml"), (json_doc, "j.json")]
+    )
+    for invoice_id in (in_ubl, in_cii):
+        status, codes = status_and_reasons(database_url, invoice_id)
+        assert status == "needs_review" and set(codes) == {EINVOICE_INVALID}, (status, codes)
+        reason = _reasons(database_url, invoice_id)[0]
+        assert "BR-CL-04" in reason and "XQQ" in reason, reason
+        assert postings(database_url, invoice_id) == 0
+        document = store.documents.load_document(invoice_id)
+        assert document is not None and document.content in (ubl_doc, cii_doc), "the file is kept"
+    # A JSON file is no e-invoice: its own data is wrong, quarantined as before (naming the rule).
+    state = store.documents.invoice_state(in_json)
+    assert state is not None and state.status == "quarantined"
+
+    refused = act(store, "approve", in_cii, ALICE)
+    assert not refused.done, "approval waits for the currency to be corrected"
+    assert not correct_invoice(store, in_cii, {"currency": "XQR"}, ALICE).done
+    corrected = correct_invoice(store, in_cii, {"currency": "EUR"}, ALICE)
+    assert corrected.done, corrected.message
+    assert act(store, "approve", in_cii, ALICE).done
+    run_ok(database_url, [in_cii])
+    assert postings(database_url, in_cii) == 1
+    assert sql(database_url, "SELECT currency FROM ledger_postings WHERE invoice_id = %s", (in_cii,)) == [
+        ("EUR",)
+    ]
+
+
+MINIMUM = "urn:factur-x.eu:1p0:minimum"
+BASIC_WL = "urn:zugferd.de:2p0:basicwl"
+
+
+def test_a_lineless_profile_is_no_e_invoice_for_an_org_under_german_rules(
+    database_url: str, store: InvoiceStore
+) -> None:
+    """An org that receives under the German rules (`review policy --einvoice-country DE`): a German
+    seller's MINIMUM or BASIC WL document (no invoice lines) is held `not_an_einvoice`, never posted
+    until a person who read its page approves; an EN 16931 document and a French seller's MINIMUM are
+    not held for it, and an org under no country's rules holds none of them for it."""
+    store.review.set_review_policy("de-org", replace(DEFAULT_POLICY, einvoice_country="DE"), "test")
+    documents = [
+        (cii(EInvoice(number="INV-6600", guideline=MINIMUM)), "minimum.xml"),
+        (cii(EInvoice(number="INV-6601", guideline=BASIC_WL)), "basic-wl.xml"),
+        (cii(EInvoice(number="INV-6602")), "en16931.xml"),
+        (
+            cii(
+                EInvoice(
+                    number="INV-6603",
+                    guideline=MINIMUM,
+                    seller="Atelier Lumière SARL",
+                    seller_vat="FR40303265045",
+                    seller_country="FR",
+                    iban="FR1420041010050500013M02606",
+                )
+            ),
+            "french.xml",
+        ),
+    ]
+    minimum, basic_wl, en16931, french = process_documents(database_url, store, "de-org", documents)
+    for invoice_id, profile in ((minimum, "MINIMUM"), (basic_wl, "BASIC WL")):
+        status, codes = status_and_reasons(database_url, invoice_id)
+        assert status == "needs_review" and codes == [NOT_AN_EINVOICE], (status, codes)
+        assert f"ZUGFeRD {profile} document carries no invoice lines" in _reasons(database_url, invoice_id)[0]
+        assert postings(database_url, invoice_id) == 0
+    for invoice_id in (en16931, french):
+        assert NOT_AN_EINVOICE not in status_and_reasons(database_url, invoice_id)[1]
+
+    (elsewhere,) = process_documents(
+        database_url, store, "acme", [(cii(EInvoice(number="INV-6604", guideline=MINIMUM)), "m.xml")]
+    )
+    assert status_and_reasons(database_url, elsewhere) == ("processed", [])
+
+    # A person who read the page and found it agrees approves: posted.
+    assert act(store, "approve", minimum, ALICE).done
+    run_ok(database_url, [minimum])
+    assert postings(database_url, minimum) == 1

@@ -4,18 +4,19 @@
 -- review never races a pipeline run or another reviewer.
 
 -- name: review_policies
-SELECT org_id, auto_approve_limit, home_currency, stale_after_days, default_currency, register_einvoice_vendors
+SELECT org_id, auto_approve_limit, home_currency, stale_after_days, default_currency, register_einvoice_vendors,
+       einvoice_country
 FROM review_policies WHERE org_id = ANY(%(org_ids)s::text[])
 
 -- name: set_review_policy
 INSERT INTO review_policies (org_id, auto_approve_limit, home_currency, stale_after_days, default_currency,
-                             register_einvoice_vendors, updated_by)
+                             register_einvoice_vendors, einvoice_country, updated_by)
 VALUES (%(org_id)s, %(auto_approve_limit)s, %(home_currency)s, %(stale_after_days)s, %(default_currency)s,
-        %(register_einvoice_vendors)s, %(updated_by)s)
+        %(register_einvoice_vendors)s, %(einvoice_country)s, %(updated_by)s)
 ON CONFLICT (org_id) DO UPDATE
 SET auto_approve_limit = EXCLUDED.auto_approve_limit, home_currency = EXCLUDED.home_currency,
     stale_after_days = EXCLUDED.stale_after_days, default_currency = EXCLUDED.default_currency,
-    register_einvoice_vendors = EXCLUDED.register_einvoice_vendors,
+    register_einvoice_vendors = EXCLUDED.register_einvoice_vendors, einvoice_country = EXCLUDED.einvoice_country,
     updated_by = EXCLUDED.updated_by, updated_at = now()
 
 -- The invoices an action may apply to: by id, or by filter (org, status, reason code, age).

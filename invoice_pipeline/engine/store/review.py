@@ -94,7 +94,7 @@ class Review:
         """`review_policies`, read on `conn` (inside a transaction that holds a pool connection)."""
         wanted = sorted(set(org_ids))
         rows = conn.execute(REVIEW["review_policies"], {"org_ids": wanted}).fetchall()
-        found = {str(r[0]): ReviewPolicy(r[1], r[2], r[3], r[4], r[5]) for r in rows}
+        found = {str(r[0]): ReviewPolicy(r[1], r[2], r[3], r[4], r[5], r[6]) for r in rows}
         return {org: found.get(org, DEFAULT_POLICY) for org in wanted}
 
     def set_review_policy(self, org_id: str, policy: ReviewPolicy, updated_by: str) -> None:

@@ -94,3 +94,11 @@ def test_policy_show_and_set(env: dict[str, str], store: InvoiceStore) -> None:
     assert str(policy.auto_approve_limit) == "500" and policy.home_currency == "EUR"
     cleared = run_cli("review", "policy", "--org", "acme", "--auto-approve-limit", "none", env=env)
     assert cleared.returncode == 0 and "auto-approve limit none, home currency EUR" in cleared.stdout
+    # The German e-invoicing rules (issue 55): set, kept by a later change, refused for another country.
+    german = run_cli("review", "policy", "--org", "acme", "--einvoice-country", "DE", env=env)
+    assert german.returncode == 0 and "e-invoicing rules DE" in german.stdout
+    assert store.review.review_policies(["acme"])["acme"].einvoice_country == "DE"
+    kept = run_cli("review", "policy", "--org", "acme", "--stale-after-days", "90", env=env)
+    assert kept.returncode == 0 and "e-invoicing rules DE" in kept.stdout
+    assert run_cli("review", "policy", "--org", "acme", "--einvoice-country", "FR", env=env).returncode == 2
+    assert store.review.review_policies(["acme"])["acme"].einvoice_country == "DE"
