@@ -350,7 +350,7 @@ SABOTAGES: tuple[Sabotage, ...] = (
     _one(
         "layout-org",
         "a vendor layout reads only its own organisation's pages",
-        "invoice_pipeline/documents/reading/layouts.py",
+        "invoice_pipeline/documents/reading/layouts/match.py",
         "    return layout.enabled and layout.org_id == org_id",
         "    return layout.enabled",
         "invoice_pipeline_tests/documents/test_vendor_layouts.py::test_never_applied_for_another_org",
@@ -489,7 +489,7 @@ SABOTAGES: tuple[Sabotage, ...] = (
     _one(
         "layout-vendor",
         "a vendor layout reads only pages whose vendor the registry confirms as its vendor (issues 37, 54)",
-        "invoice_pipeline/documents/reading/layouts.py",
+        "invoice_pipeline/documents/reading/layouts/match.py",
         '        return vendor.has("vat", value)\n',
         "        return True\n",
         "invoice_pipeline_tests/documents/test_vendor_layouts.py::"
@@ -912,7 +912,7 @@ SABOTAGES: tuple[Sabotage, ...] = (
     _one(
         "number-guard-layout",
         "a vendor layout's invoice number at its learnt place is refused when it is a date (issue 52)",
-        "invoice_pipeline/documents/reading/layouts.py",
+        "invoice_pipeline/documents/reading/layouts/read.py",
         '    if rule.field == "invoice_number" and (why := why_not_a_number(',
         '    if rule.field == "never" and (why := why_not_a_number(',
         "invoice_pipeline_tests/documents/test_number_never_another_value.py::test_a_vendor_layout_whose_number_place_holds_a_date_leaves_the_number_unread",
