@@ -849,10 +849,20 @@ SABOTAGES: tuple[Sabotage, ...] = (
     _one(
         "review-correction-fence",
         "a correction whose processing lock was swept before it wrote writes nothing (issue 52)",
-        "invoice_pipeline/engine/store/review_pages.py",
+        "invoice_pipeline/engine/store/corrections.py",
         "        with self.db.fenced(lease, locks_first) as conn:\n",
         "        with self.db.transaction() as conn:\n",
         "invoice_pipeline_tests/engine/review/test_review_fence.py::test_a_decision_whose_lock_was_swept_before_it_wrote_writes_nothing[correct]",
+    ),
+    _one(
+        "correction-on-fields-read",
+        "a correction computed from the fields read before its lock is saved only if they are still "
+        "the invoice's: another reviewer's correction in between is never undone (issue 57)",
+        "invoice_pipeline/engine/store/corrections.py",
+        "        if target.org_id != correction.org_id or InvoiceFields.from_json(target.fields) != correction.old:\n",
+        "        if False:\n",
+        "invoice_pipeline_tests/engine/review/test_correction_read_once.py::"
+        "test_a_correction_made_on_fields_changed_before_its_lock_writes_nothing",
     ),
     # -- issue 53: mechanisms a hand review broke without any test failing -----------------------
     _one(
@@ -860,8 +870,8 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "a correction decides who is paid again for the fields as corrected: a changed IBAN typed "
         "into a held invoice is held as bank_details_changed beside corrected (issue 53)",
         "invoice_pipeline/engine/corrections.py",
-        "        who_is_paid = [r.text for r in payee_reasons(facts[invoice_id])]\n",
-        "        who_is_paid = []\n",
+        "    paid = who_is_paid(facts[invoice_id])\n",
+        "    paid = []\n",
         "invoice_pipeline_tests/engine/test_vendors.py::test_a_correction_decides_who_is_paid_again",
     ),
     _one(

@@ -19,7 +19,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol, TypeVar
@@ -32,14 +32,10 @@ from invoice_pipeline.documents.reading.page_values import shared_currency_signs
 from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.identity import without_own_identity
 from invoice_pipeline.domain.matching import MatchCandidate
-from invoice_pipeline.domain.payment import PaymentFacts, identity_keys, payee_reasons
 from invoice_pipeline.domain.registered_vendor import contradiction, with_registered_vendor
 from invoice_pipeline.domain.review import (
-    SUSPECTED_DUPLICATE,
-    ReviewPolicy,
     amount_due_unformed_reasons,
     einvoice_reasons,
-    review_reasons,
     unread_number_copies,
     unread_reasons,
     with_default_currency,
@@ -48,7 +44,6 @@ from invoice_pipeline.domain.validation import posting_gaps, validate_fields
 from invoice_pipeline.engine.dedupe import match_outcome
 from invoice_pipeline.engine.records import (
     ChunkWrite,
-    DuplicateDecision,
     Lease,
     Quarantine,
     Verdict,
@@ -56,6 +51,7 @@ from invoice_pipeline.engine.records import (
 )
 from invoice_pipeline.engine.store import InvoiceStore, PaymentRequest, is_systemic
 from invoice_pipeline.engine.vendors import vendors_of_pages
+from invoice_pipeline.engine.verdicts import payment_facts, verdict_for, who_is_paid
 
 T = TypeVar("T")
 
@@ -533,55 +529,6 @@ def detect_duplicates(env: StageEnv, items: list[Claimed], step: str) -> dict[UU
     return outcomes
 
 
-def verdict_for(
-    fields: InvoiceFields,
-    status: str,
-    original: UUID | None,
-    reasons: Sequence[str],
-    policy: ReviewPolicy,
-    who_is_paid: Sequence[str] = (),
-) -> Verdict:
-    """Approve, reject or hold: exact copies are rejected, business exceptions go to a person, and
-    so does an invoice whose payee the vendor registry does not confirm (`who_is_paid`)."""
-    if status == "duplicate":
-        return Verdict("rejected", f"duplicate of {original}")
-    held = [*review_reasons(fields, policy), *who_is_paid]
-    if status == "suspected":
-        held.insert(0, f"{SUSPECTED_DUPLICATE} of {original}: {'; '.join(reasons)}")
-    if held:
-        return Verdict("held", "; ".join(held), tuple(held))
-    return Verdict(
-        "approved", "auto-approved: valid, not a duplicate, no business exception, vendor confirmed"
-    )
-
-
-def payment_facts(
-    store: InvoiceStore,
-    found: Mapping[UUID, tuple[str, InvoiceFields]],
-    policies: Mapping[str, ReviewPolicy],
-    decisions: Mapping[UUID, DuplicateDecision] | None = None,
-) -> dict[UUID, PaymentFacts]:
-    """The payment decision's facts for the chunk's invoices, read now, without locks: what the
-    approval stage holds on early, and what a correction shows. Only the posting decides
-    (store/payments.py), on facts it reads again under the identity locks."""
-    keys = [(org, ident) for org, fields in found.values() for ident in identity_keys(fields)]
-    registry = store.vendors.vendors_named_by(keys)
-    profiles = store.vendors.org_profiles(sorted({org for org, _ in found.values()}))
-    out: dict[UUID, PaymentFacts] = {}
-    for invoice_id, (org, fields) in found.items():
-        decision = (decisions or {}).get(invoice_id)
-        out[invoice_id] = PaymentFacts(
-            org,
-            fields,
-            tuple(registry.get(org, ())),
-            profiles[org],
-            policies[org],
-            decision.status if decision else "original",
-            decision.original_id if decision else None,
-        )
-    return out
-
-
 def approve(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID, Outcome]:
     ids = [c.invoice_id for c in items]
     decisions = env.store.dedupe.load_duplicate_decisions(ids)
@@ -600,7 +547,7 @@ def approve(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID, Outcom
         if decision is None or found is None:
             outcomes[c.invoice_id] = _missing("duplicate decision")
             continue
-        paid = [r.text for r in payee_reasons(facts[c.invoice_id])]
+        paid = who_is_paid(facts[c.invoice_id])
         verdicts[c.invoice_id] = verdict_for(
             found, decision.status, decision.original_id, decision.reasons, policies[c.org_id], paid
         )
