@@ -864,6 +864,16 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "invoice_pipeline_tests/engine/review/test_correction_read_once.py::"
         "test_a_correction_made_on_fields_changed_before_its_lock_writes_nothing",
     ),
+    _one(
+        "correction-on-fields-read-property",
+        "whatever reviewers read when, the saved fields are exactly the corrections reported done, "
+        "each applied to the fields the one before left (issue 57)",
+        "invoice_pipeline/engine/store/corrections.py",
+        "        if target.org_id != correction.org_id or InvoiceFields.from_json(target.fields) != correction.old:\n",
+        "        if False:\n",
+        "invoice_pipeline_tests/engine/review/test_correction_read_once.py::"
+        "test_the_saved_fields_are_the_done_corrections_applied_in_order",
+    ),
     # -- issue 53: mechanisms a hand review broke without any test failing -----------------------
     _one(
         "correction-rechecks-payee",
