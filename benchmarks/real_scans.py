@@ -28,8 +28,9 @@ from typing import Any
 from PIL import Image
 
 from benchmarks.harness import BenchContext, BenchResult, register
+from benchmarks.labelled_pages import CORPUS, NOT_PRINTED_PER_README, corpus_truth, same
 from benchmarks.page_reading import KEY_FIELDS, strip_to_page
-from benchmarks.page_reading_lolo import CORPUS, NOT_PRINTED_PER_README, Tally, corpus_truth, same
+from benchmarks.page_reading_lolo import Tally
 from invoice_pipeline.documents import BadDocument, extract_fields, extract_text
 from invoice_pipeline.documents.reading.ocr_layout import OcrLayout
 from invoice_pipeline.domain.normalize import normalize_vendor

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import ROOT, BenchContext, BenchResult, register
-from benchmarks.page_reading_lolo import CORPUS, LabelledPage, corpus_pages, same, synthetic_pages
+from benchmarks.labelled_pages import CORPUS, LabelledPage, corpus_pages, same, synthetic_pages
 from invoice_pipeline.documents.reading.candidates import KEY_FIELDS, Candidate, page_candidates
 from invoice_pipeline.documents.reading.ranker import WEIGHTS_FILE, FieldModel, Ranker
 from invoice_pipeline.documents.text_fields import hand_fields_from_text

@@ -360,7 +360,7 @@ SABOTAGES: tuple[Sabotage, ...] = (
     _one(
         "layout-org",
         "a vendor layout reads only its own organisation's pages",
-        "invoice_pipeline/documents/reading/layouts.py",
+        "invoice_pipeline/documents/reading/layouts/match.py",
         "    return layout.enabled and layout.org_id == org_id",
         "    return layout.enabled",
         "invoice_pipeline_tests/documents/test_vendor_layouts.py::test_never_applied_for_another_org",
@@ -499,7 +499,7 @@ SABOTAGES: tuple[Sabotage, ...] = (
     _one(
         "layout-vendor",
         "a vendor layout reads only pages whose vendor the registry confirms as its vendor (issues 37, 54)",
-        "invoice_pipeline/documents/reading/layouts.py",
+        "invoice_pipeline/documents/reading/layouts/match.py",
         '        return vendor.has("vat", value)\n',
         "        return True\n",
         "invoice_pipeline_tests/documents/test_vendor_layouts.py::"
@@ -859,10 +859,30 @@ SABOTAGES: tuple[Sabotage, ...] = (
     _one(
         "review-correction-fence",
         "a correction whose processing lock was swept before it wrote writes nothing (issue 52)",
-        "invoice_pipeline/engine/store/review_pages.py",
+        "invoice_pipeline/engine/store/corrections.py",
         "        with self.db.fenced(lease, locks_first) as conn:\n",
         "        with self.db.transaction() as conn:\n",
         "invoice_pipeline_tests/engine/review/test_review_fence.py::test_a_decision_whose_lock_was_swept_before_it_wrote_writes_nothing[correct]",
+    ),
+    _one(
+        "correction-on-fields-read",
+        "a correction computed from the fields read before its lock is saved only if they are still "
+        "the invoice's: another reviewer's correction in between is never undone (issue 57)",
+        "invoice_pipeline/engine/store/corrections.py",
+        "        if target.org_id != correction.org_id or InvoiceFields.from_json(target.fields) != correction.old:\n",
+        "        if False:\n",
+        "invoice_pipeline_tests/engine/review/test_correction_read_once.py::"
+        "test_a_correction_made_on_fields_changed_before_its_lock_writes_nothing",
+    ),
+    _one(
+        "correction-on-fields-read-property",
+        "whatever reviewers read when, the saved fields are exactly the corrections reported done, "
+        "each applied to the fields the one before left (issue 57)",
+        "invoice_pipeline/engine/store/corrections.py",
+        "        if target.org_id != correction.org_id or InvoiceFields.from_json(target.fields) != correction.old:\n",
+        "        if False:\n",
+        "invoice_pipeline_tests/engine/review/test_correction_read_once.py::"
+        "test_the_saved_fields_are_the_done_corrections_applied_in_order",
     ),
     # -- issue 53: mechanisms a hand review broke without any test failing -----------------------
     _one(
@@ -870,8 +890,8 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "a correction decides who is paid again for the fields as corrected: a changed IBAN typed "
         "into a held invoice is held as bank_details_changed beside corrected (issue 53)",
         "invoice_pipeline/engine/corrections.py",
-        "        who_is_paid = [r.text for r in payee_reasons(facts[invoice_id])]\n",
-        "        who_is_paid = []\n",
+        "    paid = who_is_paid(facts[invoice_id])\n",
+        "    paid = []\n",
         "invoice_pipeline_tests/engine/test_vendors.py::test_a_correction_decides_who_is_paid_again",
     ),
     _one(
@@ -922,7 +942,7 @@ SABOTAGES: tuple[Sabotage, ...] = (
     _one(
         "number-guard-layout",
         "a vendor layout's invoice number at its learnt place is refused when it is a date (issue 52)",
-        "invoice_pipeline/documents/reading/layouts.py",
+        "invoice_pipeline/documents/reading/layouts/read.py",
         '    if rule.field == "invoice_number" and (why := why_not_a_number(',
         '    if rule.field == "never" and (why := why_not_a_number(',
         "invoice_pipeline_tests/documents/test_number_never_another_value.py::test_a_vendor_layout_whose_number_place_holds_a_date_leaves_the_number_unread",

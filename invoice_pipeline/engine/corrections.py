@@ -8,25 +8,24 @@ corrected fields are validated and the duplicate question is decided again, unde
 advisory locks as the pipeline's dedupe stage (a corrected number or seller can make it a
 copy). The invoice stays held (`needs_review`, reason `corrected`): a person approves what was
 typed, and only then does the pipeline post it.
+
+The corrected fields are computed once (`store.Correction.of`), from the fields read before the
+lock; the store saves them only if the invoice's fields are still those (store.corrections). Why
+the invoice stays held is the approval stage's own rule (engine/verdicts.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 from uuid import UUID
 
-from invoice_pipeline.domain.corrections import CORRECTED, apply_changes, describe, parse_changes
-from invoice_pipeline.domain.fields import InvoiceFields
-from invoice_pipeline.domain.payment import payee_reasons
-from invoice_pipeline.domain.review import ReviewPolicy
+from invoice_pipeline.domain.corrections import describe, parse_changes
 from invoice_pipeline.engine.dedupe import match_outcome
-from invoice_pipeline.engine.records import MatchOutcome
 from invoice_pipeline.engine.review import Actor, decide_under_lock
 from invoice_pipeline.engine.review_records import ActionOutcome
-from invoice_pipeline.engine.stages import payment_facts, verdict_for
-from invoice_pipeline.engine.store import InvoiceStore, as_uuid
-from invoice_pipeline.engine.store.review_pages import Correction, HeldFor
+from invoice_pipeline.engine.store import Correction, InvoiceStore, as_uuid
+from invoice_pipeline.engine.verdicts import held_after_correction, payment_facts, who_is_paid
 
 
 def refusal_for_status(store: InvoiceStore, invoice_id: UUID, status: str) -> str:
@@ -80,55 +79,30 @@ def correct_invoice(
         return refused(actor.not_their_org(), state.status)
     if state.status != "needs_review":
         return refused(refusal_for_status(store, invoice_id, state.status), state.status)
-    policy = store.review.review_policies([state.org_id])[state.org_id]
-    # Who is paid, for the fields as corrected: read before the lock (the registry is not the
-    # invoice's; only this lock's holder changes the fields, so they are what the lock will see).
     current = store.documents.load_fields(invoice_id)
-    who_is_paid: list[str] = []
-    if current is not None:
-        corrected, _, _ = apply_changes(current, parsed, actor.name, note)
-        facts = payment_facts(store, {invoice_id: (state.org_id, corrected)}, {state.org_id: policy})
-        who_is_paid = [r.text for r in payee_reasons(facts[invoice_id])]
-    outcome = decide_under_lock(
+    if current is None:
+        return refused("it has no fields to correct", state.status)
+    # The corrected fields, computed once, from the fields as they are before the lock: only the
+    # lock's holder changes them, and the store saves the correction only if they are still these.
+    correction = Correction.of(state.org_id, current, parsed, actor.name, note)
+    policy = store.review.review_policies([state.org_id])[state.org_id]
+    # Who is paid, for the fields as corrected (the registry is not the invoice's: read now).
+    facts = payment_facts(store, {invoice_id: (state.org_id, correction.new)}, {state.org_id: policy})
+    paid = who_is_paid(facts[invoice_id])
+    # A correction teaches no layout: the approval that follows does, from the approved values
+    # (a second reviewer may still reject what was typed; issue 37).
+    return decide_under_lock(
         store,
         invoice_id,
         "review correct",
         actor,
         state.status,
         expect_version,
-        lambda lease: store.review_pages.review_correct(
-            lease,
-            Correction(parsed, actor.name, note),
-            held_for(policy, actor.name, who_is_paid),
-            match_outcome,
+        lambda lease: store.corrections.correct(
+            lease, correction, held_after_correction(policy, actor.name, paid), match_outcome
         ),
         refused,
     )
-    # A correction teaches no layout: the approval that follows does, from the approved values
-    # (a second reviewer may still reject what was typed; issue 37).
-    return outcome
-
-
-def held_for(policy: ReviewPolicy, reviewer: str, who_is_paid: Sequence[str] = ()) -> HeldFor:
-    """The reasons a corrected invoice stays held: the pipeline's own (verdict_for, as the approve
-    stage computes them, a match being at most a suspicion: a person confirms it, and the vendor
-    registry's word on who is paid), then `corrected`."""
-
-    def reasons(fields: InvoiceFields, outcome: MatchOutcome | None) -> list[str]:
-        if outcome is None:
-            verdict = verdict_for(fields, "original", None, (), policy, who_is_paid)
-        else:
-            verdict = verdict_for(
-                fields, "suspected", outcome.original_id, outcome.reasons, policy, who_is_paid
-            )
-        corrected = [name for name, source in fields.sources.items() if source.source.startswith("review:")]
-        return [
-            *verdict.reasons,
-            f"{CORRECTED}: {', '.join(sorted(corrected))} given by {reviewer}; "
-            "approve to post it as corrected, or reject it",
-        ]
-
-    return reasons
 
 
 __all__ = ["correct_invoice", "describe", "refusal_for_status"]

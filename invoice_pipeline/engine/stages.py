@@ -15,11 +15,8 @@ database is unreachable) escapes a stage.
 
 from __future__ import annotations
 
-import os
-import queue
-import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol, TypeVar
@@ -32,24 +29,20 @@ from invoice_pipeline.documents.reading.page_values import shared_currency_signs
 from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.identity import without_own_identity
 from invoice_pipeline.domain.matching import MatchCandidate
-from invoice_pipeline.domain.payment import PaymentFacts, identity_keys, payee_reasons
 from invoice_pipeline.domain.registered_vendor import contradiction, with_registered_vendor
 from invoice_pipeline.domain.review import (
-    SUSPECTED_DUPLICATE,
-    ReviewPolicy,
     amount_due_unformed_reasons,
     einvoice_currency_reasons,
     einvoice_reasons,
-    review_reasons,
     unread_number_copies,
     unread_reasons,
     with_default_currency,
 )
 from invoice_pipeline.domain.validation import posting_gaps, validate_fields
+from invoice_pipeline.engine.deadlines import within_deadline
 from invoice_pipeline.engine.dedupe import match_outcome
 from invoice_pipeline.engine.records import (
     ChunkWrite,
-    DuplicateDecision,
     Lease,
     Quarantine,
     Verdict,
@@ -57,6 +50,7 @@ from invoice_pipeline.engine.records import (
 )
 from invoice_pipeline.engine.store import InvoiceStore, PaymentRequest, is_systemic
 from invoice_pipeline.engine.vendors import vendors_of_pages
+from invoice_pipeline.engine.verdicts import payment_facts, verdict_for, who_is_paid
 
 T = TypeVar("T")
 
@@ -308,76 +302,6 @@ def saved_as_they_finish(
     return outcomes
 
 
-class StageTimedOut(RuntimeError):
-    """A stage ran past its maximum duration; its work was abandoned."""
-
-
-class _DeadlineWorker:
-    """A daemon thread that runs one piece of work at a time for `within_deadline`.
-
-    Starting a thread per document cost more than reading an XML invoice (about 1.3 ms of the
-    bare loop's 8.6 ms per invoice), so idle workers are kept and reused. A worker whose work
-    ran past its deadline is abandoned, still stuck in it, and never handed out again.
-    """
-
-    def __init__(self) -> None:
-        self.jobs: queue.SimpleQueue[
-            tuple[Callable[[], object], list[tuple[bool, object]], threading.Event]
-        ] = queue.SimpleQueue()
-        threading.Thread(target=self._serve, name="stage-deadline", daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            work, outcome, finished = self.jobs.get()
-            try:
-                outcome.append((True, work()))
-            except BaseException as exc:  # handed to the waiting thread, re-raised there
-                outcome.append((False, exc))
-            finally:
-                finished.set()
-
-    def run(self, work: Callable[[], T], seconds: float) -> tuple[bool, list[tuple[bool, object]]]:
-        outcome: list[tuple[bool, object]] = []
-        finished = threading.Event()
-        self.jobs.put((work, outcome, finished))
-        return finished.wait(seconds), outcome
-
-
-# Idle workers: a call takes one (or starts one) and gives it back when its work finished in
-# time, so threads running stages at once never queue behind each other.
-_idle_workers: list[_DeadlineWorker] = []
-_idle_lock = threading.Lock()
-# A forked child inherits the list but not the threads behind it.
-os.register_at_fork(after_in_child=_idle_workers.clear)
-
-
-def within_deadline(work: Callable[[], T], seconds: float, step: str) -> T:
-    """`work()`, or StageTimedOut once it has run `seconds`.
-
-    A heartbeat says the process is alive, not that the stage makes progress: a parse stuck in
-    C code (or an OCR service that never answers) would otherwise hold its lease forever. The
-    work runs in a daemon thread that is abandoned on timeout; that is safe because every write
-    is fenced by the lease, which the failure path finishes, so a late write is refused.
-    """
-    with _idle_lock:
-        worker = _idle_workers.pop() if _idle_workers else None
-    worker = worker or _DeadlineWorker()
-    finished, outcome = worker.run(work, seconds)
-    if finished:
-        with _idle_lock:
-            _idle_workers.append(worker)
-    else:
-        raise StageTimedOut(
-            f"{step} ran longer than its maximum of {seconds:g} s (InvoiceDatabase.max_stage_seconds); "
-            "the attempt is abandoned and the invoice rescheduled"
-        )
-    ok, value = outcome[0]
-    if not ok:
-        assert isinstance(value, BaseException)
-        raise value
-    return value  # type: ignore[return-value]
-
-
 def _done_query(step: str) -> Callable[[InvoiceStore, list[UUID]], set[UUID]]:
     return lambda store, ids: store.documents.done_ids(step, ids)
 
@@ -536,55 +460,6 @@ def detect_duplicates(env: StageEnv, items: list[Claimed], step: str) -> dict[UU
     return outcomes
 
 
-def verdict_for(
-    fields: InvoiceFields,
-    status: str,
-    original: UUID | None,
-    reasons: Sequence[str],
-    policy: ReviewPolicy,
-    who_is_paid: Sequence[str] = (),
-) -> Verdict:
-    """Approve, reject or hold: exact copies are rejected, business exceptions go to a person, and
-    so does an invoice whose payee the vendor registry does not confirm (`who_is_paid`)."""
-    if status == "duplicate":
-        return Verdict("rejected", f"duplicate of {original}")
-    held = [*review_reasons(fields, policy), *who_is_paid]
-    if status == "suspected":
-        held.insert(0, f"{SUSPECTED_DUPLICATE} of {original}: {'; '.join(reasons)}")
-    if held:
-        return Verdict("held", "; ".join(held), tuple(held))
-    return Verdict(
-        "approved", "auto-approved: valid, not a duplicate, no business exception, vendor confirmed"
-    )
-
-
-def payment_facts(
-    store: InvoiceStore,
-    found: Mapping[UUID, tuple[str, InvoiceFields]],
-    policies: Mapping[str, ReviewPolicy],
-    decisions: Mapping[UUID, DuplicateDecision] | None = None,
-) -> dict[UUID, PaymentFacts]:
-    """The payment decision's facts for the chunk's invoices, read now, without locks: what the
-    approval stage holds on early, and what a correction shows. Only the posting decides
-    (store/payments.py), on facts it reads again under the identity locks."""
-    keys = [(org, ident) for org, fields in found.values() for ident in identity_keys(fields)]
-    registry = store.vendors.vendors_named_by(keys)
-    profiles = store.vendors.org_profiles(sorted({org for org, _ in found.values()}))
-    out: dict[UUID, PaymentFacts] = {}
-    for invoice_id, (org, fields) in found.items():
-        decision = (decisions or {}).get(invoice_id)
-        out[invoice_id] = PaymentFacts(
-            org,
-            fields,
-            tuple(registry.get(org, ())),
-            profiles[org],
-            policies[org],
-            decision.status if decision else "original",
-            decision.original_id if decision else None,
-        )
-    return out
-
-
 def approve(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID, Outcome]:
     ids = [c.invoice_id for c in items]
     decisions = env.store.dedupe.load_duplicate_decisions(ids)
@@ -603,7 +478,7 @@ def approve(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID, Outcom
         if decision is None or found is None:
             outcomes[c.invoice_id] = _missing("duplicate decision")
             continue
-        paid = [r.text for r in payee_reasons(facts[c.invoice_id])]
+        paid = who_is_paid(facts[c.invoice_id])
         verdicts[c.invoice_id] = verdict_for(
             found, decision.status, decision.original_id, decision.reasons, policies[c.org_id], paid
         )

@@ -121,7 +121,7 @@ def test_the_rankers_candidates_never_include_another_value(what: str, cell: str
 
 
 def test_a_vendor_layout_whose_number_place_holds_a_date_leaves_the_number_unread() -> None:
-    """Mechanism: `layouts._read_rule` asks `why_not_a_number` of the value at the learnt place,
+    """Mechanism: `layouts.read._read_rule` asks `why_not_a_number` of the value at the learnt place,
     and `_anchored_fields` leaves the field unread (not template-free) when it is refused."""
     first = page("4711")
     confirmed = dataclasses.replace(

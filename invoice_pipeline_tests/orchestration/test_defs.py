@@ -1,10 +1,14 @@
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import tomllib
+from pathlib import Path
 
 import pytest
+import yaml
 from dagster import AssetKey
 
 from invoice_pipeline.orchestration.assets.lineage import PIPELINE_ASSET_KEYS
@@ -106,3 +110,34 @@ def test_the_celery_location_requests_only_the_celery_job_each_run_with_its_dead
         assert request.job_name == PROCESS_INVOICE_BATCH_CELERY
         assert request.tags["dagster/max_runtime"] == "900"
         assert invoice_ids_of(request.run_config) == [str(d.invoice_id) for d in due]
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_dg_sees_the_code_location_that_workspace_yaml_gives_dagster_dev(database_url: str) -> None:
+    """Dagster's project CLI finds the checkout as a project ([tool.dg] in pyproject.toml) and lists
+    every job, sensor, schedule, asset and check of the code location, which is the one module
+    workspace.yaml loads for `dagster dev` (issue 57)."""
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    (location,) = yaml.safe_load((ROOT / "workspace.yaml").read_text())["load_from"]
+    module = location["python_module"]["module_name"]
+    assert pyproject["tool"]["dg"]["directory_type"] == "project"
+    assert pyproject["tool"]["dg"]["project"]["code_location_target_module"] == module
+    assert pyproject["tool"]["dagster"]["module_name"] == module
+
+    dg = Path(sys.executable).parent / "dg"
+    env = dict(os.environ, INVOICE_PIPELINE_DATABASE_URL=database_url, VIRTUAL_ENV=str(dg.parent.parent))
+    result = subprocess.run(
+        [str(dg), "list", "defs", "--json"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    listed = json.loads(result.stdout)
+    repo = defs.get_repository_def()
+    assert {j["name"] for j in listed["jobs"]} == {
+        j.name for j in repo.get_all_jobs() if not j.name.startswith("__")
+    }
+    assert {s["name"] for s in listed["sensors"]} == {s.name for s in repo.sensor_defs}
+    assert {s["name"] for s in listed["schedules"]} == {s.name for s in repo.schedule_defs}
+    assert {a["asset_key"] for a in listed["assets"]} >= {*ASSETS}
+    assert {c["name"] for c in listed["asset_checks"]} == CHECKS

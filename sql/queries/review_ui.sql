@@ -1,6 +1,5 @@
--- The review page (invoice_pipeline/review_ui/) and the correction of fields
--- (invoice_pipeline/engine/corrections.py). Reads for the page, and the correction's writes,
--- which run after `fence` in the transaction of a processing lock, like every review action.
+-- The review page's reads (invoice_pipeline/engine/store/review_pages.py, for
+-- invoice_pipeline/review_ui/). The correction's writes are in corrections.sql.
 
 -- A version of what a reviewer sees of a held invoice: the page sends it back with an action,
 -- and a correction checks it under the row lock, so a decision made meanwhile is noticed.
@@ -80,33 +79,6 @@ FROM review_actions WHERE invoice_id = %(invoice_id)s ORDER BY id
 -- The document's bytes, for rendering its pages (cached by sha256 by the page).
 -- name: review_page_document
 SELECT d.content FROM documents d WHERE d.sha256 = %(sha256)s
-
--- Invoices that name this one as their original: changing its keys would leave them pointing
--- at an invoice that no longer is what they were compared with.
--- name: correct_dependents
-SELECT count(*) FROM invoices WHERE duplicate_of = %(invoice_id)s AND id <> %(invoice_id)s
-
--- A correction: the fields and their columns, the duplicate decision made again on them, and
--- the reasons it stays held for. The invoice stays needs_review: a person approves what was typed.
--- name: correct_save
-UPDATE invoices
-SET fields = %(fields)s, invoice_number = %(invoice_number)s, document_type = %(document_type)s,
-    currency = %(currency)s, payable_total = %(payable_total)s, issue_date = %(issue_date)s,
-    seller_name = %(seller_name)s, seller_vat_id = %(seller_vat_id)s,
-    duplicate_status = %(duplicate_status)s, duplicate_of = %(original_id)s, duplicate_group_id = NULL,
-    business_key = %(business_key)s, business_key_hash = %(business_key_hash)s, vendor_key = %(vendor_key)s,
-    block_key = %(block_key)s, number_key = %(number_key)s,
-    match_how = %(how)s, match_score = %(score)s, match_reasons = %(reasons)s,
-    review_reasons = %(review_reasons)s::text[], updated_at = now()
-WHERE id = %(invoice_id)s AND status = 'needs_review'
-RETURNING status
-
--- name: insert_correction_action
-INSERT INTO review_actions (invoice_id, job_id, action, actor, note, from_status, to_status,
-                            review_reasons, detail, values_before, values_after)
-VALUES (%(invoice_id)s, %(job_id)s, 'correct', %(actor)s, %(note)s, %(from_status)s, %(to_status)s,
-        %(review_reasons)s, %(detail)s, %(values_before)s, %(values_after)s)
-RETURNING id
 
 -- A login lockout of the review page, for the record (sql/0017).
 -- name: record_login_lockout

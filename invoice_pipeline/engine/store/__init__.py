@@ -19,8 +19,9 @@ another part only through its public methods:
     review.py       store.review: a person's actions and the review policies (the lock
                     released via claims, a released copy decided again via dedupe, an
                     approval re-decided via payments)                                  review.sql
-    review_pages.py store.review_pages: the review page's reads and the correction of
-                    fields (a review action, via review, dedupe and claims)           review_ui.sql
+    corrections.py  store.corrections: a person's correction of fields (a review action,
+                    via review, decided again via dedupe, released via claims)     corrections.sql
+    review_pages.py store.review_pages: the review page's reads                        review_ui.sql
     maintenance.py  store.maintenance: the sweep (stale locks, orphans, abandoned and
                     lost requests; retries scheduled via claims)                    maintenance.sql
     reporting.py    store.reporting: read-only status, overviews, report frames,
@@ -39,6 +40,7 @@ from collections import Counter
 from typing import Unpack
 
 from invoice_pipeline.engine.store.claims import Claims, RequestedBy, default_owner
+from invoice_pipeline.engine.store.corrections import Correction, Corrections
 from invoice_pipeline.engine.store.database import (
     Database,
     DatabaseOptions,
@@ -75,7 +77,8 @@ class InvoiceStore:
         self.documents = Documents(db)
         self.payments = Payments(db, self.vendors, self.documents)
         self.review = Review(db, self.claims, self.dedupe, self.payments)
-        self.review_pages = ReviewPages(db, self.claims, self.dedupe, self.review)
+        self.corrections = Corrections(db, self.claims, self.dedupe, self.review)
+        self.review_pages = ReviewPages(db)
         self.maintenance = Maintenance(db, self.claims)
         self.reporting = Reporting(db)
         self.metrics = Metrics(db)
@@ -98,6 +101,8 @@ class InvoiceStore:
 
 __all__ = [
     "Claims",
+    "Correction",
+    "Corrections",
     "Database",
     "DatabaseOptions",
     "Dedupe",
