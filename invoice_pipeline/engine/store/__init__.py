@@ -31,6 +31,8 @@ another part only through its public methods:
     vendors.py      store.vendors: the org's own identity and its vendor registry       vendors.sql
     step_outputs.py store.step_outputs: what a run's steps pass each other across
                     hosts (celery)                                                 step_outputs.sql
+    exports.py      store.exports: export targets; the outbox's rows claimed, fenced,
+                    swept and redriven (written only with their posting)             exports.sql
 """
 
 from collections import Counter
@@ -48,6 +50,7 @@ from invoice_pipeline.engine.store.database import (
 )
 from invoice_pipeline.engine.store.dedupe import Dedupe, MatchFunction
 from invoice_pipeline.engine.store.documents import Documents
+from invoice_pipeline.engine.store.exports import Exports
 from invoice_pipeline.engine.store.layouts import LayoutRow, Layouts
 from invoice_pipeline.engine.store.maintenance import Maintenance
 from invoice_pipeline.engine.store.metrics import Metrics
@@ -78,6 +81,7 @@ class InvoiceStore:
         self.metrics = Metrics(db)
         self.layouts = Layouts(db)
         self.step_outputs = StepOutputs(db)
+        self.exports = Exports(db)
 
     @property
     def database_url(self) -> str:
@@ -98,6 +102,7 @@ __all__ = [
     "DatabaseOptions",
     "Dedupe",
     "Documents",
+    "Exports",
     "InvoiceStore",
     "LayoutRow",
     "Layouts",
