@@ -117,6 +117,7 @@ CREATE FUNCTION claim_export_batch(p_target_id bigint, p_limit integer, p_owner 
 RETURNS TABLE (export_id uuid, job_id uuid, attempt integer, batch_id uuid)
 LANGUAGE plpgsql
 AS $$
+#variable_conflict use_column
 DECLARE
     v_batch uuid;
 BEGIN
