@@ -51,7 +51,9 @@ class WebhookReceiver:
         self.arrived = threading.Condition(self._lock)
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="webhook-receiver", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="webhook-receiver", daemon=True
+        )
 
     @property
     def port(self) -> int:

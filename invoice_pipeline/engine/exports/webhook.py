@@ -57,7 +57,9 @@ class WebhookSettings:
 
     @classmethod
     def of(cls, settings: dict[str, Any]) -> WebhookSettings:
-        return cls(check_url(settings["url"]), Path(settings["secret_file"]), float(settings.get("timeout_s", 10)))
+        return cls(
+            check_url(settings["url"]), Path(settings["secret_file"]), float(settings.get("timeout_s", 10))
+        )
 
 
 def idempotency_key(item: BatchItem) -> str:
@@ -126,7 +128,9 @@ class Webhook:
                     # TLS to a loopback receiver (a local proxy, the tests): not verified.
                     context.check_hostname = False
                     context.verify_mode = ssl.CERT_NONE
-                self._conn = http.client.HTTPSConnection(self.host, self.port, timeout=timeout, context=context)
+                self._conn = http.client.HTTPSConnection(
+                    self.host, self.port, timeout=timeout, context=context
+                )
             else:
                 self._conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
         return self._conn

@@ -126,7 +126,9 @@ class Exports:
         def write() -> Recorded:
             counts = {"delivered": 0, "retried": 0, "dead": 0}
             with self.db.transaction() as conn:
-                alive = {row[1]: row[0] for row in conn.execute(EXPORTS["fence_exports"], {"job_ids": job_ids})}
+                alive = {
+                    row[1]: row[0] for row in conn.execute(EXPORTS["fence_exports"], {"job_ids": job_ids})
+                }
                 for export_id, job_id in sorted(alive.items()):
                     delivery = by_export[export_id]
                     counts[self._mark(conn, delivery)] += 1

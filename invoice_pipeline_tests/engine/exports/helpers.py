@@ -47,12 +47,18 @@ def webhook_target(
     )
 
 
-def datev_target(store: InvoiceStore, org: str, folder: Path, name: str = "datev", **options: Any) -> ExportTarget:
-    return store.exports.add_target(org, name, "datev", {"dir": str(folder), "consultant": 1001, "client": 1}, **options)
+def datev_target(
+    store: InvoiceStore, org: str, folder: Path, name: str = "datev", **options: Any
+) -> ExportTarget:
+    return store.exports.add_target(
+        org, name, "datev", {"dir": str(folder), "consultant": 1001, "client": 1}, **options
+    )
 
 
 def statuses(url: str, target: ExportTarget) -> dict[str, int]:
-    return dict(sql(url, "SELECT status, count(*) FROM exports WHERE target_id = %s GROUP BY 1", (target.id,)))
+    return dict(
+        sql(url, "SELECT status, count(*) FROM exports WHERE target_id = %s GROUP BY 1", (target.id,))
+    )
 
 
 def export_ids(url: str, target: ExportTarget) -> set[str]:

@@ -75,7 +75,9 @@ def test_retried_until_the_attempt_limit_then_dead_lettered_with_the_answer_and_
     database_url: str, store: InvoiceStore, tmp_path: Path
 ) -> None:
     with WebhookReceiver(SECRET, default="503") as receiver:
-        target = webhook_target(store, "acme", receiver.url, tmp_path / "s", max_attempts=3, retry_base=timedelta(0))
+        target = webhook_target(
+            store, "acme", receiver.url, tmp_path / "s", max_attempts=3, retry_base=timedelta(0)
+        )
         post_invoices(store, "acme", 1)
         report = deliver(store, "w1", TTL)
         assert (report.retried, report.dead, report.delivered) == (2, 1, 0)
@@ -105,7 +107,9 @@ def test_a_client_error_is_dead_lettered_at_once_with_the_body_and_a_timeout_is_
     assert (report.dead, report.retried, report.delivered) == (1, 2, 0)
     answers = dict(sql(database_url, "SELECT status, answer FROM exports WHERE status = 'dead'"))
     assert answers["dead"].startswith("HTTP 422") and '"status": "422"' in answers["dead"]
-    retried = [r[0] for r in sql(database_url, "SELECT answer FROM exports WHERE status = 'due' ORDER BY seq")]
+    retried = [
+        r[0] for r in sql(database_url, "SELECT answer FROM exports WHERE status = 'due' ORDER BY seq")
+    ]
     assert retried[0].startswith("no answer: TimeoutError") and retried[1].startswith("HTTP 429")
     assert statuses(database_url, target) == {"dead": 1, "due": 2}
 

@@ -80,10 +80,14 @@ def test_a_worker_killed_before_its_commit_then_a_second_worker_delivers_each_po
         assert sum(n > 1 for n in receiver.acknowledged.values()) == sent_in_killed_batch
     files = {p.name: p.read_bytes() for p in folder.iterdir()}
     assert all(name.startswith("EXTF_Buchungsstapel_") for name in files)  # no temporary left behind
-    batches = sql(database_url, "SELECT count(DISTINCT batch_id) FROM exports WHERE target_id = %s", (books.id,))
+    batches = sql(
+        database_url, "SELECT count(DISTINCT batch_id) FROM exports WHERE target_id = %s", (books.id,)
+    )
     assert len(files) == batches[0][0] == -(-POSTINGS // BATCH)
     for name, content in files_at_kill.items():
         assert files[name] == content  # rewritten by the second worker with the same bytes
-    records = [line for content in files.values() for line in content.decode("cp1252").split("\r\n")[2:] if line]
+    records = [
+        line for content in files.values() for line in content.decode("cp1252").split("\r\n")[2:] if line
+    ]
     numbers = sorted(line.split(";")[10] for line in records)
     assert numbers == sorted(f'"INV-{n:05d}"' for n in range(1, POSTINGS + 1))

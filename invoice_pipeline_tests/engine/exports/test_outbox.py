@@ -45,7 +45,9 @@ def test_the_posting_transaction_writes_one_export_row_per_target_of_the_org(
     assert all(xmin == xmin_of_posting[posting_id] for posting_id, _, xmin, _ in rows)
 
 
-def test_no_other_transaction_can_write_an_export_row(database_url: str, store: InvoiceStore, tmp_path: Path) -> None:
+def test_no_other_transaction_can_write_an_export_row(
+    database_url: str, store: InvoiceStore, tmp_path: Path
+) -> None:
     post_invoices(store, "acme", 1)
     target = datev_target(store, "acme", tmp_path / "datev")  # added after the posting
     ((posting_id, invoice_id),) = sql(database_url, "SELECT id, invoice_id FROM ledger_postings")
