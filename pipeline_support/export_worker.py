@@ -5,6 +5,7 @@ It runs the engine's delivery loop (what `invoice-pipeline export run --once` ru
 database at URL. With --crash-at, at the Nth time the loop passes POINT (`after_send`: a webhook
 request answered, before the commit; `after_rename`: a DATEV file renamed into place, before the
 commit) it writes the marker file and waits there for ever: the test kills it with SIGKILL.
+With --ready, it writes that file as delivery starts (a kill at a random moment after it).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ def main() -> None:
     parser.add_argument("--marker", type=Path)
     parser.add_argument("--owner", default="export-worker")
     parser.add_argument("--ttl", type=float, default=30)
+    parser.add_argument("--ready", type=Path, help="written when the imports are done and delivery starts")
     args = parser.parse_args()
     crash = CrashPoints()
     if args.crash_at:
@@ -47,6 +49,8 @@ def main() -> None:
         hook = stop_at(int(n or 1), args.marker)
         crash = CrashPoints(**{point: hook})
     store = InvoiceStore(args.database_url, max_size=2)
+    if args.ready is not None:
+        args.ready.write_text("ready")
     try:
         report = deliver(store, args.owner, timedelta(seconds=args.ttl), crash=crash)
     finally:

@@ -165,6 +165,9 @@ def write_batch(batch: Batch, after_rename: Any = None) -> Path:
     s = DatevSettings.of(batch.target.settings)
     s.directory.mkdir(parents=True, exist_ok=True)
     final = s.directory / file_name(batch)
+    # A deliverer killed mid-write left its temporary behind; the batch's file replaces it.
+    for stale in s.directory.glob(f".{final.name}.*.tmp"):
+        stale.unlink(missing_ok=True)
     temporary = s.directory / f".{final.name}.{os.getpid()}.tmp"
     content = render(batch)
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)

@@ -1,64 +1,20 @@
-"""What the export tests share: posted invoices, targets, the receiver's view, back-dated leases."""
+"""What the export tests share (most of it from pipeline_support.exports, which chaos and the
+benchmark share too)."""
 
 from __future__ import annotations
 
-from datetime import timedelta
-from pathlib import Path
-from typing import Any
-from uuid import UUID
-
-import psycopg
-
 from invoice_pipeline.engine.export_records import ExportTarget
-from invoice_pipeline.engine.store import InvoiceStore
-from invoice_pipeline_tests.support import process_now
-from pipeline_support.factories import json_invoice
-
-IBAN = "DE89370400440532013000"
-VAT = "DE136695976"  # check digits valid
-SECRET = b"a-test-secret-not-a-real-one"
-
-
-def sql(url: str, statement: str, params: tuple[object, ...] | dict[str, Any] = ()) -> list[tuple[Any, ...]]:
-    with psycopg.connect(url, autocommit=True) as conn:
-        cur = conn.execute(statement, params)
-        return cur.fetchall() if cur.description else []
-
-
-def post_invoices(store: InvoiceStore, org: str, count: int, first: int = 1) -> list[UUID]:
-    """`count` invoices of one vendor, ingested and taken through every stage: posted."""
-    ids = [
-        store.documents.store_document(
-            json_invoice(f"INV-{n:05d}", total=f"{100 + n}.00", vat_id=VAT, payee_iban=IBAN), org, f"{n}.json"
-        ).invoice_id
-        for n in range(first, first + count)
-    ]
-    process_now(store, ids)
-    return ids
-
-
-def webhook_target(
-    store: InvoiceStore, org: str, url: str, secret_file: Path, name: str = "erp", **options: Any
-) -> ExportTarget:
-    secret_file.write_bytes(SECRET)
-    timeout = options.pop("timeout_s", 5)
-    return store.exports.add_target(
-        org, name, "webhook", {"url": url, "secret_file": str(secret_file), "timeout_s": timeout}, **options
-    )
-
-
-def datev_target(
-    store: InvoiceStore, org: str, folder: Path, name: str = "datev", **options: Any
-) -> ExportTarget:
-    return store.exports.add_target(
-        org, name, "datev", {"dir": str(folder), "consultant": 1001, "client": 1}, **options
-    )
-
-
-def statuses(url: str, target: ExportTarget) -> dict[str, int]:
-    return dict(
-        sql(url, "SELECT status, count(*) FROM exports WHERE target_id = %s GROUP BY 1", (target.id,))
-    )
+from pipeline_support.exports import (
+    IBAN,
+    SECRET,
+    VAT,
+    age_export_leases,
+    datev_target,
+    post_invoices,
+    sql,
+    statuses,
+    webhook_target,
+)
 
 
 def export_ids(url: str, target: ExportTarget) -> set[str]:
@@ -69,11 +25,14 @@ def posting_ids(url: str, org: str) -> set[str]:
     return {str(r[0]) for r in sql(url, "SELECT id FROM ledger_postings WHERE org_id = %s", (org,))}
 
 
-def age_export_leases(url: str, by: timedelta = timedelta(minutes=10)) -> int:
-    """Back-date every running export lease's heartbeat (a dead holder), instead of waiting."""
-    rows = sql(
-        url,
-        "UPDATE export_jobs SET heartbeat_at = heartbeat_at - %s WHERE status = 'running' RETURNING id",
-        (by,),
-    )
-    return len(rows)
+__all__ = [
+    "IBAN",
+    "SECRET",
+    "VAT",
+    "age_export_leases",
+    "datev_target",
+    "post_invoices",
+    "sql",
+    "statuses",
+    "webhook_target",
+]
