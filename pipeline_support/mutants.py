@@ -1442,6 +1442,14 @@ SABOTAGES: tuple[Sabotage, ...] = (
         f"{EXPORT_TESTS}/test_delivery.py::test_a_swept_deliverer_cannot_mark_rows_delivered",
     ),
     _one(
+        "delivery-fence-property",
+        "the delivery property: a zombie's late answer never unmarks a delivered row (issue 56)",
+        "sql/0025_exports.sql",
+        "        WHERE r.id = ANY(p_job_ids) AND r.status = 'running'\n        ORDER BY r.id FOR UPDATE OF r;\n",
+        "        WHERE r.id = ANY(p_job_ids)\n        ORDER BY r.id FOR UPDATE OF r;\n",
+        f"{EXPORT_TESTS}/test_delivery_property.py::test_whatever_happens_each_posting_is_booked_once_and_delivered_in_the_end",
+    ),
+    _one(
         "idempotency-key-stable",
         "a webhook's Idempotency-Key is one per posting and target, the same on every redelivery (issue 56)",
         "invoice_pipeline/engine/exports/webhook.py",
