@@ -1,7 +1,7 @@
 """export_delivery: postings delivered to the books through kill -9 and a failing target (issue 56).
 
 Each trial posts `postings` invoices of an org with two targets, a loopback webhook (the
-receiver of pipeline_support/webhook_receiver.py) and a DATEV folder, each in batches of 2-4.
+receiver of invoice_pipeline/samples/receiver.py) and a DATEV folder, each in batches of 2-4.
 Then `rounds` delivery workers (real processes, pipeline_support/export_worker.py) are each
 SIGKILLed at a random point: between a webhook's answer and the commit (the Nth request), after
 a DATEV file's rename and before the commit (the Nth file), or at a random moment after delivery
@@ -28,6 +28,7 @@ from pathlib import Path
 
 from chaos.common import ChaosContext, ScenarioResult, timed
 from invoice_pipeline.engine.store import InvoiceStore
+from invoice_pipeline.samples.receiver import WebhookReceiver
 from pipeline_support.exports import (
     SECRET,
     age_export_leases,
@@ -38,7 +39,6 @@ from pipeline_support.exports import (
     webhook_target,
 )
 from pipeline_support.helpers import wait_for
-from pipeline_support.webhook_receiver import WebhookReceiver
 
 FAULTS = ("500", "429", "close", "hang")
 

@@ -22,15 +22,19 @@ VAT = "DE136695976"  # check digits valid
 SECRET = b"a-test-secret-not-a-real-one"
 
 
-def post_invoices(store: InvoiceStore, org: str, count: int, first: int = 1) -> list[UUID]:
-    """`count` invoices of one vendor, ingested and taken through every stage in this process
-    (the chunk loop a run uses, without Dagster): posted."""
-    ids = [
+def ingest_invoices(store: InvoiceStore, org: str, count: int, first: int = 1) -> list[UUID]:
+    """`count` JSON invoices of one vendor (numbers INV-<first>...), stored as the inbox would."""
+    return [
         store.documents.store_document(
             json_invoice(f"INV-{n:05d}", total=f"{100 + n}.00", vat_id=VAT, payee_iban=IBAN), org, f"{n}.json"
         ).invoice_id
         for n in range(first, first + count)
     ]
+
+
+def process_invoices(store: InvoiceStore, ids: list[UUID], owner: str = "post_invoices") -> None:
+    """Claim the invoices as one chunk and take them through every stage, in this process, with
+    the real document reader (the chunk loop a run uses, without Dagster)."""
     env = StageEnv(
         store=store,
         parser=DocumentReader(isolate=False),
@@ -39,7 +43,13 @@ def post_invoices(store: InvoiceStore, org: str, count: int, first: int = 1) -> 
         max_attempts=3,
         retry_base=timedelta(minutes=1),
     )
-    process_chunk(env, claim_chunk(store, [(i, None) for i in ids], "post_invoices", timedelta(minutes=5)))
+    process_chunk(env, claim_chunk(store, [(i, None) for i in ids], owner, timedelta(minutes=5)))
+
+
+def post_invoices(store: InvoiceStore, org: str, count: int, first: int = 1) -> list[UUID]:
+    """`count` invoices of one vendor, ingested and posted."""
+    ids = ingest_invoices(store, org, count, first)
+    process_invoices(store, ids)
     return ids
 
 

@@ -4,17 +4,24 @@
 from __future__ import annotations
 
 import argparse
+import os
+import secrets
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from invoice_pipeline.cli.arguments import checked_org, positive_int
 from invoice_pipeline.cli.exit_codes import EXIT_OK, EXIT_USAGE
 from invoice_pipeline.cli.store import open_store
 from invoice_pipeline.config import ConfigError, Settings
 from invoice_pipeline.terminal import printable
+
+if TYPE_CHECKING:  # the engine is imported when a command needs it (CLI start-up)
+    from invoice_pipeline.engine.store import InvoiceStore
 
 # `export run` (without --once) looks for due rows this often.
 DEFAULT_POLL_SECONDS = 5.0
@@ -167,6 +174,45 @@ def cmd_requeue(args: argparse.Namespace, settings: Settings) -> int:
         store.close()
     print(f"{count} dead-lettered export(s) due again")
     return EXIT_OK
+
+
+@contextmanager
+def demo_targets(store: InvoiceStore, settings: Settings, org: str) -> Iterator[Callable[[], None]]:
+    """What `make demo` shows of exports: a DATEV folder in the home and a webhook to a loopback
+    receiver started here (it books each posting once by key), both added to the demo's org
+    before its invoices post. Yields what delivers the postings and says where they went."""
+    from invoice_pipeline.samples.receiver import WebhookReceiver
+
+    folder = settings.home / "exports" / org
+    folder.mkdir(parents=True, exist_ok=True)
+    secret_file = folder / "webhook.secret"
+    secret = secrets.token_hex(32).encode()
+    fd = os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(secret)
+    with WebhookReceiver(secret) as receiver:
+        store.exports.add_target(org, "datev", "datev", {"dir": str(folder / "datev")})
+        store.exports.add_target(
+            org, "erp", "webhook", {"url": receiver.url, "secret_file": str(secret_file)}
+        )
+
+        def deliver_and_tell() -> None:
+            from invoice_pipeline.engine.exports.delivery import deliver
+            from invoice_pipeline.engine.store import default_owner
+
+            report = deliver(store, f"export:{default_owner()}", settings.lock_ttl)
+            files = sorted((folder / "datev").glob("EXTF_Buchungsstapel_*.csv"))
+            booked = receiver.booked()
+            print(
+                f"\nexports (invoice-pipeline export status): {report.delivered} delivered, {report.dead} dead-lettered"
+            )
+            print(f"  DATEV: {len(files)} Buchungsstapel file(s) in {folder / 'datev'}")
+            print(
+                f"  webhook: {len(receiver.requests)} signed request(s) to {receiver.url}, "
+                f"{len(booked)} posting(s) booked, each once by its Idempotency-Key"
+            )
+
+        yield deliver_and_tell
 
 
 def _add_target_commands(export: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

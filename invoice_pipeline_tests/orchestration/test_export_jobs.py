@@ -11,6 +11,7 @@ from dagster import AssetKey, DagsterInstance, build_sensor_context
 from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.orchestration.definitions import make_definitions
 from invoice_pipeline.orchestration.export_jobs import ASSET_EXPORTS, deliver_exports, exports_due_sensor
+from invoice_pipeline.samples.receiver import WebhookReceiver
 from invoice_pipeline_tests.engine.exports.helpers import (
     SECRET,
     datev_target,
@@ -19,7 +20,6 @@ from invoice_pipeline_tests.engine.exports.helpers import (
     webhook_target,
 )
 from invoice_pipeline_tests.factories import pipeline_resources
-from pipeline_support.webhook_receiver import WebhookReceiver
 
 
 def test_the_sensor_launches_a_delivery_run_when_rows_are_due_and_the_run_delivers(

@@ -11,6 +11,7 @@ from invoice_pipeline.engine.exports import datev
 from invoice_pipeline.engine.exports.delivery import deliver
 from invoice_pipeline.engine.exports.webhook import Delivery
 from invoice_pipeline.engine.store import InvoiceStore
+from invoice_pipeline.samples.receiver import WebhookReceiver
 from invoice_pipeline_tests.engine.exports.helpers import (
     IBAN,
     SECRET,
@@ -23,7 +24,6 @@ from invoice_pipeline_tests.engine.exports.helpers import (
     statuses,
     webhook_target,
 )
-from pipeline_support.webhook_receiver import WebhookReceiver
 
 TTL = timedelta(seconds=30)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from invoice_pipeline.engine.store import InvoiceStore
+from invoice_pipeline.samples.receiver import WebhookReceiver
 from invoice_pipeline_tests.engine.exports.helpers import (
     SECRET,
     age_export_leases,
@@ -24,7 +25,6 @@ from invoice_pipeline_tests.engine.exports.helpers import (
     webhook_target,
 )
 from pipeline_support.helpers import wait_for
-from pipeline_support.webhook_receiver import WebhookReceiver
 
 POSTINGS = 7
 BATCH = 3

@@ -29,6 +29,7 @@ from invoice_pipeline.engine.export_records import Batch, Delivery
 from invoice_pipeline.engine.exports.delivery import CrashPoints, deliver, send_batch
 from invoice_pipeline.engine.leases import LeaseKeeper
 from invoice_pipeline.engine.store import InvoiceStore
+from invoice_pipeline.samples.receiver import WebhookReceiver
 from invoice_pipeline_tests.engine.exports.helpers import (
     SECRET,
     age_export_leases,
@@ -36,7 +37,6 @@ from invoice_pipeline_tests.engine.exports.helpers import (
     sql,
     webhook_target,
 )
-from pipeline_support.webhook_receiver import WebhookReceiver
 
 TTL = timedelta(seconds=30)
 POSTINGS = 5

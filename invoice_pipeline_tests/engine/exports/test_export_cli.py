@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from invoice_pipeline.engine.store import InvoiceStore
+from invoice_pipeline.samples.receiver import WebhookReceiver
 from invoice_pipeline_tests.engine.exports.helpers import SECRET, post_invoices
 from pipeline_support.helpers import cli_environment, run_cli
-from pipeline_support.webhook_receiver import WebhookReceiver
 
 
 def test_targets_status_run_and_requeue_from_the_command_line(
