@@ -1448,13 +1448,16 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "        WHERE r.id = ANY(p_job_ids) AND r.status = 'running'\n        ORDER BY r.id FOR UPDATE OF r;\n",
         "        WHERE r.id = ANY(p_job_ids)\n        ORDER BY r.id FOR UPDATE OF r;\n",
         f"{EXPORT_TESTS}/test_delivery_property.py::test_whatever_happens_each_posting_is_booked_once_and_delivered_in_the_end",
+        # A zombie's late failure un-marking a delivered row also breaks the exports CHECK
+        # (delivered exactly when delivered_at is set): the database refusing it is the failure too.
+        ("CheckViolation",),
     ),
     _one(
         "idempotency-key-stable",
         "a webhook's Idempotency-Key is one per posting and target, the same on every redelivery (issue 56)",
         "invoice_pipeline/engine/exports/webhook.py",
         "    return str(item.export_id)\n",
-        '    return f"{item.export_id}:{__import__(\'uuid\').uuid4()}"\n',
+        "    return f\"{item.export_id}:{__import__('uuid').uuid4()}\"\n",
         f"{EXPORT_TESTS}/test_delivery.py::test_the_idempotency_key_is_the_same_on_every_redelivery",
     ),
 )

@@ -159,7 +159,12 @@ def _step(
 
 
 @pytest.mark.hypothesis
-@settings(max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=25,
+    # One failure, shrunk: a weakened fence shows as a wrong mark or as the database refusing it.
+    report_multiple_bugs=False,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(steps=st.lists(STEPS, max_size=8))
 def test_whatever_happens_each_posting_is_booked_once_and_delivered_in_the_end(
     world: dict[str, Any], steps: list[object]
