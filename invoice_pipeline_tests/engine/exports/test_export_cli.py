@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.samples.receiver import WebhookReceiver
-from invoice_pipeline_tests.engine.exports.helpers import SECRET, post_invoices
+from invoice_pipeline_tests.engine.exports.helpers import SECRET, post_invoices, sql
 from pipeline_support.helpers import cli_environment, run_cli
 
 
@@ -57,3 +59,24 @@ def test_targets_status_run_and_requeue_from_the_command_line(
         ran = run_cli("export", "run", "--once", env=env)
         assert "1 delivered" in ran.stdout
     assert len(receiver.booked()) == 2 and set(receiver.booked().values()) == {1}
+
+
+@pytest.mark.slow
+def test_the_demo_delivers_its_postings_to_a_datev_folder_and_its_own_receiver(
+    database_url: str, tmp_path: Path
+) -> None:
+    with cli_environment(tmp_path / "home", database_url) as env:
+        demo = run_cli("demo", "--count", "4", env=env, timeout=1200)
+        assert demo.returncode == 0, demo.stderr[-3000:]
+        status = run_cli("export", "status", env=env)
+    posted = int(sql(database_url, "SELECT count(*) FROM ledger_postings")[0][0])
+    assert posted > 0
+    assert f"exports (invoice-pipeline export status): {2 * posted} delivered, 0 dead-lettered" in demo.stdout
+    assert f"{posted} posting(s) booked, each once by its Idempotency-Key" in demo.stdout
+    (secret,) = (tmp_path / "home").glob("exports/*/webhook.secret")
+    assert secret.stat().st_mode & 0o777 == 0o600
+    assert secret.read_text() not in demo.stdout + demo.stderr + status.stdout
+    files = list((tmp_path / "home").glob("exports/*/datev/EXTF_Buchungsstapel_*.csv"))
+    assert files and f"DATEV: {len(files)} Buchungsstapel file(s)" in demo.stdout
+    rows = [line.split() for line in status.stdout.splitlines()[1:3]]
+    assert [(r[1], r[5]) for r in rows] == [("datev", str(posted)), ("erp", str(posted))]
