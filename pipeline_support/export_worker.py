@@ -42,6 +42,9 @@ def main() -> None:
     parser.add_argument("--owner", default="export-worker")
     parser.add_argument("--ttl", type=float, default=30)
     parser.add_argument("--ready", type=Path, help="written when the imports are done and delivery starts")
+    parser.add_argument(
+        "--go", type=Path, help="wait for this file before delivering (workers released together)"
+    )
     args = parser.parse_args()
     crash = CrashPoints()
     if args.crash_at:
@@ -51,6 +54,8 @@ def main() -> None:
     store = InvoiceStore(args.database_url, max_size=2)
     if args.ready is not None:
         args.ready.write_text("ready")
+    while args.go is not None and not args.go.exists():
+        time.sleep(0.01)
     try:
         report = deliver(store, args.owner, timedelta(seconds=args.ttl), crash=crash)
     finally:

@@ -91,3 +91,31 @@ def test_a_worker_killed_before_its_commit_then_a_second_worker_delivers_each_po
     ]
     numbers = sorted(line.split(";")[10] for line in records)
     assert numbers == sorted(f'"INV-{n:05d}"' for n in range(1, POSTINGS + 1))
+
+
+def test_deliverers_running_at_once_send_each_posting_once(
+    database_url: str, store: InvoiceStore, tmp_path: Path
+) -> None:
+    """Three delivery processes released together on the same targets: a batch is held by one,
+    so every posting is sent once (no redelivery without a crash), each row claimed once."""
+    folder, go = tmp_path / "datev", tmp_path / "go"
+    postings = 20
+    with WebhookReceiver(SECRET) as receiver:
+        erp = webhook_target(store, "acme", receiver.url, tmp_path / "secret", batch_size=2)
+        books = datev_target(store, "acme", folder, batch_size=2)
+        post_invoices(store, "acme", postings)
+        ready = [tmp_path / f"ready{n}" for n in range(3)]
+        workers = [
+            _worker(database_url, "--owner", f"w{n}", "--ready", str(ready[n]), "--go", str(go))
+            for n in range(3)
+        ]
+        wait_for(lambda: all(r.exists() for r in ready), timeout=120, what="three workers ready")
+        go.write_text("go")
+        for worker in workers:
+            out, _ = worker.communicate(timeout=300)
+            assert worker.returncode == 0, out
+    assert statuses(database_url, erp) == {"delivered": postings} == statuses(database_url, books)
+    assert len(receiver.requests) == postings and set(receiver.acknowledged.values()) == {1}
+    jobs = sql(database_url, "SELECT count(*), count(DISTINCT export_id) FROM export_jobs")
+    assert jobs == [(2 * postings, 2 * postings)]  # one job per row: none claimed twice
+    assert len(list(folder.iterdir())) == postings // 2
