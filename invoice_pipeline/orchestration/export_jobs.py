@@ -81,7 +81,9 @@ def deliver_exports() -> None:
 
 
 @sensor(job=deliver_exports, minimum_interval_seconds=15, default_status=DefaultSensorStatus.RUNNING)
-def exports_due_sensor(context: SensorEvaluationContext, invoice_db: InvoiceDatabase) -> SkipReason | RunRequest:
+def exports_due_sensor(
+    context: SensorEvaluationContext, invoice_db: InvoiceDatabase
+) -> SkipReason | RunRequest:
     """A delivery run when rows are due and none is running already (one is enough: it takes
     every due batch; a second would only bounce off its leases)."""
     due = invoice_db.store.exports.targets_due()
