@@ -15,10 +15,12 @@ import hashlib
 import hmac
 import json
 import socket
+import ssl
 import threading
 from collections import Counter
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 SIGNATURE_HEADER = "X-Invoice-Pipeline-Signature"
@@ -45,7 +47,9 @@ class Received:
 class WebhookReceiver:
     """`with WebhookReceiver(secret) as r:` serves on 127.0.0.1:`r.port`; `r.url` to post to."""
 
-    def __init__(self, secret: bytes | None = None, default: str = "200") -> None:
+    def __init__(
+        self, secret: bytes | None = None, default: str = "200", tls: tuple[Path, Path] | None = None
+    ) -> None:
         self.secret = secret
         self.default = default
         self.requests: list[Received] = []
@@ -58,6 +62,12 @@ class WebhookReceiver:
         self.arrived = threading.Condition(self._lock)
         self._server = _QuietServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
+        self.scheme = "http"
+        if tls is not None:  # (certificate, key): HTTPS
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+            self.scheme = "https"
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="webhook-receiver", daemon=True
         )
@@ -68,7 +78,7 @@ class WebhookReceiver:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/postings"
+        return f"{self.scheme}://127.0.0.1:{self.port}/postings"
 
     def __enter__(self) -> WebhookReceiver:
         self._thread.start()
