@@ -54,6 +54,7 @@ BENCHMARK_MODULES = (
     "benchmarks.review_ui",
     "benchmarks.review_ui_attacks",
     "benchmarks.metrics_scrape",
+    "benchmarks.export_delivery",
     "benchmarks.timing_goals",
 )
 

@@ -111,6 +111,13 @@ SCENARIOS: dict[str, Scenario] = {
             long={"trials": 100, "default_ttl_trials": 1, "asym_trials": 10, "asym_rabbitmq_trials": 5},
         ),
         Scenario(
+            "export_delivery",
+            "chaos.export_delivery",
+            # rounds: delivery workers SIGKILLed per trial before the last one runs to the end.
+            fast={"trials": 2, "postings": 6, "rounds": 2},
+            long={"trials": 40, "postings": 8, "rounds": 3},
+        ),
+        Scenario(
             "security",
             "chaos.security",
             fast={"trials": 1, "dev_server": 1},

@@ -31,8 +31,9 @@ CHROMIUM_FLAGS = [
 # The Debian packages other tests use, by the command each provides: the container image test
 # (podman, runc, debootstrap), the alert and dashboard tests (promtool, prometheus), the hosts in
 # network namespaces (ip and tc, PostgreSQL 15's server, the celery brokers redis-server and
-# rabbitmq-server), the mail intake's IMAP server (dovecot-imapd). Without them those tests skip,
-# each with a one-line reason, and fail under CI (the needs_tool marker,
+# rabbitmq-server), the mail intake's IMAP server (dovecot-imapd), openssl (the webhook's HTTPS
+# test makes its certificate). Without them those tests skip, each with a one-line reason, and
+# fail under CI (the needs_tool marker,
 # invoice_pipeline_tests/tools.py).
 SYSTEM_TOOLS = {
     "/usr/bin/chromium": "chromium",
@@ -45,6 +46,7 @@ SYSTEM_TOOLS = {
     "/usr/bin/redis-server": "redis-server",
     "/usr/lib/rabbitmq/bin/rabbitmq-server": "rabbitmq-server",
     "/usr/sbin/dovecot": "dovecot-imapd",
+    "/usr/bin/openssl": "openssl",
 }
 
 

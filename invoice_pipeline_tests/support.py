@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
 from uuid import UUID
 
 import psycopg
 
-from invoice_pipeline.config import DEFAULT_MAX_DOCUMENT_BYTES
-from invoice_pipeline.engine.chunk_loop import claim_chunk, process_chunk
-from invoice_pipeline.engine.stages import StageEnv
 from invoice_pipeline.engine.store import InvoiceStore
-from invoice_pipeline.orchestration.resources import DocumentReader
+from pipeline_support.exports import process_invoices
 
 # Temporary: invoice_pipeline_tests/review/ (another change in progress) still imports run_cli from
 # here. Switch it to pipeline_support.helpers and delete this line.
@@ -63,12 +59,4 @@ def outcome(url: str, ids: list[str] | None = None) -> Outcome:
 def process_now(store: InvoiceStore, ids: list[UUID], owner: str = "test") -> None:
     """Claim the invoices as one chunk and take them through every stage, in this process, with
     the real document reader (no Dagster): what a run does, for tests that need processed data."""
-    env = StageEnv(
-        store=store,
-        parser=DocumentReader(isolate=False),
-        max_document_bytes=DEFAULT_MAX_DOCUMENT_BYTES,
-        max_stage_seconds=120,
-        max_attempts=3,
-        retry_base=timedelta(minutes=1),
-    )
-    process_chunk(env, claim_chunk(store, [(i, None) for i in ids], owner, timedelta(minutes=5)))
+    process_invoices(store, ids, owner)

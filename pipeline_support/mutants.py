@@ -107,6 +107,7 @@ PROCESSING_LOCK_GONE = (
 
 ACCOUNTANT_READS = "invoice_pipeline_tests/documents/test_what_an_accountant_reads.py"
 ACCOUNTANT_POSTS = "invoice_pipeline_tests/engine/test_what_an_accountant_posts.py"
+EXPORT_TESTS = "invoice_pipeline_tests/engine/exports"
 
 # The mail checkpoint committed in a transaction of its own, before the message's attachments.
 MAIL_CHECKPOINT_APART = (
@@ -1483,6 +1484,49 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "    if True:\n",
         "invoice_pipeline_tests/engine/test_einvoice_holds.py::"
         "test_a_lineless_profile_is_no_e_invoice_for_an_org_under_german_rules",
+    ),
+    _one(
+        "outbox-in-the-posting-transaction",
+        "the statement that posts an invoice writes its export rows, one per target of the org (issue 56)",
+        "sql/queries/documents.sql",
+        "FROM posted p JOIN export_targets t ON t.org_id = p.org_id AND t.enabled\n",
+        "FROM posted p JOIN export_targets t ON false\n",
+        f"{EXPORT_TESTS}/test_outbox.py::test_the_posting_transaction_writes_one_export_row_per_target_of_the_org",
+    ),
+    _one(
+        "exports-only-with-their-posting",
+        "no transaction but the posting's own can write an export row (issue 56)",
+        "sql/0025_exports.sql",
+        "WHERE p.id = NEW.posting_id AND p.xmin = pg_current_xact_id()::xid\n",
+        "WHERE p.id = NEW.posting_id\n",
+        f"{EXPORT_TESTS}/test_outbox.py::test_no_other_transaction_can_write_an_export_row",
+    ),
+    _one(
+        "delivery-fence",
+        "fence_export_jobs returns only running export jobs: a swept deliverer marks nothing (issue 56)",
+        "sql/0025_exports.sql",
+        "        WHERE r.id = ANY(p_job_ids) AND r.status = 'running'\n        ORDER BY r.id FOR UPDATE OF r;\n",
+        "        WHERE r.id = ANY(p_job_ids)\n        ORDER BY r.id FOR UPDATE OF r;\n",
+        f"{EXPORT_TESTS}/test_delivery.py::test_a_swept_deliverer_cannot_mark_rows_delivered",
+    ),
+    _one(
+        "delivery-fence-property",
+        "the delivery property: a zombie's late answer never unmarks a delivered row (issue 56)",
+        "sql/0025_exports.sql",
+        "        WHERE r.id = ANY(p_job_ids) AND r.status = 'running'\n        ORDER BY r.id FOR UPDATE OF r;\n",
+        "        WHERE r.id = ANY(p_job_ids)\n        ORDER BY r.id FOR UPDATE OF r;\n",
+        f"{EXPORT_TESTS}/test_delivery_property.py::test_whatever_happens_each_posting_is_booked_once_and_delivered_in_the_end",
+        # A zombie's late failure un-marking a delivered row also breaks the exports CHECK
+        # (delivered exactly when delivered_at is set): the database refusing it is the failure too.
+        ("CheckViolation",),
+    ),
+    _one(
+        "idempotency-key-stable",
+        "a webhook's Idempotency-Key is one per posting and target, the same on every redelivery (issue 56)",
+        "invoice_pipeline/engine/exports/webhook.py",
+        "    return str(item.export_id)\n",
+        "    return f\"{item.export_id}:{__import__('uuid').uuid4()}\"\n",
+        f"{EXPORT_TESTS}/test_delivery.py::test_the_idempotency_key_is_the_same_on_every_redelivery",
     ),
 )
 

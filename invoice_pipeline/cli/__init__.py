@@ -8,6 +8,7 @@
     dev.py         dev (Dagster and the review page in a process group), samples, demo
     review.py      review list|approve|reject|...|correct|policy, requeue
     layouts.py     review layouts list|show|learn|disable|export|import
+    exports.py     export target add|list|disable|enable, export status|run|requeue
     arguments.py   argument types and the --org check; output.py, exit_codes.py, store.py
                    (open_store, the one way a command opens the store) shared by the commands
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from invoice_pipeline.cli.arguments import add_batch_size_argument, port_number, positive_int
+from invoice_pipeline.cli.exports import demo_targets
 from invoice_pipeline.cli.output import progress
 from invoice_pipeline.cli.process import process_due
 from invoice_pipeline.cli.store import open_store
@@ -211,12 +212,15 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
         for i in range(len(files)):
             ingest_paths(store, [files[i]], org)
             progress(i + 1, len(files), "ingesting ")
-        process_due(settings, batch_size=args.batch_size, label="processing")
-        outcomes = store.reporting.outcomes_of_org(org)
-        held = store.review.review_targets(REVIEW_STATUSES, org_id=org)
+        # Postings go to the books: a DATEV folder and a webhook to a receiver the demo runs.
+        with demo_targets(store, settings, org) as deliver_and_tell:
+            process_due(settings, batch_size=args.batch_size, label="processing")
+            outcomes = store.reporting.outcomes_of_org(org)
+            held = store.review.review_targets(REVIEW_STATUSES, org_id=org)
+            print_demo_summary(outcomes, time.monotonic() - started, review_queue_counts(held))
+            deliver_and_tell()
     finally:
         store.close()
-    print_demo_summary(outcomes, time.monotonic() - started, review_queue_counts(held))
     print_next_steps(org)
     return 0
 

@@ -16,6 +16,7 @@ from psycopg_pool import PoolTimeout
 from invoice_pipeline.cli.database import add_database_commands
 from invoice_pipeline.cli.dev import add_dev_commands
 from invoice_pipeline.cli.exit_codes import EXIT_DATABASE, EXIT_OK, EXIT_USAGE
+from invoice_pipeline.cli.exports import add_export_commands
 from invoice_pipeline.cli.mail import add_mail_commands
 from invoice_pipeline.cli.process import add_process_commands
 from invoice_pipeline.cli.review import add_review_commands
@@ -42,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_dev_commands(sub)
     add_review_commands(sub)
     add_mail_commands(sub)
+    add_export_commands(sub)
     from invoice_pipeline.review_ui.cli import add_commands as add_review_ui_commands
 
     add_review_ui_commands(sub)

@@ -18,6 +18,7 @@ from dagster import (
 
 from invoice_pipeline.orchestration.assets import invariant_checks, pipeline_assets, report_assets
 from invoice_pipeline.orchestration.assets.review_queue import review_queue_assets, review_queue_checks
+from invoice_pipeline.orchestration.export_jobs import deliver_exports, export_assets, exports_due_sensor
 from invoice_pipeline.orchestration.jobs import process_invoice, process_invoice_batch
 from invoice_pipeline.orchestration.resources import ReviewAccess, deployment
 from invoice_pipeline.orchestration.review_jobs import review_jobs
@@ -49,17 +50,18 @@ def make_definitions(
     unless set; a production deployment sets 0, see config.ENV_REVIEW_JOBS)."""
     return resolved(
         Definitions(
-            assets=[*pipeline_assets, *report_assets, *review_queue_assets],
+            assets=[*pipeline_assets, *export_assets, *report_assets, *review_queue_assets],
             asset_checks=[*invariant_checks, *review_queue_checks],
             jobs=[
                 process_invoice,
                 process_invoice_batch,
                 *extra_jobs,
+                deliver_exports,
                 refresh_reports,
                 check_invariants,
                 *(review_jobs if review else ()),
             ],
-            sensors=[intake, mailbox_intake_sensor],
+            sensors=[intake, mailbox_intake_sensor, exports_due_sensor],
             schedules=[
                 sweep_stale_locks_schedule,
                 ScheduleDefinition(

@@ -108,7 +108,11 @@ SELECT review_reasons FROM invoices WHERE id = %(invoice_id)s AND cardinality(re
 -- name: load_approvals_of
 SELECT invoice_id, decision, rule, decided_at, vouched, correction_choice, corrects_invoice_id FROM approvals WHERE invoice_id = ANY(%(invoice_ids)s::uuid[])
 
+-- The posting and its outbox, in one statement (sql/0025, docs/exports.md): one export row per
+-- enabled target of the org, written only when the posting itself is (a second post of an invoice
+-- writes neither). Nothing else writes export rows.
 -- name: post_to_ledger
+WITH posted AS (
 INSERT INTO ledger_postings (invoice_id, job_id, org_id, amount, currency, vendor_id, invoice_number,
                              issue_date, due_date, iban, registered_name, registered_vat_id,
                              printed_seller_name, printed_seller_vat_id, payment_means, correction_choice,
@@ -118,6 +122,11 @@ VALUES (%(invoice_id)s, %(job_id)s, %(org_id)s, %(amount)s, %(currency)s, %(vend
         %(printed_seller_name)s, %(printed_seller_vat_id)s, %(payment_means)s, %(correction_choice)s,
         %(corrects_invoice_id)s)
 ON CONFLICT (invoice_id) DO NOTHING
+RETURNING id, invoice_id, org_id
+)
+INSERT INTO exports (posting_id, invoice_id, org_id, target_id)
+SELECT p.id, p.invoice_id, p.org_id, t.id
+FROM posted p JOIN export_targets t ON t.org_id = p.org_id AND t.enabled
 
 -- name: load_ledger_posting
 SELECT p.id AS posting_id, p.invoice_id, p.amount, p.currency, p.posted_at, p.vendor_id, v.name AS vendor_name,

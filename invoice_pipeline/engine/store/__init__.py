@@ -34,6 +34,8 @@ another part only through its public methods:
                     hosts (celery)                                                 step_outputs.sql
     mail.py         store.mail: configured mailboxes, and each message's checkpoint
                     committed with its attachments' invoices (via documents)              mail.sql
+    exports.py      store.exports: export targets; the outbox's rows claimed, fenced,
+                    swept and redriven (written only with their posting)             exports.sql
 """
 
 from collections import Counter
@@ -52,6 +54,7 @@ from invoice_pipeline.engine.store.database import (
 )
 from invoice_pipeline.engine.store.dedupe import Dedupe, MatchFunction
 from invoice_pipeline.engine.store.documents import Documents
+from invoice_pipeline.engine.store.exports import Exports
 from invoice_pipeline.engine.store.layouts import LayoutRow, Layouts
 from invoice_pipeline.engine.store.mail import Mail
 from invoice_pipeline.engine.store.maintenance import Maintenance
@@ -85,6 +88,7 @@ class InvoiceStore:
         self.layouts = Layouts(db)
         self.step_outputs = StepOutputs(db)
         self.mail = Mail(db, self.documents)
+        self.exports = Exports(db)
 
     @property
     def database_url(self) -> str:
@@ -107,6 +111,7 @@ __all__ = [
     "DatabaseOptions",
     "Dedupe",
     "Documents",
+    "Exports",
     "InvoiceStore",
     "LayoutRow",
     "Layouts",
