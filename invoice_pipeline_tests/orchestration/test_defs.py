@@ -15,9 +15,10 @@ from invoice_pipeline.orchestration.assets.lineage import PIPELINE_ASSET_KEYS
 from invoice_pipeline.orchestration.definitions import defs
 from invoice_pipeline_tests.tools import needs_tool
 
-JOBS = {"process_invoice", "process_invoice_batch", "refresh_reports", "check_invariants"}
+JOBS = {"process_invoice", "process_invoice_batch", "deliver_exports", "refresh_reports", "check_invariants"}
 ASSETS = {
     *PIPELINE_ASSET_KEYS,
+    "export_batches",
     "vendor_spend",
     "duplicate_report",
     "processing_latency",
@@ -36,7 +37,11 @@ CHECKS = {
 def test_everything_is_defined() -> None:
     repo = defs.get_repository_def()
     assert JOBS <= {j.name for j in repo.get_all_jobs()}
-    assert {s.name for s in repo.sensor_defs} == {"new_invoices_sensor", "mailbox_intake"}
+    assert {s.name for s in repo.sensor_defs} == {
+        "new_invoices_sensor",
+        "mailbox_intake",
+        "exports_due_sensor",
+    }
     assert {s.name for s in repo.schedule_defs} == {
         "sweep_stale_locks",
         "hourly_reports",
@@ -99,6 +104,7 @@ def test_the_celery_location_requests_only_the_celery_job_each_run_with_its_dead
 
     repo = celery_defs.get_repository_def()
     assert sorted((s.name, [j.name for j in s.jobs] if s.has_jobs else []) for s in repo.sensor_defs) == [
+        ("exports_due_sensor", ["deliver_exports"]),
         ("mailbox_intake", []),  # requests no run: what it stores, the intake sensor plans
         ("new_invoices_celery_sensor", [PROCESS_INVOICE_BATCH_CELERY]),
     ]
