@@ -108,6 +108,7 @@ PROCESSING_LOCK_GONE = (
 ACCOUNTANT_READS = "invoice_pipeline_tests/documents/test_what_an_accountant_reads.py"
 ACCOUNTANT_POSTS = "invoice_pipeline_tests/engine/test_what_an_accountant_posts.py"
 EXPORT_TESTS = "invoice_pipeline_tests/engine/exports"
+LINELESS_TESTS = "invoice_pipeline_tests/engine/test_lineless_page_read.py"
 
 # The mail checkpoint committed in a transaction of its own, before the message's attachments.
 MAIL_CHECKPOINT_APART = (
@@ -1477,13 +1478,42 @@ SABOTAGES: tuple[Sabotage, ...] = (
     ),
     _one(
         "german-lineless-profile-posted",
-        "a German seller's Factur-X MINIMUM / BASIC WL is held not_an_einvoice for an org under German "
-        "e-invoicing rules (issue 55)",
+        "a German seller's Factur-X MINIMUM / BASIC WL whose page could not be read (a bare XML, no text "
+        "layer) is held not_an_einvoice for an org under German e-invoicing rules (issue 55)",
         "invoice_pipeline/domain/review.py",
-        '    if policy.einvoice_country != "DE" or check is None or check.profile not in PROFILES_WITHOUT_LINES:\n',
+        "    if fields.read_from_page or not page_is_the_invoice(fields, policy):\n",
         "    if True:\n",
         "invoice_pipeline_tests/engine/test_einvoice_holds.py::"
         "test_a_lineless_profile_is_no_e_invoice_for_an_org_under_german_rules",
+    ),
+    _one(
+        "german-lineless-xml-taken-instead",
+        "a German seller's Factur-X MINIMUM / BASIC WL is read from its page for an org under German "
+        "e-invoicing rules: the page's values are the fields, the XML only evidence (issue 55)",
+        "invoice_pipeline/engine/page_invoice.py",
+        "    return page, replace(\n        page_fields,\n",
+        "    return page, replace(\n        fields,\n",
+        f"{LINELESS_TESTS}::test_a_german_lineless_factur_x_is_read_from_its_page_and_posts_when_page_and_xml_agree",
+    ),
+    _one(
+        "german-lineless-evidence-ignored",
+        "the XML of a page-read lineless Factur-X is evidence: a key field it states differently from "
+        "the page holds the invoice page_disagrees_with_xml (issue 55)",
+        "invoice_pipeline/engine/page_invoice.py",
+        "        page_disagreements=compare_evidence(page_fields, fields, page.text),\n",
+        "        page_disagreements=(),\n",
+        f"{LINELESS_TESTS}::test_a_page_its_xml_contradicts_is_held_naming_the_field",
+    ),
+    _one(
+        "german-lineless-evidence-excused-when-printed",
+        "a page that is the invoice is held for every key field its reader read otherwise than the XML, "
+        "even when the XML's value is printed elsewhere on it (issue 55)",
+        "invoice_pipeline/documents/page_witness.py",
+        "            continue\n        source = page_fields.sources.get(comparison.field)\n",
+        "            continue\n        if comparison.printed(xml_value, _Page.of(page_text)):\n"
+        "            continue\n        source = page_fields.sources.get(comparison.field)\n",
+        "invoice_pipeline_tests/documents/test_page_evidence.py::"
+        "test_every_key_field_the_page_reads_otherwise_is_named",
     ),
     _one(
         "outbox-in-the-posting-transaction",

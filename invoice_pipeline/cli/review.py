@@ -63,7 +63,8 @@ POLICY_SETTINGS: dict[str, tuple[Callable[[str], object], str]] = {
     "einvoice_country": (
         einvoice_country_or_none,
         "DE: receive under the German e-invoicing rules (a German seller's Factur-X MINIMUM or BASIC WL "
-        "is held as not_an_einvoice); none (default): EN 16931 only",
+        "is read from its page, its XML as evidence; one whose page cannot be read is held as "
+        "not_an_einvoice); none (default): EN 16931 only",
     ),
 }
 

@@ -8,6 +8,9 @@ The XML stays the source of the values; the page is a witness. A field is in dis
 when the page reader read a value for it that differs from the XML's *and* the XML's value is
 printed nowhere on the page: a page that prints the XML's value agrees (the reader may have
 picked another number on it), and a field the page does not print is no disagreement.
+
+For a lineless profile under the German rules the roles swap (`compare_evidence`): the page is
+the invoice, read as any page, and the XML is the witness.
 """
 
 from __future__ import annotations
@@ -195,4 +198,29 @@ def compare_page(xml_fields: InvoiceFields, extracted: ExtractedText) -> tuple[P
             continue
         out.append(_disagreement(comparison.field, xml_value, page_value, source))
     out.extend(_iban_disagreement(xml_fields.payee_iban, page))
+    return tuple(out)
+
+
+def compare_evidence(
+    page_fields: InvoiceFields, xml_fields: InvoiceFields, page_text: str
+) -> tuple[PageDisagreement, ...]:
+    """The other way round, for a PDF whose page is the invoice and its XML only evidence (a
+    lineless Factur-X profile under the German rules, `domain.review.page_is_the_invoice`): the
+    key fields the page reader read differently from the XML. Stricter than `compare_page`: the
+    page's values are the ones recorded, so the XML's value printed elsewhere on the page is no
+    excuse (the reader may have taken the wrong one). A field either side lacks is no
+    disagreement; the account to pay is one when the page prints IBANs and not the XML's."""
+    out: list[PageDisagreement] = []
+    for comparison in _COMPARED:
+        xml_value = getattr(xml_fields, comparison.field)
+        page_value = getattr(page_fields, comparison.field)
+        if xml_value is None or page_value is None or comparison.same(xml_value, page_value):
+            continue
+        source = page_fields.sources.get(comparison.field)
+        out.append(_disagreement(comparison.field, xml_value, page_value, source))
+    xml_iban, page_iban = xml_fields.payee_iban, page_fields.payee_iban
+    if xml_iban and page_iban and compact(xml_iban).upper() != compact(page_iban).upper():
+        out.append(_disagreement("payee_iban", xml_iban, page_iban, page_fields.sources.get("payee_iban")))
+    else:
+        out.extend(_iban_disagreement(xml_iban, _Page.of(page_text)))
     return tuple(out)

@@ -133,8 +133,9 @@ class ReviewPolicy:
       by itself (the default), or is held as `vendor_unconfirmed` like a page-read one
       (domain/identity.py).
     * `einvoice_country`: the country whose e-invoicing rules the org receives under. "DE": a
-      German seller's Factur-X/ZUGFeRD MINIMUM or BASIC WL document is held `not_an_einvoice`
-      (`german_profile_reasons`). None: no country's rules beyond EN 16931.
+      German seller's Factur-X/ZUGFeRD MINIMUM or BASIC WL PDF is read from its page, its XML as
+      evidence (`page_is_the_invoice`); one whose page cannot be read is held `not_an_einvoice`.
+      None: no country's rules beyond EN 16931.
     """
 
     auto_approve_limit: Decimal | None = None
@@ -304,35 +305,54 @@ def einvoice_reasons(fields: InvoiceFields) -> list[str]:
             f"{d.field}: the XML says {d.xml_value!r}, the page prints {d.page_value!r} ({d.where})"
             for d in fields.page_disagreements
         )
+        recorded = (
+            # The page is the invoice (`page_is_the_invoice`): its values are the fields, the XML
+            # is the evidence that contradicts them.
+            "the ledger would record the page's values while its own XML says otherwise"
+            if fields.read_from_page
+            else "the ledger would record the XML's values while a person reading the PDF sees the page's"
+        )
         out.append(
-            f"{PAGE_DISAGREES_WITH_XML}: {shown}; the ledger would record the XML's values while a person "
-            "reading the PDF sees the page's: ask the seller, by a channel you already know, which is "
-            "right before approving"
+            f"{PAGE_DISAGREES_WITH_XML}: {shown}; {recorded}: ask the seller, by a channel you already "
+            "know, which is right before approving"
         )
     return out
 
 
-def german_profile_reasons(fields: InvoiceFields, policy: ReviewPolicy) -> list[str]:
+def page_is_the_invoice(fields: InvoiceFields, policy: ReviewPolicy) -> bool:
     """A Factur-X/ZUGFeRD MINIMUM or BASIC WL document from a German seller, for an org that
-    receives under the German rules: held `not_an_einvoice`. Those profiles carry no invoice lines,
-    so from 2025 they are not e-invoices under section 14 UStG: the invoice is the PDF's page (an
-    "other invoice", which the transition still allows for supplies until the end of 2026, 2027
-    for small sellers), and its XML is evidence. The fields shown are the XML's; a person reads the
-    page, approves when they agree (or corrects them), or asks for an EN 16931 e-invoice.
+    receives under the German rules. Those profiles carry no invoice lines, so from 2025 they are
+    not e-invoices under section 14 UStG: the invoice is the PDF's page (an "other invoice", which
+    the transition still allows for supplies until the end of 2026, 2027 for small sellers), and
+    its XML is evidence. The engine reads such a PDF's page as any page-read invoice
+    (`engine.page_invoice`); `german_profile_reasons` holds the ones whose page it could not read.
 
     A seller whose VAT id is another country's is a cross-border supply, which the German
-    obligation does not cover: not held. One without a VAT id is held (unsure: a person looks)."""
+    obligation does not cover: its XML is the invoice. One without a VAT id counts as German
+    (unsure: the page is read, or a person looks)."""
     check = fields.einvoice_check
     if policy.einvoice_country != "DE" or check is None or check.profile not in PROFILES_WITHOUT_LINES:
-        return []
+        return False
     seller_vat = (fields.seller_vat_id or "").replace(" ", "").upper()
-    if seller_vat and not seller_vat.startswith("DE"):
+    return not seller_vat or seller_vat.startswith("DE")
+
+
+def german_profile_reasons(fields: InvoiceFields, policy: ReviewPolicy) -> list[str]:
+    """`page_is_the_invoice`, but its fields are still the XML's: a bare XML of such a profile (no
+    page at all), a PDF whose page has no text layer, or one on which the page reader found no
+    invoice. Held `not_an_einvoice`: a person reads the page, approves when the fields shown (the
+    XML's) agree with it, corrects them, or asks for an EN 16931 e-invoice. A page-read one is not
+    held for it: the page reader's own rules and the comparison with its XML apply."""
+    if fields.read_from_page or not page_is_the_invoice(fields, policy):
         return []
+    check = fields.einvoice_check
+    assert check is not None
     return [
         f"{NOT_AN_EINVOICE}: a Factur-X/ZUGFeRD {check.profile} document carries no invoice lines, so "
         "under the German e-invoicing rules this org receives under (section 14 UStG, from 2025) it is "
         "not an e-invoice and its XML is not the invoice: the PDF's page is (a bare XML of this profile "
-        "is no invoice at all). Check the fields shown (read from the XML) against the page and approve, "
+        "is no invoice at all), and it could not be read here (no page, no text layer, or no invoice "
+        "found on it). Check the fields shown (read from the XML) against the page and approve, "
         "or ask the seller for an EN 16931 e-invoice (Factur-X EN16931, XRechnung) and reject this one"
     ]
 

@@ -41,6 +41,7 @@ from invoice_pipeline.domain.review import (
 from invoice_pipeline.domain.validation import posting_gaps, validate_fields
 from invoice_pipeline.engine.deadlines import within_deadline
 from invoice_pipeline.engine.dedupe import match_outcome
+from invoice_pipeline.engine.page_invoice import may_read_the_page, read_invoice
 from invoice_pipeline.engine.records import (
     ChunkWrite,
     Lease,
@@ -350,6 +351,7 @@ def extract_fields(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID,
         c.invoice_id: (c.org_id, texts[c.invoice_id].text)
         for c in have
         if texts[c.invoice_id].format in PAGE_FORMATS
+        or may_read_the_page(texts[c.invoice_id], policies[c.org_id])
     }
     vendors = vendors_of_pages(env.store, pages, profiles) if pages else {}
     # What a shared currency sign ("$", "kr") means for those vendors: the currencies of their
@@ -359,9 +361,10 @@ def extract_fields(env: StageEnv, items: list[Claimed], step: str) -> dict[UUID,
     )
 
     def read(c: Claimed) -> InvoiceFields:
-        text = texts[c.invoice_id]
-        fields = without_own_identity(env.parser.read_fields(text), profiles[c.org_id], text.text)
-        vendor = vendors.get(c.invoice_id)
+        # A hybrid PDF whose page is the invoice is read from its page (issue 55, page_invoice).
+        text, fields = read_invoice(env.parser, texts[c.invoice_id], policies[c.org_id])
+        fields = without_own_identity(fields, profiles[c.org_id], text.text)
+        vendor = vendors.get(c.invoice_id) if text.format in PAGE_FORMATS else None
         if vendor is not None and contradiction(fields, vendor) is not None:
             # The page names another seller than the vendor its identifiers confirm: read as an
             # unknown vendor's page (no layout, nothing filled); the payment decision holds it.
