@@ -45,6 +45,8 @@ class ExportJobRecord:
     export_id: UUID
     status: str
     error: str | None
+    # Seconds since the job was last finished or heartbeated, on the database clock.
+    idle_seconds: float
 
 
 @dataclass(frozen=True)

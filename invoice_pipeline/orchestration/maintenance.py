@@ -49,6 +49,8 @@ class RunLease:
     status: str
     error: str | None
     described: str
+    # A delivery run's lease: seconds since it was last finished or heartbeated (database clock).
+    idle_seconds: float | None = None
 
 
 def leases_of_run(db: SweepSettings, run: DagsterRun) -> list[RunLease] | None:
@@ -61,7 +63,7 @@ def leases_of_run(db: SweepSettings, run: DagsterRun) -> list[RunLease] | None:
         ]
     if run.job_name == DELIVER_EXPORTS:
         return [
-            RunLease(j.status, j.error, f"export row {j.export_id} (job {j.job_id})")
+            RunLease(j.status, j.error, f"export row {j.export_id} (job {j.job_id})", j.idle_seconds)
             for j in db.store.exports.jobs_of_owner(owner)
         ]
     return None
@@ -75,10 +77,10 @@ def reconcile_dead_runs(db: SweepSettings, instance: DagsterInstance) -> list[st
     would show such a run as in progress forever, the invoices it was asked to process
     would stay requested by it, and exports_due_sensor would wait for the delivery run in
     flight for ever. A run is presumed dead when it holds no running lease and either a lease
-    of it was swept, or (an invoice run) it has logged nothing for longer than the lease TTL
-    (it died before claiming, or after releasing): a live run holds its leases while it works
-    and logs every step. A live delivery run logs nothing between its first and last batch
-    and holds no lease between two batches, so only a swept lease condemns one.
+    of it was swept, or it has logged nothing for longer than the lease TTL (it died before
+    claiming, or after releasing): a live run holds its leases while it works and logs every
+    step. A live delivery run logs nothing between its first and last batch, and holds no lease
+    for the moment between two batches: its silence counts from its last lease's finish too.
     """
     reconciled = []
     for run in instance.get_runs(filters=RunsFilter(statuses=LAUNCHED)):
@@ -91,10 +93,9 @@ def reconcile_dead_runs(db: SweepSettings, instance: DagsterInstance) -> list[st
         swept = [lease for lease in leases if (lease.error or "").startswith("swept:")]
         if swept:
             reason = f"its lease on {swept[0].described} was swept — {swept[0].error}"
-        elif run.job_name == DELIVER_EXPORTS:
-            continue
         else:
-            idle = _seconds_since_last_event(instance, run.run_id)
+            since_lease = [lease.idle_seconds for lease in leases if lease.idle_seconds is not None]
+            idle = min([_seconds_since_last_event(instance, run.run_id), *since_lease])
             if idle <= db.lock_ttl.total_seconds():
                 continue
             reason = f"it holds no lease and has logged nothing for {idle:.0f} s (lock TTL {db.lock_ttl})"

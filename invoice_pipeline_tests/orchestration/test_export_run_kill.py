@@ -90,12 +90,19 @@ def start_run(database_url: str, home: Path) -> subprocess.Popen[bytes]:
     )
 
 
-def blocked_by(holder: psycopg.Connection[object]) -> list[int]:
-    """The backends waiting on a lock `holder` holds."""
-    rows = holder.execute(
-        "SELECT pid FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))", (holder.info.backend_pid,)
-    ).fetchall()
-    return [int(row[0]) for row in rows]
+def blocked_by(database_url: str, holder: psycopg.Connection[object]) -> list[int]:
+    """The backends waiting on a lock `holder` holds. Asked on a new connection each time: inside
+    a transaction, pg_stat_activity is a snapshot taken once."""
+    query = "SELECT pid FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))"
+    return [int(row[0]) for row in sql(database_url, query, (holder.info.backend_pid,))]
+
+
+def backend_gone(database_url: str, pid: int) -> None:
+    """Until a killed client's backend has exited (it notices at its next read of the socket)."""
+    gone = "SELECT count(*) FROM pg_stat_activity WHERE pid = %s"
+    wait_for(
+        lambda: sql(database_url, gone, (pid,)) == [(0,)], timeout=60, what="the dead run's backend to exit"
+    )
 
 
 def reach_commit_blocked(
@@ -109,13 +116,16 @@ def reach_commit_blocked(
     holder.execute("SELECT 1 FROM exports WHERE target_id = %s FOR SHARE", (erp.id,))
     receiver.release_held()
     pids: list[int] = []
-    wait_for(lambda: bool(pids.extend(blocked_by(holder)) or pids), timeout=120, what="the commit to wait")
+    wait_for(
+        lambda: bool(pids.extend(blocked_by(database_url, holder)) or pids),
+        timeout=120,
+        what="the commit to wait",
+    )
 
     def release() -> int:
         holder.rollback()
         holder.close()
-        gone = "SELECT count(*) FROM pg_stat_activity WHERE pid = %s"
-        wait_for(lambda: sql(database_url, gone, (pids[0],)) == [(0,)], timeout=60, what="the dead backend")
+        backend_gone(database_url, pids[0])
         return len(pids)
 
     return release
@@ -179,3 +189,54 @@ def test_a_killed_delivery_run_is_swept_and_the_next_run_delivers_each_posting_o
     assert len(files) == -(-POSTINGS // BATCH) and all(n.startswith("EXTF_Buchungsstapel_") for n in files)
     for name, content in files_at_kill.items():
         assert files[name] == content
+
+
+def test_a_delivery_run_killed_before_its_first_claim_is_found_dead_and_the_sensor_goes_on(
+    database_url: str, store: InvoiceStore, tmp_path: Path
+) -> None:
+    """Killed holding no lease (its claim waits on the target row the test holds): no lease to
+    sweep, so the run is judged by its silence, past a 1 s TTL; until then the sensor waits."""
+    with WebhookReceiver(SECRET) as receiver:
+        erp = webhook_target(store, "acme", receiver.url, tmp_path / "secret", batch_size=BATCH)
+        post_invoices(store, "acme", POSTINGS)
+        holder = psycopg.connect(database_url)
+        # A new batch's row names its target: the claim's key check waits on this lock.
+        holder.execute("SELECT 1 FROM export_targets WHERE id = %s FOR UPDATE", (erp.id,))
+        run = start_run(database_url, tmp_path / "home")
+        try:
+            pids: list[int] = []
+            wait_for(
+                lambda: bool(pids.extend(blocked_by(database_url, holder)) or pids),
+                timeout=300,
+                what="the claim",
+            )
+            os.killpg(run.pid, signal.SIGKILL)
+            assert run.wait(60) == -signal.SIGKILL
+        finally:
+            if run.poll() is None:
+                os.killpg(run.pid, signal.SIGKILL)
+                run.wait(60)
+            holder.rollback()
+            holder.close()
+        backend_gone(database_url, pids[0])
+        assert sql(database_url, "SELECT count(*) FROM export_jobs") == [(0,)], "it held no lease"
+
+        with DagsterInstance.from_config(str(tmp_path / "home" / "dagster")) as instance:
+            (dead,) = instance.get_runs()
+            resources = pipeline_resources(database_url, lock_ttl_seconds=1)
+            db = resources["invoice_db"]
+            assert isinstance(db, InvoiceDatabase)
+            context = build_sensor_context(instance=instance, resources={"invoice_db": db})
+            assert not exports_due_sensor.evaluate_tick(context).run_requests, "the run still says STARTED"
+            wait_for(
+                lambda: run_maintenance(db, instance).reconciled_runs == [dead.run_id],
+                timeout=60,
+                interval=0.2,
+                what="the silent run to pass the 1 s TTL and be reconciled",
+            )
+            (request,) = exports_due_sensor.evaluate_tick(context).run_requests
+            job = make_definitions(resources).resolve_job_def(DELIVER_EXPORTS)
+            assert job.execute_in_process(instance=instance, tags=request.tags).success
+    assert statuses(database_url, erp) == {"delivered": POSTINGS}
+    assert receiver.booked() == dict.fromkeys(posting_ids(database_url, "acme"), 1)
+    assert len(receiver.requests) == POSTINGS  # nothing was sent before the kill
