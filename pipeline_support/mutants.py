@@ -1546,6 +1546,15 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "invoice_pipeline_tests/orchestration/test_export_sweep.py::"
         "test_the_sweep_schedule_frees_a_stale_export_lease_and_fails_its_dead_delivery_run",
     ),
+    _one(
+        "live-delivery-run-between-batches",
+        "a delivery run's silence counts from its last lease's finish: one between batches is not failed (issue 56)",
+        "invoice_pipeline/orchestration/maintenance.py",
+        "            idle = min([_seconds_since_last_event(instance, run.run_id), *since_lease])\n",
+        "            idle = _seconds_since_last_event(instance, run.run_id)\n",
+        "invoice_pipeline_tests/orchestration/test_export_sweep.py::"
+        "test_a_silent_delivery_run_is_dead_only_when_it_finished_no_lease_within_the_ttl",
+    ),
 )
 
 

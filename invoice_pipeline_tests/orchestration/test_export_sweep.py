@@ -6,12 +6,15 @@ Silence is simulated by back-dating the heartbeat, never by waiting."""
 
 from __future__ import annotations
 
+import logging
+import time
 from pathlib import Path
 from uuid import UUID
 
-from dagster import DagsterInstance, DagsterRunStatus, build_schedule_context
+import pytest
+from dagster import DagsterInstance, DagsterRunStatus, EventLogEntry, build_schedule_context
 
-from invoice_pipeline.engine.export_records import ExportLease, ExportTarget
+from invoice_pipeline.engine.export_records import Delivery, ExportLease, ExportTarget
 from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.orchestration.export_jobs import deliver_exports
 from invoice_pipeline.orchestration.run_requests import run_owner
@@ -102,3 +105,39 @@ def test_the_sweep_command_frees_a_stale_export_lease_and_leaves_a_fresh_one(
     assert "and 1 stale export lease(s)" in swept.stdout, swept.stdout
     assert job_state(database_url, dead.job_id)[0] == "failed"
     assert job_state(database_url, live.job_id) == ("running", "")
+
+
+@pytest.mark.parametrize("between_batches", [True, False])
+def test_a_silent_delivery_run_is_dead_only_when_it_finished_no_lease_within_the_ttl(
+    database_url: str, store: InvoiceStore, tmp_path: Path, between_batches: bool
+) -> None:
+    """A live delivery run logs nothing from its first batch to its last: its last event may be
+    long past while it works. Its silence counts from its last lease's finish too, so a run
+    between two batches is left alone; one that never claimed is found dead."""
+    instance = DagsterInstance.local_temp(str(tmp_path))
+    books = datev_target(store, "acme", tmp_path / "books", batch_size=1)
+    post_invoices(store, "acme", 2)
+    run_id = instance.create_run_for_job(job_def=deliver_exports, status=DagsterRunStatus.STARTED).run_id
+    # Its step's start, an hour ago (back-dated, not waited for).
+    instance.store_event(
+        EventLogEntry(
+            None, logging.DEBUG, "step started", run_id, time.time() - 3600, job_name=deliver_exports.name
+        )
+    )
+    if between_batches:
+        batch = store.exports.claim_batch(books, run_owner(run_id))
+        assert batch is not None
+        (lease,) = batch.leases
+        store.exports.record(batch.leases, [Delivery(lease.export_id, "delivered", "written")])
+    resources = pipeline_resources(database_url, lock_ttl_seconds=60)
+    context = build_schedule_context(instance=instance, resources={"invoice_db": resources["invoice_db"]})
+    message = str(sweep_stale_locks_schedule.evaluate_tick(context).skip_message)
+    run = instance.get_run_by_id(run_id)
+    assert run is not None
+    if between_batches:
+        assert "marked 0 dead run(s)" in message and run.status == DagsterRunStatus.STARTED, message
+    else:
+        assert "marked 1 dead run(s)" in message and run.status == DagsterRunStatus.FAILURE, message
+        assert "it holds no lease and has logged nothing for 36" in "\n".join(
+            e.message for e in instance.all_logs(run_id)
+        )
