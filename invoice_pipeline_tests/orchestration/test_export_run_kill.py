@@ -15,17 +15,20 @@ records the trial counts."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
 import pytest
-from dagster import DagsterInstance, DagsterRunStatus, build_sensor_context
+from dagster import DagsterInstance, DagsterRunStatus, EventLogEntry, build_sensor_context
 
 from invoice_pipeline.engine.export_records import ExportTarget
 from invoice_pipeline.engine.store import InvoiceStore
@@ -90,6 +93,31 @@ def start_run(database_url: str, home: Path) -> subprocess.Popen[bytes]:
     )
 
 
+@contextmanager
+def delivery_run(database_url: str, home: Path) -> Iterator[subprocess.Popen[bytes]]:
+    run = start_run(database_url, home)
+    try:
+        yield run
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait(60)
+
+
+def kill(run: subprocess.Popen[bytes], home: Path) -> None:
+    """kill -9 of the run's process group, which must still be running."""
+    assert run.poll() is None, (home / "run.log").read_text()
+    os.killpg(run.pid, signal.SIGKILL)
+    assert run.wait(60) == -signal.SIGKILL
+
+
+def wait_blocked(database_url: str, holder: psycopg.Connection[object], what: str) -> int:
+    """Until a backend waits on a lock `holder` holds; its pid."""
+    pids: list[int] = []
+    wait_for(lambda: bool(pids.extend(blocked_by(database_url, holder)) or pids), timeout=300, what=what)
+    return pids[0]
+
+
 def blocked_by(database_url: str, holder: psycopg.Connection[object]) -> list[int]:
     """The backends waiting on a lock `holder` holds. Asked on a new connection each time: inside
     a transaction, pg_stat_activity is a snapshot taken once."""
@@ -107,7 +135,7 @@ def backend_gone(database_url: str, pid: int) -> None:
 
 def reach_commit_blocked(
     database_url: str, receiver: WebhookReceiver, erp: ExportTarget
-) -> Callable[[], int]:
+) -> Callable[[], None]:
     """Hold the batch's rows while its first request is held, answer the batch, and wait until its
     commit (the fence) waits on them. Returns the release: roll back, then wait for the dead
     run's backend to be gone (it holds the rows' locks until it notices its client died)."""
@@ -115,18 +143,12 @@ def reach_commit_blocked(
     holder = psycopg.connect(database_url)
     holder.execute("SELECT 1 FROM exports WHERE target_id = %s FOR SHARE", (erp.id,))
     receiver.release_held()
-    pids: list[int] = []
-    wait_for(
-        lambda: bool(pids.extend(blocked_by(database_url, holder)) or pids),
-        timeout=120,
-        what="the commit to wait",
-    )
+    pid = wait_blocked(database_url, holder, "the commit to wait on the held rows")
 
-    def release() -> int:
+    def release() -> None:
         holder.rollback()
         holder.close()
-        backend_gone(database_url, pids[0])
-        return len(pids)
+        backend_gone(database_url, pid)
 
     return release
 
@@ -135,7 +157,7 @@ def reach_commit_blocked(
 def test_a_killed_delivery_run_is_swept_and_the_next_run_delivers_each_posting_once(
     database_url: str, store: InvoiceStore, tmp_path: Path, point: str
 ) -> None:
-    kill = KILL_POINTS[point]
+    at = KILL_POINTS[point]
     folder = tmp_path / "books"
     with WebhookReceiver(SECRET) as receiver:
         # Timeouts far past the kill: the run must not give up on a held request by itself.
@@ -144,24 +166,17 @@ def test_a_killed_delivery_run_is_swept_and_the_next_run_delivers_each_posting_o
         )
         books = datev_target(store, "acme", folder, batch_size=BATCH)
         post_invoices(store, "acme", POSTINGS)
-        receiver.then(*kill.script)
-        run = start_run(database_url, tmp_path / "home")
-        try:
-            if kill.commit_blocked:
+        receiver.then(*at.script)
+        with delivery_run(database_url, tmp_path / "home") as run:
+            if at.commit_blocked:
                 release = reach_commit_blocked(database_url, receiver, erp)
             else:
-                receiver.wait_for(kill.requests_at_kill, timeout=300)
+                receiver.wait_for(at.requests_at_kill, timeout=300)
             files_at_kill = {p.name: p.read_bytes() for p in folder.glob("*.csv")}
-            assert run.poll() is None, (tmp_path / "home" / "run.log").read_text()
-            os.killpg(run.pid, signal.SIGKILL)
-            assert run.wait(60) == -signal.SIGKILL
-        finally:
-            if run.poll() is None:
-                os.killpg(run.pid, signal.SIGKILL)
-                run.wait(60)
-        if kill.commit_blocked:
-            assert release() == 1
-        assert len(receiver.requests) == kill.requests_at_kill
+            kill(run, tmp_path / "home")
+        if at.commit_blocked:
+            release()
+        assert len(receiver.requests) == at.requests_at_kill
         held = age_export_leases(database_url)  # the dead run's silence, back-dated
         assert held > 0
 
@@ -183,8 +198,8 @@ def test_a_killed_delivery_run_is_swept_and_the_next_run_delivers_each_posting_o
     assert statuses(database_url, erp) == {"delivered": POSTINGS} == statuses(database_url, books)
     assert receiver.booked() == dict.fromkeys(posting_ids(database_url, "acme"), 1)
     assert set(receiver.acknowledged) == export_ids(database_url, erp)  # each key accepted
-    assert len(receiver.requests) == POSTINGS + kill.resent + (0 if kill.commit_blocked else 1)
-    assert sum(n > 1 for n in receiver.acknowledged.values()) == kill.resent
+    assert len(receiver.requests) == POSTINGS + at.resent + (0 if at.commit_blocked else 1)
+    assert sum(n > 1 for n in receiver.acknowledged.values()) == at.resent
     files = {p.name: p.read_bytes() for p in folder.iterdir()}
     assert len(files) == -(-POSTINGS // BATCH) and all(n.startswith("EXTF_Buchungsstapel_") for n in files)
     for name, content in files_at_kill.items():
@@ -195,45 +210,43 @@ def test_a_delivery_run_killed_before_its_first_claim_is_found_dead_and_the_sens
     database_url: str, store: InvoiceStore, tmp_path: Path
 ) -> None:
     """Killed holding no lease (its claim waits on the target row the test holds): no lease to
-    sweep, so the run is judged by its silence, past a 1 s TTL; until then the sensor waits."""
+    sweep, so the run is judged by its silence past the TTL; until then the sensor waits."""
     with WebhookReceiver(SECRET) as receiver:
         erp = webhook_target(store, "acme", receiver.url, tmp_path / "secret", batch_size=BATCH)
         post_invoices(store, "acme", POSTINGS)
         holder = psycopg.connect(database_url)
         # A new batch's row names its target: the claim's key check waits on this lock.
         holder.execute("SELECT 1 FROM export_targets WHERE id = %s FOR UPDATE", (erp.id,))
-        run = start_run(database_url, tmp_path / "home")
         try:
-            pids: list[int] = []
-            wait_for(
-                lambda: bool(pids.extend(blocked_by(database_url, holder)) or pids),
-                timeout=300,
-                what="the claim",
-            )
-            os.killpg(run.pid, signal.SIGKILL)
-            assert run.wait(60) == -signal.SIGKILL
+            with delivery_run(database_url, tmp_path / "home") as run:
+                pid = wait_blocked(database_url, holder, "the claim to wait on the held target")
+                kill(run, tmp_path / "home")
         finally:
-            if run.poll() is None:
-                os.killpg(run.pid, signal.SIGKILL)
-                run.wait(60)
             holder.rollback()
             holder.close()
-        backend_gone(database_url, pids[0])
+        backend_gone(database_url, pid)
         assert sql(database_url, "SELECT count(*) FROM export_jobs") == [(0,)], "it held no lease"
 
         with DagsterInstance.from_config(str(tmp_path / "home" / "dagster")) as instance:
             (dead,) = instance.get_runs()
-            resources = pipeline_resources(database_url, lock_ttl_seconds=1)
+            resources = pipeline_resources(database_url)
             db = resources["invoice_db"]
             assert isinstance(db, InvoiceDatabase)
             context = build_sensor_context(instance=instance, resources={"invoice_db": db})
             assert not exports_due_sensor.evaluate_tick(context).run_requests, "the run still says STARTED"
-            wait_for(
-                lambda: run_maintenance(db, instance).reconciled_runs == [dead.run_id],
-                timeout=60,
-                interval=0.2,
-                what="the silent run to pass the 1 s TTL and be reconciled",
+            assert run_maintenance(db, instance).reconciled_runs == [], "silent for less than the TTL"
+            # Its silence past the TTL, back-dated: its last event an hour old, not waited for.
+            instance.store_event(
+                EventLogEntry(
+                    None,
+                    logging.DEBUG,
+                    "silent since",
+                    dead.run_id,
+                    time.time() - 3600,
+                    job_name=DELIVER_EXPORTS,
+                )
             )
+            assert run_maintenance(db, instance).reconciled_runs == [dead.run_id]
             (request,) = exports_due_sensor.evaluate_tick(context).run_requests
             job = make_definitions(resources).resolve_job_def(DELIVER_EXPORTS)
             assert job.execute_in_process(instance=instance, tags=request.tags).success
