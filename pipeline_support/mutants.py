@@ -1558,6 +1558,33 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "    return f\"{item.export_id}:{__import__('uuid').uuid4()}\"\n",
         f"{EXPORT_TESTS}/test_delivery.py::test_the_idempotency_key_is_the_same_on_every_redelivery",
     ),
+    _one(
+        "sweep-frees-export-leases",
+        "the one sweep (`sweep`, the sweep_stale_locks schedule) frees stale export leases too (issue 56)",
+        "invoice_pipeline/engine/maintenance.py",
+        "    export_swept = db.store.exports.release_stale(db.lock_ttl)\n",
+        "    export_swept = 0\n",
+        "invoice_pipeline_tests/orchestration/test_export_sweep.py::"
+        "test_the_sweep_schedule_frees_a_stale_export_lease_and_fails_its_dead_delivery_run",
+    ),
+    _one(
+        "dead-delivery-run-reconciled",
+        "a delivery run whose export lease was swept is marked failed, so the sensor launches the next (issue 56)",
+        "invoice_pipeline/orchestration/maintenance.py",
+        "    if run.job_name == DELIVER_EXPORTS:\n        return [",
+        "    if run.job_name == 'no such job':\n        return [",
+        "invoice_pipeline_tests/orchestration/test_export_sweep.py::"
+        "test_the_sweep_schedule_frees_a_stale_export_lease_and_fails_its_dead_delivery_run",
+    ),
+    _one(
+        "live-delivery-run-between-batches",
+        "a delivery run's silence counts from its last lease's finish: one between batches is not failed (issue 56)",
+        "invoice_pipeline/orchestration/maintenance.py",
+        "            idle = min([_seconds_since_last_event(instance, run.run_id), *since_lease])\n",
+        "            idle = _seconds_since_last_event(instance, run.run_id)\n",
+        "invoice_pipeline_tests/orchestration/test_export_sweep.py::"
+        "test_a_silent_delivery_run_is_dead_only_when_it_finished_no_lease_within_the_ttl",
+    ),
 )
 
 

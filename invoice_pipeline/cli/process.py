@@ -218,6 +218,6 @@ def add_process_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser
         help="processes working a backlog at once (default: one per core, at most 4)",
     )
     process.set_defaults(func=cmd_process)
-    sub.add_parser("sweep", help="sweep stale locks, reconcile dead runs, schedule retries").set_defaults(
-        func=cmd_sweep
-    )
+    sub.add_parser(
+        "sweep", help="sweep stale locks and export leases, reconcile dead runs, schedule retries"
+    ).set_defaults(func=cmd_sweep)

@@ -38,6 +38,18 @@ class ExportLease:
 
 
 @dataclass(frozen=True)
+class ExportJobRecord:
+    """An export_jobs row as the sweep's run reconciler reads it (a delivery run's leases)."""
+
+    job_id: UUID
+    export_id: UUID
+    status: str
+    error: str | None
+    # Seconds since the job was last finished or heartbeated, on the database clock.
+    idle_seconds: float
+
+
+@dataclass(frozen=True)
 class BatchItem:
     """One posting of a batch, with what a target writes of it."""
 

@@ -1,4 +1,5 @@
-"""The sweep: free dead holders' locks, schedule retries, release or expire requests no run will claim.
+"""The sweep: free dead holders' locks (on invoices and on export rows), schedule retries, release
+or expire requests no run will claim.
 
 Dagster-free. What the sweep must know about runs (which died, which are in flight, which ended)
 it asks a `RunsView`; orchestration/maintenance.py answers it from the Dagster instance. Without
@@ -82,11 +83,15 @@ class MaintenanceReport:
     # Metric counter deltas folded (sql/0018_metrics.sql): bookkeeping, so it is neither in the
     # summary nor a change; folding here bounds the deltas where nothing scrapes the metrics.
     metric_deltas_folded: int = 0
+    # Export leases (export_jobs) whose deliverer went silent past the lock TTL: swept here too,
+    # so a dead deliverer's batch is freed even when no delivery runs to sweep it at its start.
+    export_leases_swept: int = 0
 
     @property
     def changed_anything(self) -> bool:
         return bool(
             self.swept
+            or self.export_leases_swept
             or self.reconciled_runs
             or self.rescheduled
             or self.expired_requests
@@ -103,7 +108,7 @@ class MaintenanceReport:
 
     def summary(self) -> str:
         return (
-            f"swept {self.swept} stale lock(s); marked {len(self.reconciled_runs)} dead run(s) failed; "
+            f"swept {self.swept} stale lock(s) and {self.export_leases_swept} stale export lease(s); marked {len(self.reconciled_runs)} dead run(s) failed; "
             f"scheduled {self.retried} retry(ies); {self.dead_lettered} invoice(s) need attention; "
             f"released {len(self.released_requests)} request(s) of ended or dead runs; "
             f"{self.expired_requests} unclaimed request(s) expired"
@@ -164,6 +169,7 @@ def release_abandoned_requests(db: SweepSettings, runs: RunsView) -> list[Resche
 def sweep(db: SweepSettings, runs: RunsView | None) -> MaintenanceReport:
     """One maintenance pass; with `runs`, also the parts that need to know the runs."""
     swept = db.store.maintenance.release_stale_locks(stale_after=db.lock_ttl)
+    export_swept = db.store.exports.release_stale(db.lock_ttl)
     reconciled = runs.reconcile_dead_runs(db) if runs is not None else []
     # A holder that died left no error to back off from: its invoice is due again at once.
     # (A step that failed is rescheduled with backoff by its op on its last try, not here.)
@@ -173,4 +179,6 @@ def sweep(db: SweepSettings, runs: RunsView | None) -> MaintenanceReport:
     released = release_abandoned_requests(db, runs) if runs is not None else []
     expired = expire_lost_requests(db, runs) if runs is not None else []
     folded = db.store.metrics.fold_metric_counts()
-    return MaintenanceReport(swept, reconciled, rescheduled + expired, len(expired), released, folded)
+    return MaintenanceReport(
+        swept, reconciled, rescheduled + expired, len(expired), released, folded, export_swept
+    )

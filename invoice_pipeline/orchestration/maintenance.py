@@ -4,11 +4,13 @@ the Dagster instance, and telling Dagster the truth about the runs whose worker 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from functools import cached_property
 
-from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
+from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
 
 from invoice_pipeline.engine.maintenance import MaintenanceReport, OwnerRuns, RunSeen, SweepSettings, sweep
+from invoice_pipeline.orchestration.export_jobs import DELIVER_EXPORTS
 from invoice_pipeline.orchestration.request_owner import RequestOwner, instance_scope, runs_filter
 from invoice_pipeline.orchestration.run_requests import (
     PROCESS_INVOICE,
@@ -40,32 +42,60 @@ def _seconds_since_last_event(instance: DagsterInstance, run_id: str) -> float:
     return time.time() - last
 
 
+@dataclass(frozen=True)
+class RunLease:
+    """A lease a run took (on an invoice or an export row), as the reconciler judges the run by it."""
+
+    status: str
+    error: str | None
+    described: str
+    # A delivery run's lease: seconds since it was last finished or heartbeated (database clock).
+    idle_seconds: float | None = None
+
+
+def leases_of_run(db: SweepSettings, run: DagsterRun) -> list[RunLease] | None:
+    """The leases of one of our lease-taking runs; None for the other jobs."""
+    owner = run_owner(run.run_id)
+    if run.job_name in (PROCESS_INVOICE, PROCESS_INVOICE_BATCH):
+        return [
+            RunLease(j.status, j.error, f"invoice {j.invoice_id} (job {j.job_id})")
+            for j in db.store.claims.jobs_of_owner(owner)
+        ]
+    if run.job_name == DELIVER_EXPORTS:
+        return [
+            RunLease(j.status, j.error, f"export row {j.export_id} (job {j.job_id})", j.idle_seconds)
+            for j in db.store.exports.jobs_of_owner(owner)
+        ]
+    return None
+
+
 def reconcile_dead_runs(db: SweepSettings, instance: DagsterInstance) -> list[str]:
     """Mark failed the runs that still say STARTED (or NOT_STARTED, STARTING) but whose
     worker is gone.
 
     The default run launcher cannot notice a SIGKILLed run worker, so without this the UI
-    would show such a run as in progress forever, and the invoices it was asked to process
-    would stay requested by it. A run is presumed dead when it holds no
-    running lease and either a lease of it was swept, or it has logged nothing for longer than
-    the lease TTL (it died before claiming, or after releasing): a live run holds its leases
-    while it works and logs every step.
+    would show such a run as in progress forever, the invoices it was asked to process
+    would stay requested by it, and exports_due_sensor would wait for the delivery run in
+    flight for ever. A run is presumed dead when it holds no running lease and either a lease
+    of it was swept, or it has logged nothing for longer than the lease TTL (it died before
+    claiming, or after releasing): a live run holds its leases while it works and logs every
+    step. A live delivery run logs nothing between its first and last batch, and holds no lease
+    for the moment between two batches: its silence counts from its last lease's finish too.
     """
     reconciled = []
     for run in instance.get_runs(filters=RunsFilter(statuses=LAUNCHED)):
         # Not the celery job's runs: one that holds no lease and logs nothing may only be
         # waiting for a worker to take its next task. Their deadline bounds them instead
         # (celery_definitions.py).
-        if run.job_name not in (PROCESS_INVOICE, PROCESS_INVOICE_BATCH):
+        leases = leases_of_run(db, run)
+        if leases is None or any(lease.status == "running" for lease in leases):
             continue
-        jobs = db.store.claims.jobs_of_owner(run_owner(run.run_id))
-        if any(j.status == "running" for j in jobs):
-            continue
-        swept = [j for j in jobs if (j.error or "").startswith("swept:")]
+        swept = [lease for lease in leases if (lease.error or "").startswith("swept:")]
         if swept:
-            reason = f"its lease on invoice {swept[0].invoice_id} (job {swept[0].job_id}) was swept — {swept[0].error}"
+            reason = f"its lease on {swept[0].described} was swept — {swept[0].error}"
         else:
-            idle = _seconds_since_last_event(instance, run.run_id)
+            since_lease = [lease.idle_seconds for lease in leases if lease.idle_seconds is not None]
+            idle = min([_seconds_since_last_event(instance, run.run_id), *since_lease])
             if idle <= db.lock_ttl.total_seconds():
                 continue
             reason = f"it holds no lease and has logged nothing for {idle:.0f} s (lock TTL {db.lock_ttl})"

@@ -1,4 +1,4 @@
-"""Every five minutes: sweep stale locks, reconcile dead runs, schedule retries or give up."""
+"""Every five minutes: sweep stale locks (invoices and export rows), reconcile dead runs, schedule retries or give up."""
 
 from dagster import DefaultScheduleStatus, ScheduleEvaluationContext, SkipReason, schedule
 
@@ -15,7 +15,7 @@ from invoice_pipeline.orchestration.resources import InvoiceDatabase
     cron_schedule="*/5 * * * *",
     job=process_invoice_batch,
     default_status=DefaultScheduleStatus.RUNNING,
-    description="Sweep stale locks, mark dead runs failed, schedule retries with backoff, dead-letter after max attempts.",
+    description="Sweep stale locks and export leases, mark dead runs failed, schedule retries with backoff, dead-letter after max attempts.",
 )
 def sweep_stale_locks_schedule(context: ScheduleEvaluationContext, invoice_db: InvoiceDatabase) -> SkipReason:
     report = run_maintenance(invoice_db, context.instance)

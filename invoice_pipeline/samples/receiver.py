@@ -5,8 +5,9 @@ and accepts each key once, as an idempotent ERP does: a repeated `Idempotency-Ke
 200 again but not booked a second time. So a posting that arrives under two keys is booked
 twice: `booked` counts, per posting id in the bodies, the distinct keys accepted for it (exactly
 once is 1 for every posting). On command it answers with a status,
-hangs (the client times out) or closes the connection without an answer: `then(...)` queues
-actions for the next requests, `default` answers the rest.
+hangs (the client times out), holds the answer until `release_held()` (then answers as
+`default` does), or closes the connection without an answer: `then(...)` queues actions for the
+next requests, `default` answers the rest.
 """
 
 from __future__ import annotations
@@ -59,6 +60,8 @@ class WebhookReceiver:
         self._script: list[str] = []
         self._lock = threading.Lock()
         self._release = threading.Event()
+        self._held_gate = threading.Event()
+        self.held = 0  # requests that reached a "hold" (counted on arrival, before their answer)
         self.arrived = threading.Condition(self._lock)
         self._server = _QuietServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
@@ -86,11 +89,12 @@ class WebhookReceiver:
 
     def __exit__(self, *exc: object) -> None:
         self._release.set()
+        self._held_gate.set()
         self._server.shutdown()
         self._server.server_close()
 
     def then(self, *actions: str) -> None:
-        """The next requests' answers, in order: a status ("500", "429", "400"), "hang", "close"."""
+        """The next requests' answers, in order: a status ("500", "429", "400"), "hang", "hold", "close"."""
         with self._lock:
             self._script.extend(actions)
 
@@ -99,6 +103,16 @@ class WebhookReceiver:
         with self.arrived:
             if not self.arrived.wait_for(lambda: len(self.requests) >= count, timeout):
                 raise TimeoutError(f"{len(self.requests)} of {count} requests arrived")
+
+    def wait_held(self, count: int, timeout: float = 60) -> None:
+        """Until `count` requests are held by "hold", unanswered (an event, not a sleep)."""
+        with self.arrived:
+            if not self.arrived.wait_for(lambda: self.held >= count, timeout):
+                raise TimeoutError(f"{self.held} of {count} requests held")
+
+    def release_held(self) -> None:
+        """Answer the held requests (and any later "hold") as `default` does."""
+        self._held_gate.set()
 
     def booked(self) -> Counter[str]:
         """Per posting id: how many times the ERP booked it (distinct keys accepted for it)."""
@@ -144,6 +158,12 @@ class WebhookReceiver:
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 action = receiver._next_action()
+                if action == "hold":
+                    with receiver.arrived:
+                        receiver.held += 1
+                        receiver.arrived.notify_all()
+                    receiver._held_gate.wait(120)
+                    action = receiver.default
                 key = self.headers.get("Idempotency-Key")
                 ok = receiver._signature_ok(body, self.headers.get(SIGNATURE_HEADER))
                 if ok is False and action.startswith("2"):

@@ -68,7 +68,9 @@ def test_sweeps_reconciles_the_dead_run_and_makes_its_invoice_due_at_once(
     wait_stale(database_url, lease.job_id, 60)
     store.claims.heartbeat(store.claims.current_holder(live_inv).job_id)  # type: ignore[union-attr]
     message = evaluate(database_url, instance, lock_ttl_seconds=60, retry_base_seconds=60)
-    assert message.startswith("swept 1 stale lock(s); marked 1 dead run(s) failed; scheduled 1 retry")
+    assert message.startswith(
+        "swept 1 stale lock(s) and 0 stale export lease(s); marked 1 dead run(s) failed; scheduled 1 retry"
+    )
 
     dead = instance.get_run_by_id(run_id)
     assert dead is not None and dead.status == DagsterRunStatus.FAILURE

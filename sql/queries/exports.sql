@@ -45,6 +45,14 @@ WITH beat AS (
 )
 SELECT id FROM export_jobs WHERE id = ANY(%(job_ids)s) AND status = 'running'
 
+-- The leases a deliverer (a Dagster delivery run) took: the sweep's reconciler judges the run by them.
+-- name: export_jobs_of_owner
+SELECT id AS job_id, export_id, status, error,
+       extract(epoch FROM clock_timestamp() - coalesce(finished_at, heartbeat_at))::float8 AS idle_seconds
+FROM export_jobs
+WHERE owner = %(owner)s
+ORDER BY started_at
+
 -- name: release_stale_export_locks
 SELECT release_stale_export_locks(%(stale_after)s)
 

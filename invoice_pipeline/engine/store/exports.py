@@ -26,6 +26,7 @@ from invoice_pipeline.engine.export_records import (
     BatchItem,
     DeadLetter,
     Delivery,
+    ExportJobRecord,
     ExportLease,
     ExportTarget,
     Recorded,
@@ -108,6 +109,10 @@ class Exports:
         """LeaseKeeper's beat for export leases: on the heartbeat connection, never waiting."""
         rows = self.db.heartbeat_rows(EXPORTS["heartbeat_export_locks"], {"job_ids": job_ids})
         return {row[0] for row in rows}
+
+    def jobs_of_owner(self, owner: str) -> list[ExportJobRecord]:
+        with self.db.pool.connection() as conn:
+            return self.db.fetch_all(conn, ExportJobRecord, EXPORTS["export_jobs_of_owner"], {"owner": owner})
 
     def release_stale(self, stale_after: timedelta) -> int:
         return int(
