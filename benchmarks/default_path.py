@@ -30,7 +30,7 @@ import psycopg
 from benchmarks.harness import BenchContext, BenchResult, free_port, percentile, register
 from invoice_pipeline.config import ENV_EINVOICE_CHECKS
 from invoice_pipeline.orchestration.dagster_home import dagster_database_url
-from invoice_pipeline.samples.generator import _Builder
+from invoice_pipeline.samples.drawing import InvoiceDrawer
 from invoice_pipeline.samples.render import ubl_xml
 from pipeline_support.helpers import cli_environment, run_cli, start_dev_server, stop_process_group, wait_for
 
@@ -53,7 +53,7 @@ def _as_a_user(url: str) -> Iterator[tuple[Path, dict[str, str]]]:
 
 def _write_ubl(folder: Path, count: int, seed: int, prefix: str) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
-    builder = _Builder(folder, seed)
+    builder = InvoiceDrawer(seed)
     paths = []
     for i in range(count):
         path = folder / f"{prefix}-{i:05d}.xml"

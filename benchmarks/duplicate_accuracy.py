@@ -33,12 +33,12 @@ from invoice_pipeline.domain.validation import validate_fields
 from invoice_pipeline.engine.dedupe import decide_duplicate
 from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.orchestration.resources import DocumentReader
+from invoice_pipeline.samples.twin_world import TwinDocument
 from invoice_pipeline.samples.twins import (
     KINDS,
     LOOKALIKE_KINDS,
     TWIN_KINDS,
     LabelledPair,
-    TwinDocument,
     decide_on_true_fields,
     generate_pairs,
 )

@@ -306,12 +306,12 @@ def run(ctx: BenchContext) -> BenchResult:
 def _page_prints(extracted: ExtractedText, change: Change) -> bool:
     """Whether the unchanged file's page prints the XML's value of the field the change alters."""
     fields = extract_fields(extracted, compare_page=False)
-    from invoice_pipeline.documents.page_witness import _number_printed, _Page
+    from invoice_pipeline.documents.page_witness import PrintedPage, number_printed
     from invoice_pipeline.domain.identity import compact, ibans_on_page
 
-    page = _Page.of(extracted.text)
+    page = PrintedPage.of(extracted.text)
     if change.expect == "invoice_number":
-        return bool(fields.invoice_number) and _number_printed(fields.invoice_number or "", page)
+        return bool(fields.invoice_number) and number_printed(fields.invoice_number or "", page)
     return bool(fields.payee_iban) and compact(fields.payee_iban or "").upper() in ibans_on_page(
         extracted.text
     )

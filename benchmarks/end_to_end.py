@@ -44,7 +44,7 @@ from invoice_pipeline.orchestration.dagster_home import DAGSTER_YAML, ENV_DAGSTE
 from invoice_pipeline.orchestration.resources import DocumentReader, InvoiceDatabase
 from invoice_pipeline.orchestration.resources.invoice_database import close_shared_stores
 from invoice_pipeline.orchestration.run_requests import batch_run_config, single_run_config
-from invoice_pipeline.samples.generator import _Builder  # the demo's invoice generator
+from invoice_pipeline.samples.drawing import InvoiceDrawer  # the demo's invoices
 from invoice_pipeline.samples.render import cii_xml, ubl_xml
 
 NAME = "end_to_end"
@@ -104,7 +104,7 @@ class Documents:
 
     def __init__(self, seed: int = 7) -> None:
         self._tmp = Path(tempfile.mkdtemp(prefix="invoice-bench-docs-"))
-        self._builder = _Builder(self._tmp, seed)
+        self._builder = InvoiceDrawer(seed)
         self._n = 0
 
     def ingest(self, store: InvoiceStore, count: int) -> list[UUID]:

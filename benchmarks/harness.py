@@ -729,7 +729,8 @@ def write_results(
 # -- plotting ----------------------------------------------------------------------------------
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
+    """matplotlib's pyplot drawing into files (every benchmark's plots), imported on first use."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only: there is no display, and none is wanted in CI
@@ -749,7 +750,7 @@ def plot_lines(
     logy: bool = False,
 ) -> str:
     """One line per series through the figures' medians, with min..max error bars."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for label, (xs, figures) in series.items():
         med = [f.median for f in figures]
@@ -773,7 +774,7 @@ def plot_lines(
 
 def plot_bars(path: Path, title: str, ylabel: str, bars: dict[str, Figure], *, logy: bool = False) -> str:
     """One bar per figure (median), min..max error bars."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     labels = list(bars)
     med = [bars[k].median for k in labels]

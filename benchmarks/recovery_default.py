@@ -33,7 +33,7 @@ from invoice_pipeline.db.embedded import EmbeddedPostgres
 from invoice_pipeline.engine.runs import InvoiceRef
 from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.orchestration.run_requests import single_run_config
-from invoice_pipeline.samples.generator import _Builder
+from invoice_pipeline.samples.drawing import InvoiceDrawer
 from invoice_pipeline.samples.render import Line, invoice_pdf, ubl_xml
 from pipeline_support.helpers import start_dev_server, stop_process_group, wait_for
 
@@ -42,7 +42,7 @@ LINES = 450  # ~440 pages, ~2 s of text extraction: long enough to be killed in 
 
 
 def _slow_invoice(seed: int) -> bytes:
-    builder = _Builder(Path(tempfile.gettempdir()), seed)
+    builder = InvoiceDrawer(seed)
     inv = builder.invoice()
     lines = tuple(
         Line(f"Consulting hours, item {i}", Decimal(1), Decimal("10.00"), Decimal(19)) for i in range(LINES)
@@ -130,7 +130,7 @@ def _ui_launch_to_success(
     from dagster_graphql import DagsterGraphQLClient
 
     gql = DagsterGraphQLClient("127.0.0.1", port_number=ui_port)
-    builder = _Builder(Path(tempfile.gettempdir()), 99)
+    builder = InvoiceDrawer(99)
     for trial in range(ctx.pick(2, 5)):
         inv = replace(builder.invoice(), invoice_number=f"UI-{trial:04d}")
         invoice = store.documents.store_document(ubl_xml(inv), "acme", f"ui-{trial}.xml").invoice_id

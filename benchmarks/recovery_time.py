@@ -36,7 +36,7 @@ import numpy as np
 import psycopg
 
 from benchmarks.end_to_end import DagsterSetup, Documents, dagster_home_on_postgres
-from benchmarks.harness import ROOT, BenchContext, BenchResult, _pyplot, fmt, register
+from benchmarks.harness import ROOT, BenchContext, BenchResult, fmt, pyplot, register
 from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.orchestration.resources import InvoiceDatabase
 from pipeline_support.helpers import wait_for
@@ -460,7 +460,7 @@ def summarise(result: BenchResult, out_dir: Path) -> None:
 
 def _plot(path: Path, scenarios: list[Scenario], measured_total: float) -> str:
     """Stacked horizontal bars: mean of each component; a tick at the worst case."""
-    plt = _pyplot()
+    plt = pyplot()
     rows = [(s.short, s.parts, s.median, s.worst) for s in scenarios if s.plot]
     seed_row = rows[-1][0]
     colors = {

@@ -39,7 +39,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pipeline_support.netns import ROOT, Cluster, _ip
+from pipeline_support.netns import ROOT, Cluster, ip
 
 BROKER_SUBNET = "10.214"
 REDIS_PORT = 6379
@@ -163,10 +163,10 @@ class BrokerCluster(Cluster):
     def _build(self) -> None:
         super()._build()
         self._add_ns(self.mq_ns)
-        _ip("link", "set", "lo", "up", ns=self.mq_ns)
+        ip("link", "set", "lo", "up", ns=self.mq_ns)
         for host in range(1, self.workers + 1):
             m, q = self.mq_end(host), self.worker_mq_end(host)
-            _ip(
+            ip(
                 "link",
                 "add",
                 m,
@@ -180,10 +180,10 @@ class BrokerCluster(Cluster):
                 "netns",
                 self.ns(host),
             )
-            _ip("addr", "add", f"{self.broker_address(host)}/30", "dev", m, ns=self.mq_ns)
-            _ip("addr", "add", f"{self.worker_broker_address(host)}/30", "dev", q, ns=self.ns(host))
-            _ip("link", "set", m, "up", ns=self.mq_ns)
-            _ip("link", "set", q, "up", ns=self.ns(host))
+            ip("addr", "add", f"{self.broker_address(host)}/30", "dev", m, ns=self.mq_ns)
+            ip("addr", "add", f"{self.worker_broker_address(host)}/30", "dev", q, ns=self.ns(host))
+            ip("link", "set", m, "up", ns=self.mq_ns)
+            ip("link", "set", q, "up", ns=self.ns(host))
         self.start_broker()
 
     def start_broker(self, timeout: float = 30) -> None:
@@ -307,10 +307,10 @@ class BrokerCluster(Cluster):
 
     def cut_broker(self, host: int) -> None:
         """Take the broker end of host's broker link down; its database link stays up."""
-        _ip("link", "set", self.mq_end(host), "down", ns=self.mq_ns)
+        ip("link", "set", self.mq_end(host), "down", ns=self.mq_ns)
 
     def heal_broker(self, host: int) -> None:
-        _ip("link", "set", self.mq_end(host), "up", ns=self.mq_ns)
+        ip("link", "set", self.mq_end(host), "up", ns=self.mq_ns)
 
 
 DAGSTER_PG_TIMEOUTS = (

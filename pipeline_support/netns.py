@@ -67,7 +67,8 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def _ip(*args: str, ns: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+def ip(*args: str, ns: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """`ip ARGS`, inside the network namespace `ns` when given (the clusters' links and addresses)."""
     cmd = (["ip", "netns", "exec", ns] if ns else []) + ["ip", *args]
     return subprocess.run(cmd, capture_output=True, text=True, check=check, timeout=30)
 
@@ -194,17 +195,17 @@ class Cluster:
         self.pgdata.mkdir()
         shutil.chown(self.pgdata, "postgres", "postgres")
         self._add_ns(self.db_ns)
-        _ip("link", "set", "lo", "up", ns=self.db_ns)
+        ip("link", "set", "lo", "up", ns=self.db_ns)
         for host in range(1, self.workers + 1):
             ns = self.ns(host)
             self._add_ns(ns)
-            _ip("link", "set", "lo", "up", ns=ns)
+            ip("link", "set", "lo", "up", ns=ns)
             d, w = self.db_end(host), self.worker_end(host)
-            _ip("link", "add", d, "netns", self.db_ns, "type", "veth", "peer", "name", w, "netns", ns)
-            _ip("addr", "add", f"{self.db_address(host)}/30", "dev", d, ns=self.db_ns)
-            _ip("addr", "add", f"{self.worker_address(host)}/30", "dev", w, ns=ns)
-            _ip("link", "set", d, "up", ns=self.db_ns)
-            _ip("link", "set", w, "up", ns=ns)
+            ip("link", "add", d, "netns", self.db_ns, "type", "veth", "peer", "name", w, "netns", ns)
+            ip("addr", "add", f"{self.db_address(host)}/30", "dev", d, ns=self.db_ns)
+            ip("addr", "add", f"{self.worker_address(host)}/30", "dev", w, ns=ns)
+            ip("link", "set", d, "up", ns=self.db_ns)
+            ip("link", "set", w, "up", ns=ns)
         subprocess.run(
             ["runuser", "-u", "postgres", "--", str(PG_BIN / "initdb"), "-D", str(self.pgdata), "-A", "trust",
              "-U", "postgres", "--no-sync"],
@@ -369,10 +370,10 @@ class Cluster:
 
     def cut(self, host: int) -> None:
         """Take the database end of host's link down: packets vanish silently, no RST."""
-        _ip("link", "set", self.db_end(host), "down", ns=self.db_ns)
+        ip("link", "set", self.db_end(host), "down", ns=self.db_ns)
 
     def heal(self, host: int) -> None:
-        _ip("link", "set", self.db_end(host), "up", ns=self.db_ns)
+        ip("link", "set", self.db_end(host), "up", ns=self.db_ns)
 
     def netem(self, host: int, loss_pct: float, delay_ms: int, *, seed: int = 0) -> str:
         """A lossy, slow link: each direction of host's link to the database host loses loss_pct %
@@ -417,11 +418,11 @@ class Cluster:
         if line.strip() != "ready":
             self.clear_netem(host)
             raise RuntimeError(f"lossy link for host {host} did not start: {line.strip()!r}")
-        _ip("link", "set", worker_tun, "up", ns=self.ns(host))
-        _ip("link", "set", db_tun, "up", ns=self.db_ns)
+        ip("link", "set", worker_tun, "up", ns=self.ns(host))
+        ip("link", "set", db_tun, "up", ns=self.db_ns)
         db, worker = self.db_address(host), self.worker_address(host)
-        _ip("route", "replace", f"{db}/32", "dev", worker_tun, "src", worker, ns=self.ns(host))
-        _ip("route", "replace", f"{worker}/32", "dev", db_tun, "src", db, ns=self.db_ns)
+        ip("route", "replace", f"{db}/32", "dev", worker_tun, "src", worker, ns=self.ns(host))
+        ip("route", "replace", f"{worker}/32", "dev", db_tun, "src", db, ns=self.db_ns)
         return f"user-space netem (TUN forwarder): delay {delay_ms}ms loss {loss_pct}%"
 
     def clear_netem(self, host: int) -> dict[str, int]:
@@ -436,8 +437,8 @@ class Cluster:
             return {}
         proc, stats = lossy
         # Routes first, so that the traffic is back on the veth before the devices go away.
-        _ip("route", "del", f"{self.db_address(host)}/32", ns=self.ns(host), check=False)
-        _ip("route", "del", f"{self.worker_address(host)}/32", ns=self.db_ns, check=False)
+        ip("route", "del", f"{self.db_address(host)}/32", ns=self.ns(host), check=False)
+        ip("route", "del", f"{self.worker_address(host)}/32", ns=self.db_ns, check=False)
         proc.terminate()
         try:
             proc.wait(30)

@@ -39,7 +39,7 @@ _CURRENCY_SIGNS: dict[str, tuple[str, ...]] = {
 
 
 @dataclass(frozen=True)
-class _Page:
+class PrintedPage:
     """The page's text in the forms the comparisons search."""
 
     text: str
@@ -47,12 +47,12 @@ class _Page:
     alnum: str  # upper-case letters and digits only
 
     @classmethod
-    def of(cls, text: str) -> _Page:
+    def of(cls, text: str) -> PrintedPage:
         upper = text.upper()
         return cls(text, upper, re.sub(r"[^0-9A-Z]", "", upper))
 
 
-def _number_printed(value: str, page: _Page) -> bool:
+def number_printed(value: str, page: PrintedPage) -> bool:
     wanted = normalize_invoice_number(value)
     if not wanted:
         return False
@@ -84,7 +84,7 @@ def _date_forms(value: date) -> list[str]:
     return sorted(forms)
 
 
-def _date_printed(value: date, page: _Page) -> bool:
+def _date_printed(value: date, page: PrintedPage) -> bool:
     return any(re.search(rf"(?<![0-9]){re.escape(form)}(?![0-9])", page.text) for form in _date_forms(value))
 
 
@@ -107,20 +107,20 @@ def _amount_forms(value: Decimal) -> list[str]:
     return sorted(forms)
 
 
-def _amount_printed(value: Decimal, page: _Page) -> bool:
+def _amount_printed(value: Decimal, page: PrintedPage) -> bool:
     return any(
         re.search(rf"(?<![0-9.,]){re.escape(form)}(?![0-9]|[.,][0-9])", page.text)
         for form in _amount_forms(value)
     )
 
 
-def _currency_printed(code: str, page: _Page) -> bool:
+def _currency_printed(code: str, page: PrintedPage) -> bool:
     if re.search(rf"(?<![A-Z]){re.escape(code.upper())}(?![A-Z])", page.upper):
         return True
     return any(sign in page.upper for sign in _CURRENCY_SIGNS.get(code.upper(), ()))
 
 
-def _vat_printed(value: str, page: _Page) -> bool:
+def _vat_printed(value: str, page: PrintedPage) -> bool:
     national = normalize_vat_id(value)
     return bool(national) and national is not None and national in page.alnum
 
@@ -132,7 +132,7 @@ class _Comparison:
 
     field: str
     same: Callable[[object, object], bool]
-    printed: Callable[[object, _Page], bool]
+    printed: Callable[[object, PrintedPage], bool]
 
 
 def _shown(value: object) -> str:
@@ -141,7 +141,7 @@ def _shown(value: object) -> str:
 
 _COMPARED: tuple[_Comparison, ...] = (
     _Comparison(
-        "invoice_number", lambda a, b: _same_number(str(a), str(b)), lambda v, p: _number_printed(str(v), p)
+        "invoice_number", lambda a, b: _same_number(str(a), str(b)), lambda v, p: number_printed(str(v), p)
     ),
     _Comparison("issue_date", lambda a, b: a == b, lambda v, p: isinstance(v, date) and _date_printed(v, p)),
     _Comparison(
@@ -166,7 +166,7 @@ def _disagreement(
     return PageDisagreement(name, _shown(xml_value), _shown(page_value), source or FieldSource("page"))
 
 
-def _iban_disagreement(xml_iban: str | None, page: _Page) -> list[PageDisagreement]:
+def _iban_disagreement(xml_iban: str | None, page: PrintedPage) -> list[PageDisagreement]:
     """The account to pay: the page's printed IBANs must include the XML's, if it prints any."""
     if not xml_iban:
         return []
@@ -184,7 +184,7 @@ def compare_page(xml_fields: InvoiceFields, extracted: ExtractedText) -> tuple[P
         return ()
     boxes = TextBoxes.from_structured(extracted.page_boxes)
     page_fields = fields_from_text(extracted.text, boxes=boxes)
-    page = _Page.of(extracted.text)
+    page = PrintedPage.of(extracted.text)
     out: list[PageDisagreement] = []
     for comparison in _COMPARED:
         xml_value = getattr(xml_fields, comparison.field)

@@ -10,31 +10,25 @@ perturbation, so a miss can be traced to its cause) and a label:
 * look-alikes, NOT duplicates: the next number, the same number re-priced, the same amount a
   month later, the same number from another seller, a credit note reusing the number.
 
-Pure: no database and no files. `TwinDocument.render()` gives the bytes the product would
-receive, so a benchmark can run them through the real parsers; `decide_on_true_fields` runs the
-matcher on the fields the documents were rendered from, which tells extraction misses apart
-from matching misses.
+Pure: no database and no files. The sellers, numbers and documents a pair is made of are
+`twin_world`'s; `TwinDocument.render()` gives the bytes the product would receive, so a
+benchmark can run them through the real parsers. `decide_on_true_fields` runs the matcher on
+the fields the documents were rendered from, which tells extraction misses apart from matching
+misses.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import io
-import json
 import random
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal
 
-import pypdf
-
 from ..domain.matching import Match, MatchCandidate, find_match
-from .drawing import BUYERS, CURRENCY_BY_COUNTRY, LANG_BY_COUNTRY, SELLERS, random_lines
 from .generator import BASE_FORMATS as FORMATS
-from .render import Line, Party, SampleInvoice, render_invoice
-from .vat_ids import valid_vat_id
-
-EXTENSIONS = {"ubl": "xml", "cii": "xml", "json": "json", "pdf": "pdf", "facturx-pdf": "pdf"}
+from .render import Line
+from .twin_world import Number, Seller, TwinDocument, World, random_number
 
 TWIN_KINDS: tuple[str, ...] = (
     "exact_resend",
@@ -103,44 +97,7 @@ SPELT_OUT: dict[tuple[str, str], str] = {
 }
 
 
-# -- documents and pairs ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TwinDocument:
-    """One document of a pair: the invoice it shows and how it is rendered.
-
-    `resend` > 0 re-renders the same invoice with different bytes (a comment in XML, another
-    indentation in JSON, a metadata stamp in PDFs): the ingest step keeps byte-identical files as
-    one invoice, so a re-send must differ in bytes to reach duplicate detection at all.
-    """
-
-    invoice: SampleInvoice
-    format: str
-    lang: str = "en"
-    pdf_style: int = 0
-    resend: int = 0
-
-    @property
-    def extension(self) -> str:
-        return EXTENSIONS[self.format]
-
-    def render(self) -> bytes:
-        raw = render_invoice(self.invoice, self.format, self.lang, pdf_style=self.pdf_style)
-        return _resent(raw, self.format, self.resend) if self.resend else raw
-
-
-def _resent(raw: bytes, fmt: str, copy: int) -> bytes:
-    if fmt in ("ubl", "cii"):
-        declaration, _, rest = raw.partition(b"\n")
-        return declaration + f"\n<!-- re-sent, copy {copy} -->\n".encode() + rest
-    if fmt == "json":
-        return (json.dumps(json.loads(raw), indent=2 + copy, ensure_ascii=True) + "\n").encode()
-    writer = pypdf.PdfWriter(clone_from=pypdf.PdfReader(io.BytesIO(raw)))
-    writer.add_metadata({"/Keywords": f"re-sent, copy {copy}"})
-    out = io.BytesIO()
-    writer.write(out)
-    return out.getvalue()
+# -- pairs -------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -158,147 +115,12 @@ class LabelledPair:
     other: TwinDocument
 
 
-# -- the invented world ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Seller:
-    """A seller split into the name without its legal form, the form, and the rest of the party."""
-
-    base: str
-    form: str
-    country: str  # "US" for the sellers without a VAT id
-    vat_id: str | None
-    street: str
-    postcode: str
-    city: str
-
-    def party(self, name: str | None = None, vat_id: str | None = None, *, keep_vat: bool = True) -> Party:
-        return Party(
-            name if name is not None else f"{self.base} {self.form}",
-            (vat_id if vat_id is not None else self.vat_id) if keep_vat else None,
-            self.street,
-            self.postcode,
-            self.city,
-            self.country,
-        )
-
-
-def _vat_id(rng: random.Random, country: str) -> str | None:
-    digits = "".join(rng.choice("0123456789") for _ in range(11))
-    drawn = {  # the random digits as drawn; the check digits made valid (vat_ids.py)
-        "DE": ("DE", digits[:9], "", ""),
-        "GB": ("GB", digits[:9], "", ""),
-        "FR": ("FR", digits[:11], "", ""),
-        "NL": ("NL", digits[:9], "", "B01"),
-        "NO": ("NO", digits[:9], "", "MVA"),
-        "FI": ("FI", digits[:8], "", ""),
-        "ES": ("ES", digits[:8], "B", ""),
-    }.get(country)
-    if drawn is None:
-        return None
-    prefix, number, lead, suffix = drawn
-    return valid_vat_id(prefix, number, lead=lead, suffix=suffix)
-
-
-def _sellers(rng: random.Random) -> tuple[Seller, ...]:
-    out = []
-    for name, country, street, postcode, city in SELLERS:
-        base, _, form = name.rpartition(" ")
-        cc = country or "US"
-        out.append(Seller(base, form, cc, _vat_id(rng, cc), street, postcode, city))
-    return tuple(out)
-
-
-# Invoice number styles, each a prefix, what joins it to the digits, and digit groups.
-@dataclass(frozen=True)
-class Number:
-    prefix: str
-    joint: str
-    groups: tuple[str, ...]
-    seps: tuple[str, ...]
-
-    @property
-    def text(self) -> str:
-        out = self.prefix + self.joint + self.groups[0]
-        for sep, group in zip(self.seps, self.groups[1:], strict=True):
-            out += sep + group
-        return out
-
-    def bumped(self, by: int) -> Number:
-        """The number `by` further on, keeping the width of the last group."""
-        last = self.groups[-1]
-        return replace(self, groups=self.groups[:-1] + (f"{int(last) + by:0{len(last)}d}",))
-
-
-def _random_number(rng: random.Random, year: int) -> Number:
-    n = rng.randint(1, 99999)
-    style = rng.randrange(6)
-    if style == 0:
-        return Number("INV", "-", (f"{n:05d}",), ())
-    if style == 1:
-        return Number("RE", "", (str(year), f"{n % 10000:04d}"), ("-",))
-    if style == 2:
-        return Number("F", "/", (str(year), f"{n:05d}"), ("/",))
-    if style == 3:
-        return Number("", "", (str(year), f"{n:05d}"), ("-",))
-    if style == 4:
-        return Number("", "", (f"{n:06d}",), ())
-    return Number("INV", "", (f"{n:06d}",), ())
-
-
-@dataclass(frozen=True)
-class Base:
-    """An original invoice before rendering, with its number kept in parts."""
-
-    seller: Seller
-    number: Number
-    invoice: SampleInvoice
-
-
-class _World:
-    def __init__(self, rng: random.Random) -> None:
-        self.rng = rng
-        self.sellers = _sellers(rng)
-        self.buyers = [Party(name, None, street, pc, city, cc) for name, street, pc, city, cc in BUYERS]
-
-    def lines(self) -> tuple[Line, ...]:
-        return random_lines(self.rng)
-
-    def base(self, seller: Seller | None = None, *, with_vat: bool = True) -> Base:
-        rng = self.rng
-        seller = seller or rng.choice(self.sellers)
-        issue = dt.date(2024, 1, 1) + dt.timedelta(days=rng.randint(0, 600))
-        number = _random_number(rng, issue.year)
-        inv = SampleInvoice(
-            invoice_number=number.text,
-            document_type="invoice",
-            issue_date=issue,
-            due_date=issue + dt.timedelta(days=rng.choice((14, 30, 45))),
-            currency=CURRENCY_BY_COUNTRY.get(seller.country if seller.vat_id else None, "USD"),
-            seller=seller.party(keep_vat=with_vat),
-            buyer=rng.choice(self.buyers),
-            lines=self.lines(),
-            po_number=rng.choice((None, f"PO-{rng.randint(1000, 9999)}")),
-        )
-        return Base(seller, number, inv)
-
-    def doc(self, inv: SampleInvoice, fmt: str | None = None, resend: int = 0) -> TwinDocument:
-        return TwinDocument(
-            inv,
-            fmt or self.rng.choice(FORMATS),
-            LANG_BY_COUNTRY.get(inv.seller.country, "en"),
-            self.rng.randint(0, 1),
-            resend,
-        )
-
-
 # -- twins ---------------------------------------------------------------------------------------
 
 Made = tuple[str, str, TwinDocument, TwinDocument]  # (variant, detail, original, other)
 
 
-def _exact_resend(w: _World, i: int) -> Made:
+def _exact_resend(w: World, i: int) -> Made:
     b = w.base()
     fmt = FORMATS[i % len(FORMATS)]
     original = w.doc(b.invoice, fmt)
@@ -309,7 +131,7 @@ def _exact_resend(w: _World, i: int) -> Made:
 FORMAT_PAIRS = tuple((a, b) for a in FORMATS for b in FORMATS if a != b)
 
 
-def _cross_format(w: _World, i: int) -> Made:
+def _cross_format(w: World, i: int) -> Made:
     b = w.base()
     a_fmt, b_fmt = FORMAT_PAIRS[i % len(FORMAT_PAIRS)]
     return (
@@ -344,7 +166,7 @@ def ocr_substitutions(number: Number) -> list[tuple[int, str, str]]:
     return out
 
 
-def _ocr_number(w: _World, i: int) -> Made:
+def _ocr_number(w: World, i: int) -> Made:
     while True:
         b = w.base()
         options = ocr_substitutions(b.number)
@@ -401,7 +223,7 @@ def _reformat(number: Number, change: str, rng: random.Random) -> Number | None:
     raise ValueError(change)
 
 
-def _number_format(w: _World, i: int) -> Made:
+def _number_format(w: World, i: int) -> Made:
     rng = w.rng
     while True:
         b = w.base()
@@ -450,7 +272,7 @@ def _write_vat(vat_id: str, prefix: bool, sep: str, lower: bool) -> str:
     return out.lower() if lower else out
 
 
-def _vat_format(w: _World, i: int) -> Made:
+def _vat_format(w: World, i: int) -> Made:
     seller = w.rng.choice([s for s in w.sellers if s.vat_id])
     b = w.base(seller)
     assert seller.vat_id is not None
@@ -487,7 +309,7 @@ def _name_variant(seller: Seller, change: str, rng: random.Random) -> tuple[str,
     raise ValueError(change)
 
 
-def _seller_name(w: _World, i: int) -> Made:
+def _seller_name(w: World, i: int) -> Made:
     change = NAME_CHANGES[i % len(NAME_CHANGES)]
     if change == "legal form spelt out":
         seller = w.rng.choice(
@@ -509,7 +331,7 @@ def _seller_name(w: _World, i: int) -> Made:
 # -- look-alikes ---------------------------------------------------------------------------------
 
 
-def _next_number(w: _World, i: int) -> Made:
+def _next_number(w: World, i: int) -> Made:
     b = w.base()
     by = w.rng.choice((1, 1, 1, 2, 10))
     number = b.number.bumped(by).text
@@ -523,7 +345,7 @@ def _next_number(w: _World, i: int) -> Made:
     )
 
 
-def _repriced(w: _World, i: int) -> Made:
+def _repriced(w: World, i: int) -> Made:
     rng = w.rng
     b = w.base()
     inv = b.invoice
@@ -548,12 +370,12 @@ def _repriced(w: _World, i: int) -> Made:
     return variant, detail, w.doc(inv), w.doc(other)
 
 
-def _same_amount_other_month(w: _World, i: int) -> Made:
+def _same_amount_other_month(w: World, i: int) -> Made:
     b = w.base()
     inv = b.invoice
     shift = dt.timedelta(days=w.rng.randint(28, 35))
     while True:
-        number = _random_number(w.rng, (inv.issue_date + shift).year)
+        number = random_number(w.rng, (inv.issue_date + shift).year)
         if number.text != b.number.text:
             break
     assert inv.due_date is not None
@@ -564,7 +386,7 @@ def _same_amount_other_month(w: _World, i: int) -> Made:
     return "a month later", detail, w.doc(inv), w.doc(other)
 
 
-def _same_number_other_seller(w: _World, i: int) -> Made:
+def _same_number_other_seller(w: World, i: int) -> Made:
     b = w.base()
     other_seller = w.rng.choice([s for s in w.sellers if s.base != b.seller.base])
     other = replace(b.invoice, seller=other_seller.party())
@@ -574,7 +396,7 @@ def _same_number_other_seller(w: _World, i: int) -> Made:
     return variant, detail, w.doc(b.invoice), w.doc(other)
 
 
-def _credit_note(w: _World, i: int) -> Made:
+def _credit_note(w: World, i: int) -> Made:
     b = w.base()
     other = replace(b.invoice, document_type="credit_note")
     return (
@@ -585,7 +407,7 @@ def _credit_note(w: _World, i: int) -> Made:
     )
 
 
-MAKERS: dict[str, Callable[[_World, int], Made]] = {
+MAKERS: dict[str, Callable[[World, int], Made]] = {
     "exact_resend": _exact_resend,
     "cross_format": _cross_format,
     "ocr_number": _ocr_number,
@@ -604,7 +426,7 @@ def iter_pairs(kind: str, seed: int = 0) -> Iterator[LabelledPair]:
     """The endless, seeded stream of one kind's pairs; its first n are the same for any n."""
     # A string seed is hashed with SHA-512 by `random`, so the stream does not depend on
     # PYTHONHASHSEED, and each kind has its own stream: adding a kind changes no other.
-    w = _World(random.Random(f"duplicate-benchmark:{seed}:{kind}"))
+    w = World(random.Random(f"duplicate-benchmark:{seed}:{kind}"))
     make = MAKERS[kind]
     i = 0
     while True:

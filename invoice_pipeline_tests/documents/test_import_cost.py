@@ -8,7 +8,7 @@ import subprocess
 import textwrap
 
 from invoice_pipeline.child_python import child_environment, python_command
-from invoice_pipeline.samples.generator import _Builder
+from invoice_pipeline.samples.drawing import InvoiceDrawer
 from invoice_pipeline.samples.render import ubl_xml
 
 HEAVY = ("pdfplumber", "pypdf", "pdfminer", "jsonschema")
@@ -36,7 +36,7 @@ def test_the_sandbox_worker_and_the_command_line_start_without_the_pdf_and_json_
 
 def test_an_xml_invoice_is_read_without_them_and_a_pdf_or_json_one_loads_what_it_needs(tmp_path) -> None:
     xml = tmp_path / "invoice.xml"
-    xml.write_bytes(ubl_xml(_Builder(tmp_path, 7).invoice()))
+    xml.write_bytes(ubl_xml(InvoiceDrawer(7).invoice()))
     read_xml = f"""
         from pathlib import Path
         from invoice_pipeline.documents import extract_fields, extract_text

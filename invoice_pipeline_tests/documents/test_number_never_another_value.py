@@ -23,12 +23,13 @@ from hypothesis import strategies as st
 
 from invoice_pipeline.documents import extract_fields, extract_text
 from invoice_pipeline.documents.reading import layouts as L
-from invoice_pipeline.documents.reading.candidates import PageView, number_candidates
+from invoice_pipeline.documents.reading.candidates import number_candidates
 from invoice_pipeline.documents.reading.number_guard import (
     PageNumbers,
     could_be_invoice_number,
     why_not_a_number,
 )
+from invoice_pipeline.documents.reading.page_view import PageView
 from invoice_pipeline.documents.text_fields import fields_from_text
 from invoice_pipeline.domain.identity import Identifier, Vendor
 from invoice_pipeline.domain.review import FIELD_UNREAD

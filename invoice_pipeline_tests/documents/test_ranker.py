@@ -15,7 +15,6 @@ from invoice_pipeline.documents.pdf import text_layer
 from invoice_pipeline.documents.reading.candidates import (
     KEY_FIELDS,
     Candidate,
-    PageView,
     amount_candidates,
     currency_candidates,
     date_candidates,
@@ -24,6 +23,7 @@ from invoice_pipeline.documents.reading.candidates import (
     vat_candidates,
     vat_checksum,
 )
+from invoice_pipeline.documents.reading.page_view import PageView
 from invoice_pipeline.documents.reading.ranker import FieldModel, Ranker, ranked_fields, shipped_ranker
 from invoice_pipeline.documents.reading.words import TextBoxes
 from invoice_pipeline.documents.text_fields import fields_from_text, hand_fields_from_text

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 from invoice_pipeline.documents import extract_fields, extract_text
 from invoice_pipeline.domain.matching import MatchCandidate, find_match
+from invoice_pipeline.samples.twin_world import Number, TwinDocument
 from invoice_pipeline.samples.twins import (
     FORMAT_PAIRS,
     KINDS,
     LOOKALIKE_KINDS,
     TWIN_KINDS,
     LabelledPair,
-    Number,
-    TwinDocument,
     decide_on_true_fields,
     generate_pairs,
     iter_pairs,

@@ -23,7 +23,7 @@ from invoice_pipeline.db.sqlfiles import QueryFile
 from invoice_pipeline.domain.corrected_invoices import CorrectionChoice, choice_text
 from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.matching import MatchCandidate
-from invoice_pipeline.domain.payment import payment_reasons, vouch
+from invoice_pipeline.domain.payment import Reason, payment_reasons, vouch
 from invoice_pipeline.domain.review import DEFAULT_POLICY, SUSPECTED_DUPLICATE, ReviewPolicy, reason_code
 from invoice_pipeline.domain.validation import posting_gaps
 from invoice_pipeline.engine.records import (
@@ -73,6 +73,97 @@ def _approvable_fields(target: LockedTarget) -> InvoiceFields | str:
     return fields
 
 
+def review_policies_in(conn: psycopg.Connection[Any], org_ids: list[str]) -> dict[str, ReviewPolicy]:
+    """`review_policies`, read on `conn` (inside a transaction that holds a pool connection)."""
+    wanted = sorted(set(org_ids))
+    rows = conn.execute(REVIEW["review_policies"], {"org_ids": wanted}).fetchall()
+    found = {str(r[0]): ReviewPolicy(r[1], r[2], r[3], r[4], r[5], r[6]) for r in rows}
+    return {org: found.get(org, DEFAULT_POLICY) for org in wanted}
+
+
+def _said(what: str, note: str | None) -> str:
+    return f"{what}: {note}" if note else what
+
+
+def _save_approval(
+    conn: psycopg.Connection[Any],
+    lease: Lease,
+    decision: str,
+    rule: str,
+    vouched: Sequence[str] = (),
+    correction: tuple[CorrectionChoice, UUID] | None = None,
+) -> bool:
+    params = {
+        "invoice_id": lease.invoice_id,
+        "job_id": lease.job_id,
+        "decision": decision,
+        "rule": rule,
+        "vouched": list(vouched),
+        "correction_choice": correction[0] if correction else None,
+        "corrects_invoice_id": correction[1] if correction else None,
+    }
+    return conn.execute(REVIEW["review_save_approval"], params).fetchone() is not None
+
+
+def _not_shown(now: Sequence[Reason], shown: list[str]) -> list[str]:
+    """The reasons of now a person was not shown. A reason about the invoice as a whole (a
+    business exception) was shown if its code was: its text may name today's date. One about a
+    party or an account was shown only as that very text, which names them."""
+    codes = {reason_code(r) for r in shown}
+    return [r.text for r in now if r.text not in shown and (r.subject or r.code not in codes)]
+
+
+def _decided_again(
+    conn: psycopg.Connection[Any],
+    dedupe: Dedupe,
+    lease: Lease,
+    target: LockedTarget,
+    match: Callable[[MatchCandidate, list[tuple[UUID, str, InvoiceFields]]], MatchOutcome | None],
+) -> tuple[str, str] | str:
+    """A suspected duplicate released by a person, decided again without the original they
+    dismissed (under the decision's locks): an original now, or suspected of another one."""
+    if target.duplicate_status != "suspected" or target.fields is None:
+        return "it is not a suspected duplicate"
+    candidate = MatchCandidate.from_fields(
+        str(lease.invoice_id), target.org_id, InvoiceFields.from_json(target.fields)
+    )
+    rows = dedupe.locked_candidates(conn, candidate)
+    others = [
+        (r.id, r.org_id, InvoiceFields.from_json(r.fields))
+        for r in rows
+        if r.org_id == target.org_id and r.id != target.duplicate_of
+    ]
+    remaining = [r for r in target.review_reasons or [] if reason_code(r) != SUSPECTED_DUPLICATE]
+    outcome = match(candidate, others)
+    if outcome is None:
+        row = conn.execute(
+            REVIEW["review_release_original"],
+            {"invoice_id": lease.invoice_id, "remaining": remaining},
+        ).fetchone()
+        assert row is not None
+        if row[0] == "pending":
+            return (
+                "pending",
+                f"not a duplicate of {target.duplicate_of}: an original now, due for the pipeline",
+            )
+        return (
+            row[0],
+            f"not a duplicate of {target.duplicate_of}: an original now, still held for its other reasons",
+        )
+    suspicion = f"{SUSPECTED_DUPLICATE} of {outcome.original_id}: {'; '.join(outcome.reasons)}"
+    conn.execute(
+        REVIEW["review_resuspect"],
+        {
+            "invoice_id": lease.invoice_id,
+            "review_reasons": [*remaining, suspicion],
+            **outcome.params(),
+        },
+    )
+    return "needs_review", (
+        f"not a duplicate of {target.duplicate_of}, but it looks like {outcome.original_id}: still held"
+    )
+
+
 class Review:
     """A person's actions and the review policies (queries: review.sql): each action releases its
     lock through `claims`, a released suspected duplicate is decided again through `dedupe`, and an
@@ -87,15 +178,7 @@ class Review:
     def review_policies(self, org_ids: list[str]) -> dict[str, ReviewPolicy]:
         """Each org's review policy; an org without a row gets the default."""
         with self.db.pool.connection() as conn:
-            return self.review_policies_in(conn, org_ids)
-
-    @staticmethod
-    def review_policies_in(conn: psycopg.Connection[Any], org_ids: list[str]) -> dict[str, ReviewPolicy]:
-        """`review_policies`, read on `conn` (inside a transaction that holds a pool connection)."""
-        wanted = sorted(set(org_ids))
-        rows = conn.execute(REVIEW["review_policies"], {"org_ids": wanted}).fetchall()
-        found = {str(r[0]): ReviewPolicy(r[1], r[2], r[3], r[4], r[5], r[6]) for r in rows}
-        return {org: found.get(org, DEFAULT_POLICY) for org in wanted}
+            return review_policies_in(conn, org_ids)
 
     def set_review_policy(self, org_id: str, policy: ReviewPolicy, updated_by: str) -> None:
         if not org_id or not org_id.strip():
@@ -166,7 +249,7 @@ class Review:
             # this lock's holder changes them, so they are what the row lock will see.
             keys = self.dedupe.decision_keys_of(conn, lease.invoice_id)
             if keys is not None:
-                policies.update(self.review_policies_in(conn, [keys[0]]))
+                policies.update(review_policies_in(conn, [keys[0]]))
                 self.payments.take_identity_locks(conn, [keys])
 
         def write(conn: psycopg.Connection[Any], target: LockedTarget) -> tuple[str, str] | str:
@@ -197,11 +280,7 @@ class Review:
                     "(review correct), or reject it"
                 )
             shown = target.review_reasons or []
-            # A reason about the invoice as a whole (a business exception) was shown if its code
-            # was: its text may name today's date. One about a party or an account was shown only
-            # as that very text, which names them.
-            codes = {reason_code(r) for r in shown}
-            new = [r.text for r in now if r.text not in shown and (r.subject or r.code not in codes)]
+            new = _not_shown(now, shown)
             if new:
                 conn.execute(
                     REVIEW["review_reasons_now"], {"invoice_id": lease.invoice_id, "reasons": [*shown, *new]}
@@ -210,11 +289,11 @@ class Review:
                     f"{REASONS_CHANGED}: {'; '.join(new)}. Look at the invoice again: approving vouches only "
                     "for the reasons you were shown"
                 )
-            if not self._save_review_approval(
+            if not _save_approval(
                 conn,
                 lease,
                 "approved",
-                self._said(f"approved by {actor}", note),
+                _said(f"approved by {actor}", note),
                 sorted(vouch(now)),
                 (correction, corrects) if correction is not None and corrects is not None else None,
             ):
@@ -230,7 +309,7 @@ class Review:
         """Rejected by a person: finished, never posted."""
 
         def write(conn: psycopg.Connection[Any], target: LockedTarget) -> tuple[str, str] | str:
-            if not self._save_review_approval(conn, lease, "rejected", f"rejected by {actor}: {reason}"):
+            if not _save_approval(conn, lease, "rejected", f"rejected by {actor}: {reason}"):
                 return "it already has an approval decision"
             conn.execute(REVIEW["review_close"], {"invoice_id": lease.invoice_id})
             return "processed", f"rejected: {reason}"
@@ -243,7 +322,7 @@ class Review:
         def write(conn: psycopg.Connection[Any], target: LockedTarget) -> tuple[str, str] | str:
             if target.duplicate_status != "suspected":
                 return "it is not a suspected duplicate"
-            confirmed = self._said(f"confirmed by {actor}", note)
+            confirmed = _said(f"confirmed by {actor}", note)
             row = conn.execute(
                 REVIEW["review_confirm_duplicate"], {"invoice_id": lease.invoice_id, "confirmed": confirmed}
             ).fetchone()
@@ -251,7 +330,7 @@ class Review:
                 raise RuntimeError(
                     f"invoice {lease.invoice_id}: its original {target.duplicate_of} is no original"
                 )
-            if not self._save_review_approval(conn, lease, "rejected", f"duplicate of {row[0]}, {confirmed}"):
+            if not _save_approval(conn, lease, "rejected", f"duplicate of {row[0]}, {confirmed}"):
                 raise RuntimeError(f"invoice {lease.invoice_id} was held, yet it has an approval decision")
             conn.execute(REVIEW["review_close"], {"invoice_id": lease.invoice_id})
             return "processed", f"confirmed duplicate of {row[0]}: rejected, not posted"
@@ -280,46 +359,7 @@ class Review:
             self.dedupe.take_locks_of(conn, lease.invoice_id)
 
         def write(conn: psycopg.Connection[Any], target: LockedTarget) -> tuple[str, str] | str:
-            if target.duplicate_status != "suspected" or target.fields is None:
-                return "it is not a suspected duplicate"
-            candidate = MatchCandidate.from_fields(
-                str(lease.invoice_id), target.org_id, InvoiceFields.from_json(target.fields)
-            )
-            rows = self.dedupe.locked_candidates(conn, candidate)
-            others = [
-                (r.id, r.org_id, InvoiceFields.from_json(r.fields))
-                for r in rows
-                if r.org_id == target.org_id and r.id != target.duplicate_of
-            ]
-            remaining = [r for r in target.review_reasons or [] if reason_code(r) != SUSPECTED_DUPLICATE]
-            outcome = match(candidate, others)
-            if outcome is None:
-                row = conn.execute(
-                    REVIEW["review_release_original"],
-                    {"invoice_id": lease.invoice_id, "remaining": remaining},
-                ).fetchone()
-                assert row is not None
-                if row[0] == "pending":
-                    return (
-                        "pending",
-                        f"not a duplicate of {target.duplicate_of}: an original now, due for the pipeline",
-                    )
-                return (
-                    row[0],
-                    f"not a duplicate of {target.duplicate_of}: an original now, still held for its other reasons",
-                )
-            suspicion = f"{SUSPECTED_DUPLICATE} of {outcome.original_id}: {'; '.join(outcome.reasons)}"
-            conn.execute(
-                REVIEW["review_resuspect"],
-                {
-                    "invoice_id": lease.invoice_id,
-                    "review_reasons": [*remaining, suspicion],
-                    **outcome.params(),
-                },
-            )
-            return "needs_review", (
-                f"not a duplicate of {target.duplicate_of}, but it looks like {outcome.original_id}: still held"
-            )
+            return _decided_again(conn, self.dedupe, lease, target, match)
 
         return self._review_write(lease, "not_duplicate", actor, note, write, before_fence=dedupe_locks_first)
 
@@ -343,30 +383,6 @@ class Review:
             )
 
         return self._review_write(lease, "requeue", actor, note, write)
-
-    @staticmethod
-    def _said(what: str, note: str | None) -> str:
-        return f"{what}: {note}" if note else what
-
-    def _save_review_approval(
-        self,
-        conn: psycopg.Connection[Any],
-        lease: Lease,
-        decision: str,
-        rule: str,
-        vouched: Sequence[str] = (),
-        correction: tuple[CorrectionChoice, UUID] | None = None,
-    ) -> bool:
-        params = {
-            "invoice_id": lease.invoice_id,
-            "job_id": lease.job_id,
-            "decision": decision,
-            "rule": rule,
-            "vouched": list(vouched),
-            "correction_choice": correction[0] if correction else None,
-            "corrects_invoice_id": correction[1] if correction else None,
-        }
-        return conn.execute(REVIEW["review_save_approval"], params).fetchone() is not None
 
     def _review_write(
         self,

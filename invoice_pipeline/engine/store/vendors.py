@@ -220,7 +220,7 @@ class Vendors:
                         "is the org's own identity (org profile); correct the row or the profile"
                     )
                     continue
-                owners = self._owners(conn, org_id, row.identifiers)
+                owners = _owners(conn, org_id, row.identifiers)
                 if len(owners) > 1:
                     refused.append(
                         f"row {number} ({row.name}): its identifiers belong to different vendors "
@@ -231,13 +231,11 @@ class Vendors:
                     vendor_id = owners.pop()
                     extended += 1
                 else:
-                    vendor_id = self._insert_vendor(
-                        conn, org_id, row.name, row.default_currency, "import", actor
-                    )
+                    vendor_id = _insert_vendor(conn, org_id, row.name, row.default_currency, "import", actor)
                     created += 1
-                    self._event(conn, org_id, vendor_id, "imported", f"imported as {row.name}", actor, None)
+                    _event(conn, org_id, vendor_id, "imported", f"imported as {row.name}", actor, None)
                 for ident in (name, *row.identifiers):
-                    if self._add_identifier(conn, org_id, vendor_id, ident, "import", actor, None):
+                    if _add_identifier(conn, org_id, vendor_id, ident, "import", actor, None):
                         added += 1
         return VendorImportResult(created, extended, added, tuple(refused))
 
@@ -261,10 +259,10 @@ class Vendors:
         """
         name = Identifier("name", normalise("name", registration.name), registration.name)
         if vendor_id is None:
-            vendor_id = self._insert_vendor(
+            vendor_id = _insert_vendor(
                 conn, org_id, registration.name, currency, registration.source, registration.actor
             )
-            self._event(
+            _event(
                 conn,
                 org_id,
                 vendor_id,
@@ -275,12 +273,12 @@ class Vendors:
             )
         for ident in (name, *registration.identifiers):
             if (
-                self._add_identifier(
+                _add_identifier(
                     conn, org_id, vendor_id, ident, registration.source, registration.actor, invoice_id
                 )
                 and ident.kind != "name"
             ):
-                self._event(
+                _event(
                     conn,
                     org_id,
                     vendor_id,
@@ -291,81 +289,84 @@ class Vendors:
                 )
         return vendor_id
 
-    def _owners(
-        self,
-        conn: psycopg.Connection[Any],
-        org_id: str,
-        idents: Sequence[Identifier],
-    ) -> set[int]:
-        owners: set[int] = set()
-        for ident in idents:
-            if ident.kind == "name":
-                continue
-            row = conn.execute(
-                VENDORS["vendor_owning"], {"org_id": org_id, "kind": ident.kind, "value": ident.value}
-            ).fetchone()
-            if row is not None:
-                owners.add(int(row[0]))
-        return owners
 
-    def _insert_vendor(
-        self,
-        conn: psycopg.Connection[Any],
-        org_id: str,
-        name: str,
-        currency: str | None,
-        source: str,
-        actor: str,
-    ) -> int:
-        params = {
-            "org_id": org_id,
-            "name": name,
-            "default_currency": currency,
-            "source": source,
-            "actor": actor,
-        }
-        row = conn.execute(VENDORS["insert_vendor"], params).fetchone()
-        assert row is not None
-        return int(row[0])
+# -- the registry's rows, written on the caller's connection (inside its transaction and locks) --
 
-    def _add_identifier(
-        self,
-        conn: psycopg.Connection[Any],
-        org_id: str,
-        vendor_id: int,
-        ident: Identifier,
-        source: str,
-        actor: str,
-        invoice_id: UUID | None,
-    ) -> bool:
-        params = {
-            "org_id": org_id,
-            "vendor_id": vendor_id,
-            "kind": ident.kind,
-            "value": ident.value,
-            "shown": ident.shown,
-            "source": source,
-            "actor": actor,
-            "invoice_id": invoice_id,
-        }
-        return conn.execute(VENDORS["add_vendor_identifier"], params).fetchone() is not None
 
-    def _event(
-        self,
-        conn: psycopg.Connection[Any],
-        org_id: str,
-        vendor_id: int,
-        event: str,
-        detail: str,
-        actor: str,
-        invoice_id: UUID | None,
-    ) -> None:
-        params = {
-            "org_id": org_id,
-            "vendor_id": vendor_id,
-            "event": event,
-            "detail": detail,
-            "actor": actor,
-            "invoice_id": invoice_id,
-        }
-        conn.execute(VENDORS["vendor_event"], params)
+def _owners(
+    conn: psycopg.Connection[Any],
+    org_id: str,
+    idents: Sequence[Identifier],
+) -> set[int]:
+    owners: set[int] = set()
+    for ident in idents:
+        if ident.kind == "name":
+            continue
+        row = conn.execute(
+            VENDORS["vendor_owning"], {"org_id": org_id, "kind": ident.kind, "value": ident.value}
+        ).fetchone()
+        if row is not None:
+            owners.add(int(row[0]))
+    return owners
+
+
+def _insert_vendor(
+    conn: psycopg.Connection[Any],
+    org_id: str,
+    name: str,
+    currency: str | None,
+    source: str,
+    actor: str,
+) -> int:
+    params = {
+        "org_id": org_id,
+        "name": name,
+        "default_currency": currency,
+        "source": source,
+        "actor": actor,
+    }
+    row = conn.execute(VENDORS["insert_vendor"], params).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _add_identifier(
+    conn: psycopg.Connection[Any],
+    org_id: str,
+    vendor_id: int,
+    ident: Identifier,
+    source: str,
+    actor: str,
+    invoice_id: UUID | None,
+) -> bool:
+    params = {
+        "org_id": org_id,
+        "vendor_id": vendor_id,
+        "kind": ident.kind,
+        "value": ident.value,
+        "shown": ident.shown,
+        "source": source,
+        "actor": actor,
+        "invoice_id": invoice_id,
+    }
+    return conn.execute(VENDORS["add_vendor_identifier"], params).fetchone() is not None
+
+
+def _event(
+    conn: psycopg.Connection[Any],
+    org_id: str,
+    vendor_id: int,
+    event: str,
+    detail: str,
+    actor: str,
+    invoice_id: UUID | None,
+) -> None:
+    params = {
+        "org_id": org_id,
+        "vendor_id": vendor_id,
+        "event": event,
+        "detail": detail,
+        "actor": actor,
+        "invoice_id": invoice_id,
+    }
+    conn.execute(VENDORS["vendor_event"], params)
