@@ -222,5 +222,5 @@ def compare_evidence(
     if xml_iban and page_iban and compact(xml_iban).upper() != compact(page_iban).upper():
         out.append(_disagreement("payee_iban", xml_iban, page_iban, page_fields.sources.get("payee_iban")))
     else:
-        out.extend(_iban_disagreement(xml_iban, _Page.of(page_text)))
+        out.extend(_iban_disagreement(xml_iban, PrintedPage.of(page_text)))
     return tuple(out)
