@@ -18,6 +18,16 @@ from invoice_pipeline.orchestration.resources import DocumentReader
 # here. Switch it to pipeline_support.helpers and delete this line.
 
 
+def sweep_now(database_url: str, invoice_id: UUID | None = None, ttl: timedelta = timedelta(0)) -> int:
+    """The sweep (all leases, or the invoice's) as a store whose lease TTL is `ttl` runs it; 0:
+    every running lease is stale. A test's holder "dies" without waiting out the store's TTL."""
+    sweeper = InvoiceStore(database_url, max_size=1, lock_ttl=ttl)
+    try:
+        return sweeper.maintenance.release_stale_locks(invoice_id)
+    finally:
+        sweeper.close()
+
+
 def db_seconds_since(url: str, ts_sql: str, params: tuple[object, ...] = ()) -> float:
     """Seconds between a timestamp in the database and the database clock now."""
     with psycopg.connect(url) as conn:
@@ -71,4 +81,4 @@ def process_now(store: InvoiceStore, ids: list[UUID], owner: str = "test") -> No
         max_attempts=3,
         retry_base=timedelta(minutes=1),
     )
-    process_chunk(env, claim_chunk(store, [(i, None) for i in ids], owner, timedelta(minutes=5)))
+    process_chunk(env, claim_chunk(store, [(i, None) for i in ids], owner))

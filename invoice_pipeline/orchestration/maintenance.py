@@ -66,9 +66,11 @@ def reconcile_dead_runs(db: SweepSettings, instance: DagsterInstance) -> list[st
             reason = f"its lease on invoice {swept[0].invoice_id} (job {swept[0].job_id}) was swept — {swept[0].error}"
         else:
             idle = _seconds_since_last_event(instance, run.run_id)
-            if idle <= db.lock_ttl.total_seconds():
+            if idle <= db.store.lock_ttl.total_seconds():
                 continue
-            reason = f"it holds no lease and has logged nothing for {idle:.0f} s (lock TTL {db.lock_ttl})"
+            reason = (
+                f"it holds no lease and has logged nothing for {idle:.0f} s (lock TTL {db.store.lock_ttl})"
+            )
         instance.report_run_failed(run, message=f"run worker presumed dead: {reason}")
         reconciled.append(run.run_id)
     return reconciled
