@@ -132,7 +132,7 @@ def bare_process(env: StageEnv, db: InvoiceDatabase, invoice_ids: list[UUID], ow
     try:
         for i in range(0, len(invoice_ids), DEFAULT_CHUNK_SIZE):
             chunk = claim_chunk(
-                env.store, [(x, None) for x in invoice_ids[i : i + DEFAULT_CHUNK_SIZE]], owner, db.lock_ttl
+                env.store, [(x, None) for x in invoice_ids[i : i + DEFAULT_CHUNK_SIZE]], owner
             )
             for c in chunk:
                 keeper.hold(c.job_id)

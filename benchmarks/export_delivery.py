@@ -15,7 +15,6 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
-from datetime import timedelta
 from pathlib import Path
 
 from benchmarks.harness import BenchContext, BenchResult, register
@@ -33,7 +32,6 @@ from pipeline_support.exports import (
 )
 
 NAME = "export_delivery"
-TTL = timedelta(seconds=30)
 
 
 def _throughput(ctx: BenchContext, result: BenchResult, count: int, kind: str, work: Path) -> None:
@@ -47,7 +45,7 @@ def _throughput(ctx: BenchContext, result: BenchResult, count: int, kind: str, w
                 target = datev_target(store, "bench", work / "datev")
             post_invoices(store, "bench", count)
             started = time.perf_counter()
-            report = deliver(store, "bench", TTL)
+            report = deliver(store, "bench")
             seconds = time.perf_counter() - started
         done = statuses(url, target).get("delivered", 0)
         result.check(f"{kind}: all {count} delivered", done == count, f"{done} delivered, {report}")

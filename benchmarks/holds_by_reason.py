@@ -53,7 +53,6 @@ RESULTS = HERE / "results" / "holds_by_reason"
 DEMO_COUNT, DEMO_SEED = 30, 0  # `invoice-pipeline demo`'s defaults
 ORGS = ("demo", "corpus", "corpus-master")
 ACTOR = "bench:holds_by_reason"
-TTL = timedelta(minutes=30)
 
 # -- running one tree ---------------------------------------------------------------------------
 
@@ -248,7 +247,7 @@ def _process_org(store: Any, env: Any, url: str, org: str, paths: list[tuple[str
         files[name] = str(store.documents.store_document(path.read_bytes(), org, name).invoice_id)
     ids = [uuid.UUID(i) for i in dict.fromkeys(files.values())]
     for attempt in range(3):
-        chunk = claim_chunk(store, [(i, None) for i in ids], f"holds-bench-{attempt}", TTL)
+        chunk = claim_chunk(store, [(i, None) for i in ids], f"holds-bench-{attempt}")
         if not chunk:
             break
         process_chunk(env, chunk)

@@ -182,7 +182,7 @@ class Pipeline:
 
     def process(self, ids: Sequence[UUID]) -> None:
         """Every stage over these invoices, as one chunk (what the sensor's next run does)."""
-        chunk = claim_chunk(self.store, [(i, None) for i in ids], "bench-layouts", timedelta(minutes=5))
+        chunk = claim_chunk(self.store, [(i, None) for i in ids], "bench-layouts")
         process_chunk(self.env, chunk)
 
     def outcome(self, invoice_id: UUID, truth: dict[str, Any]) -> tuple[dict[str, bool], bool, bool, int]:

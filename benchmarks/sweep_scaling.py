@@ -93,7 +93,7 @@ def run(ctx: BenchContext) -> BenchResult:
         params={"history_rows": sizes, "rounds": rounds, "stale_per_round": STALE},
     )
     url = ctx.database("sweep_scaling")
-    store = InvoiceStore(url, min_size=1, max_size=1)
+    store = InvoiceStore(url, min_size=1, max_size=1, lock_ttl=STALE_AFTER)
     labels = [f"{n:,}" for n in sizes]
     try:
         with psycopg.connect(url, autocommit=True) as conn:
@@ -127,11 +127,11 @@ def run(ctx: BenchContext) -> BenchResult:
                     warmup = r < 3  # plan caching inside the function, buffers, pool connection
                     _add_stale(conn, victims)
                     t = time.perf_counter()
-                    released = store.maintenance.release_stale_locks(None, STALE_AFTER)
+                    released = store.maintenance.release_stale_locks()
                     global_ms = (time.perf_counter() - t) * 1000
                     _add_stale(conn, [single])
                     t = time.perf_counter()
-                    released_one = store.maintenance.release_stale_locks(single, STALE_AFTER)
+                    released_one = store.maintenance.release_stale_locks(single)
                     single_ms = (time.perf_counter() - t) * 1000
                     if released != STALE or released_one != 1:
                         raise AssertionError(

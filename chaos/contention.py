@@ -242,7 +242,7 @@ def racing_run(
     began = time.perf_counter()
     chunk: list[Claimed] = []
     try:
-        chunk = claim_chunk(store, refs, owner, TTL)
+        chunk = claim_chunk(store, refs, owner)
         with figures.lock:
             figures.claim_ms.append((time.perf_counter() - began) * 1000)
         figures.add("claims_requested", len(refs))
@@ -282,7 +282,7 @@ def sweeper(store: InvoiceStore, wave: Wave, figures: Figures) -> None:
     """The sensor's database part of maintenance, in a loop, until the wave's runs are done."""
     while True:
         figures.add("sweeps")
-        figures.add("swept", store.maintenance.release_stale_locks(stale_after=TTL))
+        figures.add("swept", store.maintenance.release_stale_locks())  # the store's TTL
         figures.add(
             "orphans_rescheduled",
             len(store.maintenance.reschedule_orphans(max_attempts=10**6, retry_base=timedelta(0))),
@@ -302,7 +302,7 @@ def prober(store: InvoiceStore, in_flight: WritesInFlight, wave: Wave, figures: 
             continue
         invoice_id, token = picked
         began = time.perf_counter()
-        won = claim_chunk(store, [(invoice_id, None)], "probe", TTL)
+        won = claim_chunk(store, [(invoice_id, None)], "probe")
         elapsed_ms = (time.perf_counter() - began) * 1000
         if won:
             # The holder released the invoice (it failed) before the probe came: hand it back.
@@ -373,7 +373,7 @@ def lock_targets(store: InvoiceStore, limit: int = 20) -> list[tuple[UUID, tuple
 
 def dead_run(store: InvoiceStore, invoice_id: UUID) -> None:
     """A run that claims and dies: its heartbeat is older than the TTL, nobody keeps it."""
-    claimed = claim_chunk(store, [(invoice_id, None)], "dead-run", TTL)
+    claimed = claim_chunk(store, [(invoice_id, None)], "dead-run")
     if claimed:
         with psycopg.connect(store.database_url, autocommit=True) as conn:
             conn.execute(
@@ -608,7 +608,12 @@ def _after_wave(
 
 def _drain(store: InvoiceStore, result: ScenarioResult, figures: Figures) -> None:
     """What is left due (released by a reviewer, left by the dead runs) goes through, as the sensor would."""
-    store.maintenance.release_stale_locks(stale_after=timedelta(0))
+    # The runs are over: every lease still running is a dead one's, stale to a TTL of 0.
+    ended = InvoiceStore(store.database_url, max_size=1, lock_ttl=timedelta(0))
+    try:
+        ended.maintenance.release_stale_locks()
+    finally:
+        ended.close()
     store.maintenance.reschedule_orphans(max_attempts=10**6, retry_base=timedelta(0))
     for _ in range(10):
         with psycopg.connect(store.database_url) as conn:
@@ -618,7 +623,7 @@ def _drain(store: InvoiceStore, result: ScenarioResult, figures: Figures) -> Non
         if not due:
             return
         figures.add("drained", len(due))
-        chunk = claim_chunk(store, [(i, None) for i in due], "drain", TTL)
+        chunk = claim_chunk(store, [(i, None) for i in due], "drain")
         process_chunk(stage_env(store), chunk)
         store.maintenance.reschedule_orphans(max_attempts=10**6, retry_base=timedelta(0))
     result.violate("invoices still due after draining ten times")

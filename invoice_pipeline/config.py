@@ -1,4 +1,9 @@
-"""Settings read from the environment, validated before anything touches the database."""
+"""Settings read from the environment, validated before anything touches the database.
+
+The one module of the product that reads the environment for settings (test_architecture.py
+says which few others read it, and why): `Settings.from_env` reads it once, at the edge (the
+CLI's parser, a code location when it loads), and everything else is given the settings.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ import os
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import Protocol
 from urllib.parse import unquote, urlsplit
 
 from psycopg import ProgrammingError
@@ -31,6 +37,10 @@ ENV_SAVE_AFTER_MS = "INVOICE_PIPELINE_SAVE_AFTER_MS"
 ENV_INBOX = "INVOICE_PIPELINE_INBOX"
 ENV_REQUEST_TIMEOUT = "INVOICE_PIPELINE_REQUEST_TIMEOUT_SECONDS"
 ENV_DAGSTER_DATABASE_NAME = "INVOICE_PIPELINE_DAGSTER_DATABASE_NAME"
+# Dagster's own: the instance folder (its dagster.yaml), default <home>/dagster_home.
+ENV_DAGSTER_HOME = "DAGSTER_HOME"
+# The review page's --proxy-header (review_ui/cli.py): the header a trusted proxy names the reviewer in.
+ENV_REVIEW_PROXY_HEADER = "INVOICE_PIPELINE_REVIEW_PROXY_HEADER"
 ENV_CELERY_MAX_RUN = "INVOICE_PIPELINE_CELERY_MAX_RUN_SECONDS"
 ENV_CELERY_BROKER_HEARTBEAT = "INVOICE_PIPELINE_CELERY_BROKER_HEARTBEAT_SECONDS"
 # 1: the code location has the Launchpad review jobs (review_invoice, correct_invoice,
@@ -52,6 +62,8 @@ ENV_DEPLOYMENT = "INVOICE_PIPELINE_DEPLOYMENT"
 ENV_EINVOICE_CHECKS = "INVOICE_PIPELINE_EINVOICE_CHECKS"
 
 DEFAULT_PG_PORT = 54329
+DEFAULT_PG_LISTEN = "127.0.0.1"
+DEFAULT_DATABASE_NAME = "invoice_pipeline"
 # The one place for defaults: Settings (the CLI) and the Dagster resource both read these.
 # A dead holder's lock is swept this long after its last heartbeat; the heartbeat interval, when
 # not given, is a third of it (a live holder then misses two beats before it could be swept).
@@ -183,6 +195,40 @@ def _switch(env: dict[str, str], name: str, default: bool) -> bool:
     return raw == "1"
 
 
+def pgdata_of(home: Path) -> Path:
+    """The embedded server's data directory a home names (as root it lives elsewhere: db/embedded.py)."""
+    return home / "pgdata"
+
+
+class DatabasePlace(Protocol):
+    """Where the project's database is: a server's URL, or the embedded server of a home
+    (db/connection.py starts or attaches to it). `Settings` is one; so is the Dagster resource's
+    configuration (InvoiceDatabase.store_settings)."""
+
+    @property
+    def database_url(self) -> str | None: ...
+
+    @property
+    def pgdata(self) -> Path | None: ...
+
+    @property
+    def pg_port(self) -> int: ...
+
+    @property
+    def pg_listen(self) -> str: ...
+
+    @property
+    def database_name(self) -> str: ...
+
+
+class StoreSettings(DatabasePlace, Protocol):
+    """What opening the store reads (engine.store.open_store): where the database is, and the
+    lease TTL the store then owns."""
+
+    @property
+    def lock_ttl(self) -> timedelta: ...
+
+
 @dataclass(frozen=True)
 class Settings:
     home: Path
@@ -199,12 +245,14 @@ class Settings:
     inbox: Path
     request_timeout: timedelta
     dagster_database_name: str | None
+    dagster_home: Path
     celery_max_run: timedelta = timedelta(seconds=DEFAULT_CELERY_MAX_RUN_SECONDS)
     celery_broker_heartbeat: timedelta = timedelta(seconds=DEFAULT_CELERY_BROKER_HEARTBEAT_SECONDS)
     review_jobs: bool = True
     save_after: timedelta = timedelta(milliseconds=DEFAULT_SAVE_AFTER_MS)
     deployment: str = "local"
     review_users: Path | None = None
+    review_proxy_header: str | None = None
     einvoice_checks: bool = True
 
     @property
@@ -213,11 +261,7 @@ class Settings:
 
     @property
     def pgdata(self) -> Path:
-        return self.home / "pgdata"
-
-    @property
-    def dagster_home(self) -> Path:
-        return Path(os.environ.get("DAGSTER_HOME") or self.home / "dagster_home")
+        return pgdata_of(self.home)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -237,8 +281,8 @@ class Settings:
             home=home,
             database_url=url,
             pg_port=_int(env, ENV_PG_PORT, DEFAULT_PG_PORT, minimum=1),
-            pg_listen=env.get(ENV_PG_LISTEN) or "127.0.0.1",
-            database_name=env.get(ENV_DATABASE_NAME) or "invoice_pipeline",
+            pg_listen=env.get(ENV_PG_LISTEN) or DEFAULT_PG_LISTEN,
+            database_name=env.get(ENV_DATABASE_NAME) or DEFAULT_DATABASE_NAME,
             lock_ttl=timedelta(seconds=ttl),
             heartbeat_interval=timedelta(seconds=heartbeat),
             max_attempts=_int(env, ENV_MAX_ATTEMPTS, DEFAULT_MAX_ATTEMPTS, minimum=1),
@@ -250,6 +294,7 @@ class Settings:
                 seconds=_int(env, ENV_REQUEST_TIMEOUT, DEFAULT_REQUEST_TIMEOUT_SECONDS, minimum=1)
             ),
             dagster_database_name=env.get(ENV_DAGSTER_DATABASE_NAME) or None,
+            dagster_home=Path(env.get(ENV_DAGSTER_HOME) or home / "dagster_home").absolute(),
             celery_max_run=timedelta(
                 seconds=_int(env, ENV_CELERY_MAX_RUN, DEFAULT_CELERY_MAX_RUN_SECONDS, minimum=1)
             ),
@@ -262,5 +307,6 @@ class Settings:
             save_after=timedelta(milliseconds=_int(env, ENV_SAVE_AFTER_MS, DEFAULT_SAVE_AFTER_MS, minimum=0)),
             deployment=env.get(ENV_DEPLOYMENT) or "local",
             review_users=Path(env[ENV_REVIEW_USERS]).absolute() if env.get(ENV_REVIEW_USERS) else None,
+            review_proxy_header=env.get(ENV_REVIEW_PROXY_HEADER) or None,
             einvoice_checks=_switch(env, ENV_EINVOICE_CHECKS, True),
         )

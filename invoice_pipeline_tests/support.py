@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from uuid import UUID
 
 import psycopg
@@ -12,6 +13,16 @@ from pipeline_support.exports import process_invoices
 
 # Temporary: invoice_pipeline_tests/review/ (another change in progress) still imports run_cli from
 # here. Switch it to pipeline_support.helpers and delete this line.
+
+
+def sweep_now(database_url: str, invoice_id: UUID | None = None, ttl: timedelta = timedelta(0)) -> int:
+    """The sweep (all leases, or the invoice's) as a store whose lease TTL is `ttl` runs it; 0:
+    every running lease is stale. A test's holder "dies" without waiting out the store's TTL."""
+    sweeper = InvoiceStore(database_url, max_size=1, lock_ttl=ttl)
+    try:
+        return sweeper.maintenance.release_stale_locks(invoice_id)
+    finally:
+        sweeper.close()
 
 
 def db_seconds_since(url: str, ts_sql: str, params: tuple[object, ...] = ()) -> float:

@@ -400,3 +400,105 @@ def test_the_length_check_catches_a_long_function_class_and_module() -> None:
         "invoice_pipeline.samples.twins: 601 lines"
     ]
     assert too_long(long_module[: -len("X600 = 600\n")], "invoice_pipeline.samples.twins") == []
+
+
+# -- settings are read once, at the edge (issue 57) --------------------------------------------
+#
+# Only config.py reads the environment for settings (`Settings.from_env`), and only the edges
+# call it: the CLI's parser and a code location as it loads. Everything below them is given the
+# settings (the store its lease TTL, the Dagster resource its configuration), so nothing reads
+# a setting lazily, at first use, in whatever process happens to get there. A write
+# (`os.environ[X] = ...`: what a process exports for its children) is no read.
+SETTINGS_MODULE = "invoice_pipeline.config"
+READS_THE_ENVIRONMENT = {
+    "invoice_pipeline.child_python": "passes this process's environment on to the Python children it "
+    "starts (PYTHONSAFEPATH added); each child reads its settings at its own edge",
+    "invoice_pipeline.db.embedded": "PGPASSFILE is libpq's variable, which the project sets for itself "
+    "and its children and reads back to merge a file the user set; INVOICE_PIPELINE_SERVER_ROOT is "
+    "read where root's server is found, also by the servers the tests, chaos and benchmarks make "
+    "without Settings",
+    "invoice_pipeline.documents.ocr": "sets defaults for the OCR libraries' thread counts "
+    "(OMP_NUM_THREADS ...) inside the sandboxed child: the native libraries read them, not the project",
+    "invoice_pipeline.orchestration.celery_jobs": "a celery worker host's own environment: its broker, "
+    "backend and host label are the worker's, read in the process celery starts there, not the "
+    "code location's settings",
+}
+CALLS_FROM_ENV = {
+    "invoice_pipeline.cli.parser": "the CLI's edge: each command is given the settings",
+    "invoice_pipeline.orchestration.resources.deployments": "a code location's edge, as it loads",
+    "invoice_pipeline.orchestration.celery_jobs": "the celery worker's edge (see above)",
+}
+
+
+def environment_reads(source: str) -> list[int]:
+    """The lines where `source` reads the environment: `os.environ` (or a bare `environ`) used
+    any way but as the target of an assignment or a `del`, and `os.getenv`; plus `from_env(`
+    calls, reported as negative line numbers."""
+    tree = ast.parse(source)
+    written = {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store | ast.Del)
+    }
+    lines = []
+    for node in ast.walk(tree):
+        environ = (isinstance(node, ast.Attribute) and node.attr == "environ") or (
+            isinstance(node, ast.Name) and node.id == "environ"
+        )
+        if (environ and id(node) not in written) or (
+            isinstance(node, ast.Attribute) and node.attr == "getenv"
+        ):
+            lines.append(node.lineno)
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "from_env"
+        ):
+            lines.append(-node.lineno)
+    return sorted(lines)
+
+
+def test_only_the_settings_module_reads_the_environment_and_only_the_edges_read_settings() -> None:
+    found = []
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        module = module_name(path)
+        if module == SETTINGS_MODULE:
+            continue
+        for line in environment_reads(path.read_text()):
+            if line > 0 and module not in READS_THE_ENVIRONMENT:
+                found.append(f"{module}:{line} reads the environment (only {SETTINGS_MODULE} does)")
+            if line < 0 and module not in CALLS_FROM_ENV:
+                found.append(
+                    f"{module}:{-line} reads the settings (only the edges do: {sorted(CALLS_FROM_ENV)})"
+                )
+    assert found == []
+    # Every exception is still needed: one whose module stopped reading goes off the list.
+    reading = {
+        module_name(p)
+        for p in PACKAGE_DIR.rglob("*.py")
+        if any(n > 0 for n in environment_reads(p.read_text()))
+    }
+    calling = {
+        module_name(p)
+        for p in PACKAGE_DIR.rglob("*.py")
+        if any(n < 0 for n in environment_reads(p.read_text()))
+    }
+    assert set(READS_THE_ENVIRONMENT) <= reading and set(CALLS_FROM_ENV) <= calling
+
+
+@pytest.mark.parametrize(
+    ("source", "reads"),
+    [
+        ("import os\nurl = os.environ.get('X')\n", [2]),
+        ("import os\nenv = dict(os.environ)\n", [2]),
+        ("from os import environ\nx = environ['X']\n", [2]),
+        ("import os\nx = os.getenv('X')\n", [2]),
+        ("import os\nos.environ.setdefault('X', '1')\n", [2]),
+        # The lazy read issue 57 removed from shared_store: settings read at first use.
+        ("def store():\n    return prepare_database(Settings.from_env())\n", [-2]),
+        ("import os\nos.environ['DAGSTER_HOME'] = '/h'\n", []),
+        ("import os\ndel os.environ['X']\n", []),
+    ],
+)
+def test_the_environment_check_catches_reads_and_lets_writes_pass(source: str, reads: list[int]) -> None:
+    assert environment_reads(source) == reads

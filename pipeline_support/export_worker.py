@@ -51,13 +51,13 @@ def main() -> None:
         point, _, n = args.crash_at.partition(":")
         hook = stop_at(int(n or 1), args.marker)
         crash = CrashPoints(**{point: hook})
-    store = InvoiceStore(args.database_url, max_size=2)
+    store = InvoiceStore(args.database_url, max_size=2, lock_ttl=timedelta(seconds=args.ttl))
     if args.ready is not None:
         args.ready.write_text("ready")
     while args.go is not None and not args.go.exists():
         time.sleep(0.01)
     try:
-        report = deliver(store, args.owner, timedelta(seconds=args.ttl), crash=crash)
+        report = deliver(store, args.owner, crash=crash)
     finally:
         store.close()
     print(f"delivered {report.delivered} retried {report.retried} dead {report.dead} lost {report.lost}")

@@ -43,7 +43,7 @@ def process_invoices(store: InvoiceStore, ids: list[UUID], owner: str = "post_in
         max_attempts=3,
         retry_base=timedelta(minutes=1),
     )
-    process_chunk(env, claim_chunk(store, [(i, None) for i in ids], owner, timedelta(minutes=5)))
+    process_chunk(env, claim_chunk(store, [(i, None) for i in ids], owner))
 
 
 def post_invoices(store: InvoiceStore, org: str, count: int, first: int = 1) -> list[UUID]:

@@ -188,6 +188,24 @@ SABOTAGES: tuple[Sabotage, ...] = (
         f"{LIVENESS}::test_a_blocked_chunk_stops_neither_its_siblings_heartbeats_nor_the_sweep",
     ),
     _one(
+        "store-ttl-claim",
+        "a chunk claim sweeps only leases stale past the TTL its store was opened with",
+        "invoice_pipeline/engine/store/maintenance.py",
+        '        params = {"invoice_ids": list(invoice_ids), "stale_after": self.db.lock_ttl}\n',
+        '        params = {"invoice_ids": list(invoice_ids), "stale_after": timedelta(0)}\n',
+        "invoice_pipeline_tests/engine/test_locks.py::"
+        "test_the_store_sweeps_with_the_ttl_it_was_opened_with_on_claim_and_in_the_sweep",
+    ),
+    _one(
+        "store-ttl-sweep",
+        "the sweep frees only leases stale past the TTL its store was opened with",
+        "invoice_pipeline/engine/store/maintenance.py",
+        '            "stale_after": self.db.lock_ttl,\n',
+        '            "stale_after": timedelta(0),\n',
+        "invoice_pipeline_tests/engine/test_locks.py::"
+        "test_the_store_sweeps_with_the_ttl_it_was_opened_with_on_claim_and_in_the_sweep",
+    ),
+    _one(
         "claim-bounces",
         "a chunk claim leaves out an invoice whose running job it sees, before locking any row",
         "sql/0009_lock_order.sql",
@@ -1562,7 +1580,7 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "sweep-frees-export-leases",
         "the one sweep (`sweep`, the sweep_stale_locks schedule) frees stale export leases too (issue 56)",
         "invoice_pipeline/engine/maintenance.py",
-        "    export_swept = db.store.exports.release_stale(db.lock_ttl)\n",
+        "    export_swept = db.store.exports.release_stale()\n",
         "    export_swept = 0\n",
         "invoice_pipeline_tests/orchestration/test_export_sweep.py::"
         "test_the_sweep_schedule_frees_a_stale_export_lease_and_fails_its_dead_delivery_run",

@@ -144,7 +144,7 @@ def main(config_path: str) -> int:
     try:
         while time.monotonic() < deadline:
             try:
-                store.maintenance.release_stale_locks(None, ttl)
+                store.maintenance.release_stale_locks()
                 store.maintenance.reschedule_orphans(max_attempts=1000, retry_base=timedelta(0))
                 due = due_invoices(store, cfg["chunk"])
                 if not due:
@@ -152,7 +152,7 @@ def main(config_path: str) -> int:
                         break
                     time.sleep(cfg.get("tick_s", 0.2))
                     continue
-                chunk = loop.claim([(i, None) for i in due], owner, ttl)
+                chunk = loop.claim([(i, None) for i in due], owner)
                 if not chunk:
                     time.sleep(0.05)
                     continue

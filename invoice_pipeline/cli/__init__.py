@@ -10,7 +10,8 @@
     layouts.py     review layouts list|show|learn|disable|export|import
     exports.py     export target add|list|disable|enable, export status|run|requeue
     arguments.py   argument types and the --org check; output.py, exit_codes.py, store.py
-                   (open_store, the one way a command opens the store) shared by the commands
+                   (COMMAND_POOL, the pool a command opens engine.store.open_store with)
+                   shared by the commands
 
 `invoice-pipeline` runs `console`; `python -m invoice_pipeline.cli` runs __main__.py.
 """

@@ -18,13 +18,14 @@ from invoice_pipeline.cli.arguments import add_batch_size_argument, port_number,
 from invoice_pipeline.cli.exports import demo_targets
 from invoice_pipeline.cli.output import progress
 from invoice_pipeline.cli.process import process_due
-from invoice_pipeline.cli.store import open_store
+from invoice_pipeline.cli.store import COMMAND_POOL
 from invoice_pipeline.config import Settings
 from invoice_pipeline.db.connection import prepare_database
 from invoice_pipeline.domain.review import reason_code
 from invoice_pipeline.engine.records import TERMINAL_STATUSES
 from invoice_pipeline.engine.review import REVIEW_STATUSES, Actor
 from invoice_pipeline.engine.review_records import ReviewTarget
+from invoice_pipeline.engine.store import open_store
 from invoice_pipeline.terminal import printable
 
 # How long `dev` lets dagster dev and its children shut down after SIGTERM/SIGINT before it
@@ -193,7 +194,7 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     out = settings.home / "demo-samples" / org
     # The database first: a home that cannot have its server (a port taken) gets one line and
     # is left as it was, with no samples written into it.
-    store = open_store(settings)
+    store = open_store(settings, COMMAND_POOL)
     try:
         # The demo includes two scans (OCR): a scanned copy of an XML invoice and a photo (PNG).
         samples = generate_samples(out, count=args.count, seed=args.seed, scans=True)

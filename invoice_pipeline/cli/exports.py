@@ -12,16 +12,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from invoice_pipeline.cli.arguments import checked_org, positive_int
 from invoice_pipeline.cli.exit_codes import EXIT_OK, EXIT_USAGE
-from invoice_pipeline.cli.store import open_store
+from invoice_pipeline.cli.store import COMMAND_POOL
 from invoice_pipeline.config import ConfigError, Settings
+from invoice_pipeline.engine.store import InvoiceStore, open_store
 from invoice_pipeline.terminal import printable
-
-if TYPE_CHECKING:  # the engine is imported when a command needs it (CLI start-up)
-    from invoice_pipeline.engine.store import InvoiceStore
 
 # `export run` (without --once) looks for due rows this often.
 DEFAULT_POLL_SECONDS = 5.0
@@ -62,7 +60,7 @@ def _webhook_settings(args: argparse.Namespace) -> dict[str, Any]:
 def cmd_target_add(args: argparse.Namespace, settings: Settings) -> int:
     org = checked_org(args.org)
     target_settings = _datev_settings(args) if args.kind == "datev" else _webhook_settings(args)
-    store = open_store(settings)
+    store = open_store(settings, COMMAND_POOL)
     try:
         target = store.exports.add_target(
             org,
@@ -83,7 +81,7 @@ def cmd_target_add(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_target_list(args: argparse.Namespace, settings: Settings) -> int:
-    store = open_store(settings)
+    store = open_store(settings, COMMAND_POOL)
     try:
         targets = store.exports.targets(checked_org(args.org) if args.org else None)
     finally:
@@ -98,7 +96,7 @@ def cmd_target_list(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_target_enable(args: argparse.Namespace, settings: Settings) -> int:
-    store = open_store(settings)
+    store = open_store(settings, COMMAND_POOL)
     try:
         found = store.exports.set_enabled(checked_org(args.org), args.name, args.target_command == "enable")
     finally:
@@ -111,7 +109,7 @@ def cmd_target_enable(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
-    store = open_store(settings)
+    store = open_store(settings, COMMAND_POOL)
     try:
         rows = store.exports.status(checked_org(args.org) if args.org else None)
         dead = store.exports.dead_letters(checked_org(args.org) if args.org else None)
@@ -145,11 +143,11 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     from invoice_pipeline.engine.exports.delivery import deliver
     from invoice_pipeline.engine.store import default_owner
 
-    store = open_store(settings)
+    store = open_store(settings, COMMAND_POOL)
     owner = f"export:{default_owner()}"
     try:
         while True:
-            report = deliver(store, owner, settings.lock_ttl)
+            report = deliver(store, owner)
             if report.batches or args.once:
                 print(
                     f"{report.batches} batch(es): {report.delivered} delivered, {report.retried} to retry, "
@@ -165,7 +163,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_requeue(args: argparse.Namespace, settings: Settings) -> int:
-    store = open_store(settings)
+    store = open_store(settings, COMMAND_POOL)
     try:
         count = store.exports.requeue(
             checked_org(args.org) if args.org else None, args.target, args.export_ids or None
@@ -200,7 +198,7 @@ def demo_targets(store: InvoiceStore, settings: Settings, org: str) -> Iterator[
             from invoice_pipeline.engine.exports.delivery import deliver
             from invoice_pipeline.engine.store import default_owner
 
-            report = deliver(store, f"export:{default_owner()}", settings.lock_ttl)
+            report = deliver(store, f"export:{default_owner()}")
             files = sorted((folder / "datev").glob("EXTF_Buchungsstapel_*.csv"))
             booked = receiver.booked()
             print(

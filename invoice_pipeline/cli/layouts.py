@@ -12,8 +12,9 @@ from typing import Any
 
 from invoice_pipeline.cli.arguments import checked_org
 from invoice_pipeline.cli.exit_codes import EXIT_OK
-from invoice_pipeline.cli.store import open_store
+from invoice_pipeline.cli.store import COMMAND_POOL
 from invoice_pipeline.config import Settings
+from invoice_pipeline.engine.store import open_store
 from invoice_pipeline.terminal import printable, printable_json
 
 EXIT_NOT_FOUND = 1
@@ -27,7 +28,7 @@ def _org(value: str | None) -> str | None:
 def cmd_layouts_list(args: argparse.Namespace, settings: Settings) -> int:
     from invoice_pipeline.engine.layouts import describe_rows
 
-    store = open_store(settings)
+    store = open_store(settings, COMMAND_POOL)
     try:
         rows = store.layouts.list_layouts(_org(args.org), include_disabled=args.all)
     finally:
@@ -41,7 +42,7 @@ def cmd_layouts_list(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_layouts_show(args: argparse.Namespace, settings: Settings) -> int:
 
-    store = open_store(settings)
+    store = open_store(settings, COMMAND_POOL)
     try:
         row = store.layouts.layout_row(args.layout_id)
     finally:
@@ -67,7 +68,7 @@ def cmd_layouts_learn(args: argparse.Namespace, settings: Settings) -> int:
     from invoice_pipeline.engine.layouts import teach_layout
     from invoice_pipeline.engine.review import Actor
 
-    store = open_store(settings)
+    store = open_store(settings, COMMAND_POOL)
     try:
         learnt = teach_layout(store, args.invoice_id, Actor.os_user().name)
     finally:
@@ -80,7 +81,7 @@ def cmd_layouts_disable(args: argparse.Namespace, settings: Settings) -> int:
     from invoice_pipeline.engine.review import Actor
 
     reason = f"disabled by {Actor.os_user().name}" + (f": {args.reason.strip()}" if args.reason else "")
-    store = open_store(settings)
+    store = open_store(settings, COMMAND_POOL)
     try:
         done = store.layouts.disable_layout(args.layout_id, reason, _org(args.org))
     finally:
@@ -102,7 +103,7 @@ def cmd_layouts_export(args: argparse.Namespace, settings: Settings) -> int:
 
     org = _org(args.org)
     assert org is not None
-    store = open_store(settings)
+    store = open_store(settings, COMMAND_POOL)
     try:
         data = export_layouts(store, org, include_disabled=args.all)
     finally:
@@ -125,7 +126,7 @@ def cmd_layouts_import(args: argparse.Namespace, settings: Settings) -> int:
     assert org is not None
     text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
     data = parse_export_text(text)  # ExportRefused (a ValueError): the CLI prints why, exit 2
-    store = open_store(settings)
+    store = open_store(settings, COMMAND_POOL)
     try:
         rows = import_layouts(store, data, org, Actor.os_user().name)
     finally:

@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING
 
 from invoice_pipeline.cli.arguments import checked_org, positive_int
 from invoice_pipeline.cli.exit_codes import EXIT_OK
-from invoice_pipeline.cli.store import open_store
+from invoice_pipeline.cli.store import COMMAND_POOL
 from invoice_pipeline.config import ConfigError, Settings
+from invoice_pipeline.engine.store import open_store
 from invoice_pipeline.terminal import printable
 
 if TYPE_CHECKING:  # the engine is imported when a command needs it (CLI start-up)
@@ -65,7 +66,7 @@ def cmd_mail_fetch(args: argparse.Namespace, settings: Settings) -> int:
             raise ConfigError("--imap-url needs --org: the org the mailbox's invoices belong to")
         url = MailboxUrl.parse(args.imap_url)
         password = read_password(Path(args.password_file))
-    store = open_store(settings)
+    store = open_store(settings, COMMAND_POOL)
     try:
         if args.imap_url is None:
             polls = poll_mailboxes(store, org)
@@ -106,7 +107,7 @@ def cmd_mailbox(args: argparse.Namespace, settings: Settings) -> int:
     from invoice_pipeline.engine.review import Actor
 
     org = checked_org(args.org) if args.org else None
-    store = open_store(settings)
+    store = open_store(settings, COMMAND_POOL)
     try:
         if args.mailbox_command == "list":
             boxes = store.mail.mailboxes(org)
@@ -141,7 +142,7 @@ def cmd_mailbox(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_mail_messages(args: argparse.Namespace, settings: Settings) -> int:
-    store = open_store(settings)
+    store = open_store(settings, COMMAND_POOL)
     try:
         rows = store.mail.recent_messages(checked_org(args.org), args.limit)
     finally:

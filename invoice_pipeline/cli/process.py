@@ -15,11 +15,11 @@ from pathlib import Path
 from invoice_pipeline.cli.arguments import add_batch_size_argument, checked_org, positive_int
 from invoice_pipeline.cli.exit_codes import EXIT_INVOICES_FAILED, EXIT_OK
 from invoice_pipeline.cli.output import progress
-from invoice_pipeline.cli.store import open_store
+from invoice_pipeline.cli.store import COMMAND_POOL
 from invoice_pipeline.config import Settings
 from invoice_pipeline.db.connection import prepare_database
 from invoice_pipeline.engine.runs import InvoiceRef, RunShape
-from invoice_pipeline.engine.store import InvoiceStore
+from invoice_pipeline.engine.store import InvoiceStore, open_store
 from invoice_pipeline.forked import run_forked, usable_cores
 from invoice_pipeline.orchestration.run_requests import batch_run_config
 from invoice_pipeline.terminal import printable
@@ -36,7 +36,7 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
     org = checked_org(DEFAULT_ORG if args.org is None else args.org)
     # Every argument is checked before the first file is stored: a bad one stores nothing.
     paths = collect_files([Path(p) for p in args.paths])
-    store = open_store(settings)
+    store = open_store(settings, COMMAND_POOL)
     try:
         files = ingest_files(store, paths, org)
     finally:
@@ -95,17 +95,17 @@ def process_due(
     from invoice_pipeline.orchestration.definitions import batch_job_for_cli  # noqa: F401
 
     import_instance_classes()
-    url = prepare_database(settings)
+    with _closing_store(settings) as store:
+        url = store.database_url
+        summary = store.reporting.status_summary()
     prepare_dagster_home(settings, url)
     shape = RunShape(batch_size or settings.batch_size)
-    with _closing_store(url, settings) as store:
-        summary = store.reporting.status_summary()
     total = summary.by_status.get("pending", 0) + summary.by_status.get("failed", 0)
     processes = shape.workers(total, workers or usable_cores())
     claim = shape.claim_size(total, processes)
 
     def work(_index: int, send: Callable[[RunDone], None]) -> None:
-        for run in execute_due_runs(url, settings, shape, claim):
+        for run in execute_due_runs(settings, shape, claim):
             send(run)
 
     outcome = ProcessOutcome()
@@ -113,28 +113,34 @@ def process_due(
     done = 0
     progress(done, total, label)
     # One worker works in this process: forking only pays when there are cores to fill.
-    runs = execute_due_runs(url, settings, shape, claim) if processes == 1 else run_forked(processes, work)
+    runs = execute_due_runs(settings, shape, claim) if processes == 1 else run_forked(processes, work)
     for run in runs:
         requested.update(run.invoice_ids)
         outcome.runs += 1
         outcome.failed_runs += 0 if run.success else 1
         done = min(total, done + len(run.invoice_ids))
         progress(done, max(total, done), label)
-    with _closing_store(url, settings) as store:
+    with _closing_store(settings) as store:
         outcome.by_status = store.reporting.status_counts_of(sorted(requested))
     return outcome
 
 
+# `process` reads the status before and after its runs, and each worker claims its due
+# invoices, one query at a time; the runs open their own stores (their resource's).
+PROCESS_POOL = 2
+
+
 @contextmanager
-def _closing_store(url: str, settings: Settings) -> Iterator[InvoiceStore]:
-    store = InvoiceStore(url, max_size=2, lock_ttl=settings.lock_ttl)
+def _closing_store(settings: Settings) -> Iterator[InvoiceStore]:
+    """The store, closed before any worker forks (a child must not share the pool's sockets)."""
+    store = open_store(settings, PROCESS_POOL)
     try:
         yield store
     finally:
         store.close()
 
 
-def execute_due_runs(url: str, settings: Settings, shape: RunShape, claim: int) -> Iterator[RunDone]:
+def execute_due_runs(settings: Settings, shape: RunShape, claim: int) -> Iterator[RunDone]:
     """Claim up to `claim` due invoices and execute a batch run on them, until none is due.
 
     Each batch's requests are recorded as owned by the run about to execute them (a tag on
@@ -146,7 +152,7 @@ def execute_due_runs(url: str, settings: Settings, shape: RunShape, claim: int) 
     from invoice_pipeline.orchestration.definitions import batch_job_for_cli
     from invoice_pipeline.orchestration.request_owner import REQUEST_TAG, RequestOwner, instance_scope
 
-    with _closing_store(url, settings) as store, DagsterInstance.get() as instance:
+    with _closing_store(settings) as store, DagsterInstance.get() as instance:
         scope = instance_scope(instance)
         while True:
             token = uuid.uuid4().hex

@@ -23,7 +23,7 @@ from invoice_pipeline.cli.arguments import (
 from invoice_pipeline.cli.exit_codes import EXIT_INVOICES_FAILED, EXIT_OK
 from invoice_pipeline.cli.layouts import add_layout_commands
 from invoice_pipeline.cli.output import in_days
-from invoice_pipeline.cli.store import open_store
+from invoice_pipeline.cli.store import COMMAND_POOL
 from invoice_pipeline.config import ConfigError, Settings
 from invoice_pipeline.engine.review import (
     REQUEUE_STATUSES,
@@ -34,7 +34,7 @@ from invoice_pipeline.engine.review import (
     statuses_for,
 )
 from invoice_pipeline.engine.review_records import Action, ActionOutcome
-from invoice_pipeline.engine.store import dumps
+from invoice_pipeline.engine.store import dumps, open_store
 from invoice_pipeline.terminal import printable
 
 # The CLI's action names, and the actions they are.
@@ -104,7 +104,7 @@ def cmd_review_action(args: argparse.Namespace, settings: Settings) -> int:
     action: Action = "requeue" if args.command == "requeue" else REVIEW_COMMANDS[args.action]
     flt = target_filter(args, action)
     note = args.reason if action == "reject" else args.note
-    store = open_store(settings)
+    store = open_store(settings, COMMAND_POOL)
     try:
         outcomes = act_on(
             store, action, flt, Actor.os_user(), note, correction=getattr(args, "correction", None)
@@ -122,7 +122,7 @@ def cmd_review_correct(args: argparse.Namespace, settings: Settings) -> int:
     from invoice_pipeline.engine.corrections import correct_invoice
 
     parse_changes(args.assignments)  # a CorrectionError (ValueError) exits 2 before any SQL
-    store = open_store(settings)
+    store = open_store(settings, COMMAND_POOL)
     try:
         outcome = correct_invoice(store, args.invoice_id, args.assignments, Actor.os_user(), args.note)
     finally:
@@ -135,7 +135,7 @@ def cmd_review_correct(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_review_list(args: argparse.Namespace, settings: Settings) -> int:
     statuses = (args.status,) if args.status else REVIEW_STATUSES
-    store = open_store(settings)
+    store = open_store(settings, COMMAND_POOL)
     try:
         # One more than a page: whether another page follows.
         targets = store.review.review_targets(
@@ -172,7 +172,7 @@ def cmd_review_list(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_review_policy(args: argparse.Namespace, settings: Settings) -> int:
     checked_org(args.org)
     changes = {k: getattr(args, k) for k in POLICY_SETTINGS if k in args}
-    store = open_store(settings)
+    store = open_store(settings, COMMAND_POOL)
     try:
         policy = store.review.review_policies([args.org])[args.org]
         if changes:

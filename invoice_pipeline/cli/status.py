@@ -11,13 +11,13 @@ from typing import Any
 
 from invoice_pipeline.cli.arguments import invoice_id_arg
 from invoice_pipeline.cli.output import in_days
-from invoice_pipeline.cli.store import open_store
+from invoice_pipeline.cli.store import COMMAND_POOL
 from invoice_pipeline.config import Settings
 from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.review import einvoice_warnings, reason_code
 from invoice_pipeline.engine.records import JobRecord
 from invoice_pipeline.engine.review import REVIEW_OWNER_PREFIX, REVIEW_STATUSES
-from invoice_pipeline.engine.store import dumps
+from invoice_pipeline.engine.store import dumps, open_store
 from invoice_pipeline.orchestration.run_requests import run_id_of
 from invoice_pipeline.terminal import printable
 
@@ -31,7 +31,7 @@ def cmd_metrics(args: argparse.Namespace, settings: Settings) -> int:
 
     from invoice_pipeline.engine.metrics import exposition, registry_for
 
-    store = open_store(settings)
+    store = open_store(settings, COMMAND_POOL)
     try:
         registry = registry_for(store)
         if args.once:
@@ -57,7 +57,7 @@ STATUS_ORGS = 8
 
 
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
-    store = open_store(settings)
+    store = open_store(settings, COMMAND_POOL)
     try:
         summary = store.reporting.status_summary()
         queue = store.review.review_queue_summary()
@@ -130,7 +130,7 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
-    store = open_store(settings)
+    store = open_store(settings, COMMAND_POOL)
     try:
         overview = store.reporting.invoice_overview(args.invoice_id)
         if overview is None:

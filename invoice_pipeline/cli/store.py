@@ -1,11 +1,8 @@
-"""The one way a command opens the store: the configured database, migrated, with the lock TTL."""
+"""The pool a command opens the store with (`engine.store.open_store`, the one way to open it
+from settings: the configured database, migrated, with the settings' lease TTL)."""
 
 from __future__ import annotations
 
-from invoice_pipeline.config import Settings
-from invoice_pipeline.db.connection import prepare_database
-from invoice_pipeline.engine.store import InvoiceStore
-
-
-def open_store(settings: Settings) -> InvoiceStore:
-    return InvoiceStore(prepare_database(settings), max_size=4, lock_ttl=settings.lock_ttl)
+# A command runs its queries one after another, in one thread: one connection would do. The
+# size is the one commands have always had; a spare connection costs nothing until it is used.
+COMMAND_POOL = 4

@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING
 
 from invoice_pipeline.cli.arguments import checked_org
 from invoice_pipeline.cli.exit_codes import EXIT_OK
-from invoice_pipeline.cli.store import open_store
+from invoice_pipeline.cli.store import COMMAND_POOL
 from invoice_pipeline.config import ConfigError, Settings
 from invoice_pipeline.domain.identity import IDENTIFIER_KINDS
 from invoice_pipeline.engine.review import Actor
+from invoice_pipeline.engine.store import open_store
 from invoice_pipeline.terminal import printable
 
 if TYPE_CHECKING:  # the engine is imported when a command needs it (CLI start-up)
@@ -26,7 +27,7 @@ EXIT_REFUSED = 2
 def cmd_vendors_list(args: argparse.Namespace, settings: Settings) -> int:
     from invoice_pipeline.engine.vendors import describe_vendors
 
-    store = open_store(settings)
+    store = open_store(settings, COMMAND_POOL)
     try:
         vendors = store.vendors.list_vendors(checked_org(args.org))
     finally:
@@ -47,7 +48,7 @@ def cmd_vendors_import(args: argparse.Namespace, settings: Settings) -> int:
     except (OSError, UnicodeDecodeError, VendorFileError) as exc:
         print(f"nothing imported: {printable(str(exc))}", file=sys.stderr)
         return EXIT_REFUSED
-    store = open_store(settings)
+    store = open_store(settings, COMMAND_POOL)
     try:
         result = store.vendors.import_vendors(org, rows, Actor.os_user().name)
     finally:
@@ -67,7 +68,7 @@ def cmd_org_profile(args: argparse.Namespace, settings: Settings) -> int:
         raise ConfigError(
             f"org profile {args.action} needs a kind ({', '.join(IDENTIFIER_KINDS)}) and a value"
         )
-    store = open_store(settings)
+    store = open_store(settings, COMMAND_POOL)
     try:
         actor = Actor.os_user().name
         if args.action == "add":

@@ -65,11 +65,10 @@ class ChunkResult:
     finished: ChunkWrite[None]
 
 
-def claim_chunk(
-    store: InvoiceStore, refs: Sequence[tuple[UUID, int | None]], owner: str, stale_after: timedelta
-) -> list[Claimed]:
-    """Take the locks of a chunk in one statement; invoices held elsewhere or finished are left out."""
-    store.maintenance.release_stale_locks_of([invoice_id for invoice_id, _ in refs], stale_after)
+def claim_chunk(store: InvoiceStore, refs: Sequence[tuple[UUID, int | None]], owner: str) -> list[Claimed]:
+    """Take the locks of a chunk in one statement, after sweeping its leases stale past the
+    store's TTL; invoices held elsewhere or finished are left out."""
+    store.maintenance.release_stale_locks_of([invoice_id for invoice_id, _ in refs])
     return [
         Claimed(row.invoice_id, row.org_id, row.job_id, row.attempt, owner)
         for row in store.claims.acquire_many(refs, owner)
@@ -109,15 +108,13 @@ class ChunkLoop:
             for c in claims:
                 self.keeper.drop(c.job_id)
 
-    def claim(
-        self, refs: Sequence[tuple[UUID, int | None]], owner: str, stale_after: timedelta
-    ) -> list[Claimed]:
+    def claim(self, refs: Sequence[tuple[UUID, int | None]], owner: str) -> list[Claimed]:
         """`claim_chunk`, its leases held."""
-        claims = claim_chunk(self.store, refs, owner, stale_after)
+        claims = claim_chunk(self.store, refs, owner)
         self.hold(claims)
         return claims
 
-    def resume(self, claims: Sequence[Claimed], owner: str, stale_after: timedelta) -> Resumed:
+    def resume(self, claims: Sequence[Claimed], owner: str) -> Resumed:
         """A chunk's leases as `owner` holds them, held: a job `owner` runs is adopted, a free
         invoice is claimed afresh (next attempt), and one held elsewhere (another, maybe live,
         process), finished or gone is refused."""
@@ -129,7 +126,7 @@ class ChunkLoop:
                 resumed.append(replace(c, job_id=holder.job_id, attempt=holder.attempt, owner=owner))
                 continue
             if holder is None:
-                fresh = claim_chunk(self.store, [(c.invoice_id, None)], owner, stale_after)
+                fresh = claim_chunk(self.store, [(c.invoice_id, None)], owner)
                 if fresh:
                     resumed.extend(fresh)
                     continue

@@ -17,13 +17,11 @@ from invoice_pipeline.engine.store import InvoiceStore
 
 
 class SweepSettings(Protocol):
-    """The store and the timings the sweep works with (the InvoiceDatabase resource has them)."""
+    """The store (which owns the lease TTL) and the timings the sweep works with (the
+    InvoiceDatabase resource has them)."""
 
     @property
     def store(self) -> InvoiceStore: ...
-
-    @property
-    def lock_ttl(self) -> timedelta: ...
 
     @property
     def max_attempts(self) -> int: ...
@@ -151,10 +149,10 @@ def release_abandoned_requests(db: SweepSettings, runs: RunsView) -> list[Resche
             min_age = timedelta(0)
         else:
             reason = (
-                f"released: no run for the request appeared within the lock TTL ({db.lock_ttl}); "
+                f"released: no run for the request appeared within the lock TTL ({db.store.lock_ttl}); "
                 f"the requester died before launching it ({known.described})"
             )
-            min_age = db.lock_ttl
+            min_age = db.store.lock_ttl
         released += db.store.maintenance.release_requests(
             open_requests.owner,
             reason,
@@ -168,8 +166,8 @@ def release_abandoned_requests(db: SweepSettings, runs: RunsView) -> list[Resche
 
 def sweep(db: SweepSettings, runs: RunsView | None) -> MaintenanceReport:
     """One maintenance pass; with `runs`, also the parts that need to know the runs."""
-    swept = db.store.maintenance.release_stale_locks(stale_after=db.lock_ttl)
-    export_swept = db.store.exports.release_stale(db.lock_ttl)
+    swept = db.store.maintenance.release_stale_locks()
+    export_swept = db.store.exports.release_stale()
     reconciled = runs.reconcile_dead_runs(db) if runs is not None else []
     # A holder that died left no error to back off from: its invoice is due again at once.
     # (A step that failed is rescheduled with backoff by its op on its last try, not here.)

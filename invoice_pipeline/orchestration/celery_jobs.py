@@ -180,7 +180,7 @@ def work_chunk(
     env = invoice_db.stage_env(document_reader)
     loop = chunk_loop(invoice_db)
     wanted = [(as_uuid(r.invoice_id), r.attempt) for r in refs]
-    claims = loop.claim(wanted, run_owner(context.run_id), invoice_db.lock_ttl)
+    claims = loop.claim(wanted, run_owner(context.run_id))
     # Every stage in this one step, and a failed chunk released at once, so a retry of this step,
     # on any host, claims it afresh; when the database is what failed, the sweep does after the TTL.
     result = loop.run(env, claims, dagster_hooks(context, store))

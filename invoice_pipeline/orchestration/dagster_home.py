@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from invoice_pipeline.config import Settings
+from invoice_pipeline.config import ENV_DAGSTER_HOME, Settings
 from invoice_pipeline.db.embedded import create_database_if_missing
 from invoice_pipeline.engine.runs import RunShape
 
@@ -98,7 +98,7 @@ def prepare_dagster_home(settings: Settings, database_url: str) -> Path:
     home.mkdir(parents=True, exist_ok=True)
     concurrent = RunShape(settings.batch_size).concurrent_runs
     (home / "dagster.yaml").write_text(DAGSTER_YAML.format(max_concurrent_runs=concurrent))
-    os.environ["DAGSTER_HOME"] = str(home)
+    os.environ[ENV_DAGSTER_HOME] = str(home)
     os.environ[ENV_DAGSTER_PG_URL] = dagster_url
     if created:
         # Dagster creates its tables when an instance first opens its storage, and the run

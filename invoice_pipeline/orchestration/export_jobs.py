@@ -55,7 +55,7 @@ export_assets = [
 @op(retry_policy=RetryPolicy(max_retries=3, delay=5))
 def deliver_due_exports(context: OpExecutionContext, invoice_db: InvoiceDatabase) -> None:
     """Every batch due now, target by target; the outcome counts materialize export_batches."""
-    report = deliver(invoice_db.store, run_owner(context.run_id), invoice_db.lock_ttl)
+    report = deliver(invoice_db.store, run_owner(context.run_id))
     context.log.info(
         f"{report.batches} batch(es): {report.delivered} delivered, {report.retried} to retry, "
         f"{report.dead} dead-lettered, {report.lost} lost to the sweep, {report.swept} stale lease(s) swept"

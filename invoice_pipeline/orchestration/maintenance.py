@@ -96,9 +96,11 @@ def reconcile_dead_runs(db: SweepSettings, instance: DagsterInstance) -> list[st
         else:
             since_lease = [lease.idle_seconds for lease in leases if lease.idle_seconds is not None]
             idle = min([_seconds_since_last_event(instance, run.run_id), *since_lease])
-            if idle <= db.lock_ttl.total_seconds():
+            if idle <= db.store.lock_ttl.total_seconds():
                 continue
-            reason = f"it holds no lease and has logged nothing for {idle:.0f} s (lock TTL {db.lock_ttl})"
+            reason = (
+                f"it holds no lease and has logged nothing for {idle:.0f} s (lock TTL {db.store.lock_ttl})"
+            )
         instance.report_run_failed(run, message=f"run worker presumed dead: {reason}")
         reconciled.append(run.run_id)
     return reconciled

@@ -120,7 +120,7 @@ def claim(
     store = invoice_db.store
     loop = chunk_loop(invoice_db)
     wanted = [(as_uuid(r.invoice_id), r.attempt) for r in refs]
-    claims = loop.claim(wanted, run_owner(context.run_id), invoice_db.lock_ttl)
+    claims = loop.claim(wanted, run_owner(context.run_id))
     try:
         if len(claims) < len(refs):
             _explain_unclaimed(
@@ -193,7 +193,7 @@ def resume(context: OpExecutionContext, invoice_db: InvoiceDatabase, chunk: Chun
     """
     if chunk.run_id == context.run_id:
         return chunk
-    resumed = chunk_loop(invoice_db).resume(chunk.claims, run_owner(context.run_id), invoice_db.lock_ttl)
+    resumed = chunk_loop(invoice_db).resume(chunk.claims, run_owner(context.run_id))
     refused = "; ".join(resumed.refused)
     if resumed.refused and not resumed.claims:
         raise Failure(f"re-executed run cannot take invoice(s): {refused}", allow_retries=False)

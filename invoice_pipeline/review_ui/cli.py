@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import argparse
 import getpass
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from invoice_pipeline.config import ENV_REVIEW_USERS
+from invoice_pipeline.config import ENV_REVIEW_PROXY_HEADER, ENV_REVIEW_USERS, Settings
 from invoice_pipeline.engine.reviewers import AuthError, add_user, load_users
 from invoice_pipeline.review_ui.auth import (
     DEFAULT_IDLE_MINUTES,
@@ -33,12 +32,16 @@ from invoice_pipeline.review_ui.budget import (
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 3100
 ENV_USERS = ENV_REVIEW_USERS
-ENV_PROXY_HEADER = "INVOICE_PIPELINE_REVIEW_PROXY_HEADER"
+ENV_PROXY_HEADER = ENV_REVIEW_PROXY_HEADER
+# The page's handlers run in a thread pool, each request with its own queries: up to this many
+# talk to the database at once (the pool the page opens the store with).
+REVIEW_PAGE_POOL = 8
 
 
-def auth_config(args: argparse.Namespace) -> AuthConfig:
-    users_file = args.users or os.environ.get(ENV_USERS) or None
-    proxy_header = args.proxy_header or os.environ.get(ENV_PROXY_HEADER) or None
+def auth_config(args: argparse.Namespace, settings: Settings) -> AuthConfig:
+    """The page's authentication: each option given, else its setting (read once, in Settings)."""
+    users_file = args.users or settings.review_users or None
+    proxy_header = args.proxy_header or settings.review_proxy_header or None
     if proxy_header and not users_file:
         # Fail closed: without a list of who may act on which org, any name the proxy sent
         # would act on every org.
@@ -70,22 +73,21 @@ def budget_config(args: argparse.Namespace) -> BudgetConfig:
     )
 
 
-def cmd_review_ui(args: argparse.Namespace, settings: Any) -> int:
+def cmd_review_ui(args: argparse.Namespace, settings: Settings) -> int:
     """Check the bind rule before anything else, then the database, then serve."""
     import uvicorn
 
-    from invoice_pipeline.db.connection import prepare_database
-    from invoice_pipeline.engine.store import InvoiceStore
+    from invoice_pipeline.engine.store import open_store
     from invoice_pipeline.review_ui.app import create_app
 
     try:
-        auth = auth_config(args)
+        auth = auth_config(args, settings)
         budget = budget_config(args)
         check_bind(args.host, auth)
     except (AuthError, ValueError) as exc:
         print(f"invoice-pipeline review-ui: {exc}", file=sys.stderr)
         return 2
-    store = InvoiceStore(prepare_database(settings), max_size=8, lock_ttl=settings.lock_ttl)
+    store = open_store(settings, REVIEW_PAGE_POOL)
     try:
         app = create_app(store, auth, Path(settings.home) / "review-ui-cache", budget=RequestBudget(budget))
         scheme = "https" if args.tls_cert else "http"

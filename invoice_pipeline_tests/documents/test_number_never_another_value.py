@@ -38,7 +38,7 @@ from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.engine.vendors import read_vendor_csv
 from invoice_pipeline.samples.render import Line, Party, SampleInvoice, invoice_pdf
 from invoice_pipeline_tests.engine.review.helpers import postings, status_and_reasons
-from invoice_pipeline_tests.engine.test_stages import TTL, Reader, stage_env
+from invoice_pipeline_tests.engine.test_stages import Reader, stage_env
 
 SELLER = Party("Kestrel Drahtwerk GmbH", "DE136695976", "Uferweg 3", "24103", "Kiel", "DE")
 BUYER = Party("Moorfeld Bakery Ltd", None, "Mill Lane 9", "10117", "Berlin", "DE")
@@ -215,7 +215,7 @@ def test_a_resent_copy_whose_number_is_not_text_is_held_not_posted(
         for content, name in ((original, "original.pdf"), (copy, "copy.pdf"))
     ]
     for invoice_id in ids:  # one after the other: the copy is compared with a posted original
-        chunk = claim_chunk(store, [(invoice_id, None)], "test-number", TTL)
+        chunk = claim_chunk(store, [(invoice_id, None)], "test-number")
         process_chunk(stage_env(store, Reader()), chunk)
 
     assert postings(database_url, ids[0]) == 1, status_and_reasons(database_url, ids[0])

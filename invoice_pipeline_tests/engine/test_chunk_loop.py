@@ -46,7 +46,7 @@ def test_a_chunk_run_through_every_stage_is_released_with_one_hook_call_per_stag
         for n in range(2)
     ]
     loop = ChunkLoop(store, max_attempts=3, retry_base=timedelta(minutes=1), keeper=keeper)
-    claims = loop.claim([(i, None) for i in ids], "test-chunk-loop", TTL)
+    claims = loop.claim([(i, None) for i in ids], "test-chunk-loop")
     assert keeper.held() == {c.job_id for c in claims}, "claimed leases are heartbeated"
     stages: list[str] = []
 
@@ -70,7 +70,7 @@ def test_a_chunk_whose_stage_raises_is_released_at_once(store: InvoiceStore, kee
         for n in range(2)
     ]
     loop = ChunkLoop(store, max_attempts=3, retry_base=timedelta(minutes=1), keeper=keeper)
-    claims = loop.claim([(i, None) for i in ids], "test-chunk-loop", TTL)
+    claims = loop.claim([(i, None) for i in ids], "test-chunk-loop")
     released: list[Rescheduled] = []
 
     with pytest.raises(psycopg.OperationalError, match="the database went away"):

@@ -49,11 +49,11 @@ from invoice_pipeline.orchestration import ops
 from invoice_pipeline.orchestration.jobs import make_jobs
 from invoice_pipeline.orchestration.resources import DocumentReader
 from invoice_pipeline_tests.factories import pipeline_resources
+from invoice_pipeline_tests.support import sweep_now
 from pipeline_support.factories import json_invoice
 from pipeline_support.helpers import wait_for
 
 T = TypeVar("T")
-TTL = timedelta(minutes=5)
 DETECT_DUPLICATES = STAGES[3]
 assert DETECT_DUPLICATES.name == "detect_duplicates"
 
@@ -162,7 +162,7 @@ def stage_env(store: InvoiceStore) -> StageEnv:
 def processed_original(store: InvoiceStore, number: str) -> UUID:
     """An invoice that went through the whole pipeline: an original, processed and posted."""
     invoice = store.documents.store_document(json_invoice(number), "acme", f"{number}.json").invoice_id
-    chunk = claim_chunk(store, [(invoice, None)], "earlier-run", TTL)
+    chunk = claim_chunk(store, [(invoice, None)], "earlier-run")
     result = process_chunk(stage_env(store), chunk)
     assert invoice in result.finished.written
     return invoice
@@ -170,7 +170,7 @@ def processed_original(store: InvoiceStore, number: str) -> UUID:
 
 def up_to_dedupe(store: InvoiceStore, invoice: UUID, owner: str) -> list[Claimed]:
     """The invoice claimed by `owner` and taken through text, fields and validation."""
-    chunk: list[Claimed] | tuple[Claimed, ...] = claim_chunk(store, [(invoice, None)], owner, TTL)
+    chunk: list[Claimed] | tuple[Claimed, ...] = claim_chunk(store, [(invoice, None)], owner)
     assert [c.invoice_id for c in chunk] == [invoice]
     env = stage_env(store)
     for stage in STAGES[:3]:
@@ -234,7 +234,7 @@ def test_a_claim_bounces_off_a_holder_mid_write_and_the_holder_goes_on(
             blocker.execute("SELECT 1 FROM invoices WHERE id = %s FOR UPDATE", (original,))
         holder = Background(lambda: run_stage(DETECT_DUPLICATES, stage_env(holder_store), chunk))
         wait_for(lambda: waiting(database_url, "holder"), what="the holder to wait inside its write")
-        intruder = Background(lambda: claim_chunk(intruder_store, [(invoice, None)], "intruder-run", TTL))
+        intruder = Background(lambda: claim_chunk(intruder_store, [(invoice, None)], "intruder-run"))
         wait_for(
             lambda: intruder.done.is_set() or waiting(database_url, "intruder"),
             what="the claim to bounce or to wait",
@@ -278,8 +278,8 @@ def test_a_blocked_chunk_stops_neither_its_siblings_heartbeats_nor_the_sweep(
     sibling = worker.documents.store_document(json_invoice("LV-301"), "acme", "s.json").invoice_id
     dead = worker.documents.store_document(json_invoice("LV-302"), "acme", "d.json").invoice_id
     chunk = up_to_dedupe(worker, copy, "run")
-    (sibling_claim,) = claim_chunk(worker, [(sibling, None)], "run", TTL)
-    (dead_claim,) = claim_chunk(worker, [(dead, None)], "dead-run", TTL)
+    (sibling_claim,) = claim_chunk(worker, [(sibling, None)], "run")
+    (dead_claim,) = claim_chunk(worker, [(dead, None)], "dead-run")
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute(
             "UPDATE processing_jobs SET heartbeat_at = heartbeat_at - interval '1 hour' WHERE id = %s",
@@ -383,7 +383,7 @@ def test_a_write_that_waited_after_its_fence_commits_a_fresh_heartbeat(
         holder.join()
         assert holder.error is None and holder.result is not None, repr(holder.error)
         assert isinstance(holder.result.outcomes[copy], Done), holder.result.outcomes
-        claimed = claim_chunk(writer, [(copy, None)], "other-run", SCALE_OUT_TTL)
+        claimed = claim_chunk(writer, [(copy, None)], "other-run")
         beat, _ = heartbeat_of(database_url, chunk[0].job_id)
         assert beat > released_at, "the committed heartbeat predates the blocker's release"
         assert claimed == [], "a claim right after the commit took the live lease"
@@ -459,8 +459,8 @@ def test_maintenance_never_reschedules_an_invoice_claimed_after_its_snapshot(
         max_size=2,
     )
     orphan = store.documents.store_document(json_invoice("LV-400"), "acme", "x.json").invoice_id
-    claim_chunk(store, [(orphan, None)], "dead-run", TTL)
-    assert store.maintenance.release_stale_locks(orphan, stale_after=timedelta(0)) == 1
+    claim_chunk(store, [(orphan, None)], "dead-run")
+    assert sweep_now(database_url, orphan) == 1
 
     with psycopg.connect(database_url, autocommit=True) as gate:
         gate.execute("SELECT pg_advisory_lock(%s)", (PAUSE_KEY,))
@@ -468,7 +468,7 @@ def test_maintenance_never_reschedules_an_invoice_claimed_after_its_snapshot(
             lambda: maintenance.maintenance.reschedule_orphans(max_attempts=5, retry_base=timedelta(0))
         )
         wait_for(lambda: waiting(database_url, "paused-maintenance"), what="maintenance to pause")
-        claimed = claim_chunk(claimer_store, [(orphan, None)], "live-run", TTL)
+        claimed = claim_chunk(claimer_store, [(orphan, None)], "live-run")
         assert [c.invoice_id for c in claimed] == [orphan], "the claim committed while maintenance paused"
         gate.execute("SELECT pg_advisory_unlock(%s)", (PAUSE_KEY,))
     rescheduling.join()
@@ -492,8 +492,8 @@ def test_the_sweep_skips_an_orphan_someone_is_writing_and_takes_it_at_the_next_s
     show as contention (or an error), not as a slow test."""
     store = stores("setup")
     orphan = store.documents.store_document(json_invoice("LV-401"), "acme", "x.json").invoice_id
-    claim_chunk(store, [(orphan, None)], "dead-run", TTL)
-    assert store.maintenance.release_stale_locks(orphan, stale_after=timedelta(0)) == 1
+    claim_chunk(store, [(orphan, None)], "dead-run")
+    assert sweep_now(database_url, orphan) == 1
     sweeper = InvoiceStore(
         named(database_url, "orphan-sweeper"), max_size=2, lock_timeout=timedelta(milliseconds=300)
     )
@@ -610,7 +610,7 @@ def test_a_write_that_loses_to_contention_is_retried_then_fails_only_its_invoice
             store.documents.store_document(json_invoice(f"LV-70{n}"), "acme", f"{n}.json").invoice_id
             for n in range(3)
         )
-        chunk = claim_chunk(store, [(stuck, None), (free, None), (later, None)], "run", TTL)
+        chunk = claim_chunk(store, [(stuck, None), (free, None), (later, None)], "run")
         leases = {c.invoice_id: c.lease for c in chunk}
         with psycopg.connect(database_url) as blocker:
             blocker.execute("SELECT 1 FROM invoices WHERE id = %s FOR UPDATE", (stuck,))

@@ -16,10 +16,11 @@ import pytest
 from invoice_pipeline.documents import ExtractedText
 from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.matching import MatchCandidate
+from invoice_pipeline.engine.chunk_loop import claim_chunk
 from invoice_pipeline.engine.leases import LeaseKeeper, LeaseLost
 from invoice_pipeline.engine.records import MatchOutcome
 from invoice_pipeline.engine.store import InvoiceStore
-from invoice_pipeline_tests.support import db_seconds_since
+from invoice_pipeline_tests.support import db_seconds_since, sweep_now
 from pipeline_support.helpers import wait_for
 
 PROCESSES = 8
@@ -114,9 +115,7 @@ def test_holder_killed_with_sigkill_is_swept_and_retried(database_url: str, stor
         "the lock must survive its holder's death"
     )
     assert store.claims.acquire(invoice, 2) is None, "a live-looking lock still refuses others"
-    assert store.maintenance.release_stale_locks(invoice, stale_after=timedelta(hours=1)) == 0, (
-        "not stale yet"
-    )
+    assert sweep_now(database_url, invoice, ttl=timedelta(hours=1)) == 0, "not stale yet"
 
     ttl = timedelta(milliseconds=200)
     wait_for(
@@ -128,7 +127,7 @@ def test_holder_killed_with_sigkill_is_swept_and_retried(database_url: str, stor
         ),
         what="the dead holder's heartbeat to age past the TTL on the DB clock",
     )
-    assert store.maintenance.release_stale_locks(invoice, stale_after=ttl) == 1
+    assert sweep_now(database_url, invoice, ttl) == 1
     retry = store.claims.acquire(invoice, 2, owner="rescuer")
     assert retry is not None
     history = store.claims.job_history(invoice)
@@ -148,11 +147,12 @@ def test_heartbeating_lease_outlives_ttl_and_silent_one_is_swept(
     swept_total = 0
     keeper = LeaseKeeper(store.claims.heartbeat_many, timedelta(milliseconds=100))
     keeper.hold(alive.job_id)
+    sweeper = InvoiceStore(database_url, max_size=1, lock_ttl=ttl)
     try:
 
         def sweep_until_alive_ran_past_ttl() -> bool:
             nonlocal swept_total
-            swept_total += store.maintenance.release_stale_locks(stale_after=ttl)
+            swept_total += sweeper.maintenance.release_stale_locks()
             return (
                 db_seconds_since(
                     database_url, "SELECT started_at FROM processing_jobs WHERE id = %s", (alive.job_id,)
@@ -165,9 +165,46 @@ def test_heartbeating_lease_outlives_ttl_and_silent_one_is_swept(
         assert store.claims.heartbeat(alive.job_id), "the heartbeating lease is still running"
     finally:
         keeper.stop()
+        sweeper.close()
     assert swept_total == 1, "exactly the silent lease was swept"
     assert [j.status for j in store.claims.job_history(silent_inv)] == ["failed"]
     assert not store.claims.heartbeat(silent.job_id)
+
+
+def test_the_store_sweeps_with_the_ttl_it_was_opened_with_on_claim_and_in_the_sweep(
+    database_url: str, store: InvoiceStore
+) -> None:
+    """The lease TTL is the store's, set once when it is opened (issue 57): a chunk claim's sweep
+    and the sweep free a lease whose heartbeat is older than it, never a younger one, and
+    nobody passes a TTL per call."""
+    young, old, swept, alive = _new_invoices(database_url, 4)
+    for invoice in (young, old, swept, alive):
+        assert store.claims.acquire(invoice, 1, owner="holder") is not None
+
+    def backdate(invoice: UUID, interval: str) -> None:
+        with psycopg.connect(database_url) as conn:
+            conn.execute(
+                "UPDATE processing_jobs SET heartbeat_at = clock_timestamp() - %s::interval "
+                "WHERE invoice_id = %s AND status = 'running'",
+                (interval, invoice),
+            )
+
+    for invoice in (young, alive):
+        backdate(invoice, "30 seconds")  # the product's default TTL, but within this store's
+    for invoice in (old, swept):
+        backdate(invoice, "2 minutes")
+    minute = InvoiceStore(database_url, max_size=1, lock_ttl=timedelta(minutes=1))
+    try:
+        assert minute.lock_ttl == timedelta(minutes=1)
+        claimed = claim_chunk(minute, [(young, None), (old, None)], "claimer")
+        assert [c.invoice_id for c in claimed] == [old], "the claim swept the stale lease alone"
+        assert minute.maintenance.release_stale_locks() == 1, "the sweep frees the stale lease alone"
+    finally:
+        minute.close()
+    for invoice, owner in ((young, "holder"), (old, "claimer"), (alive, "holder")):
+        holder = store.claims.current_holder(invoice)
+        assert holder is not None and holder.owner == owner, invoice
+    assert store.claims.current_holder(swept) is None
 
 
 def _snapshot(url: str) -> dict[str, list[tuple[object, ...]]]:
@@ -188,7 +225,7 @@ def test_zombie_cannot_write_anything(database_url: str, store: InvoiceStore) ->
     (invoice,) = _new_invoices(database_url, 1)
     lease = store.claims.acquire(invoice, 1, owner="zombie")
     assert lease is not None
-    assert store.maintenance.release_stale_locks(invoice, stale_after=timedelta(0)) == 1  # the holder "died"
+    assert sweep_now(database_url, invoice) == 1  # the holder "died"
     before = _snapshot(database_url)
     fields = InvoiceFields(
         invoice_number="INV-1", currency="EUR", payable_total=Decimal("10.00"), seller_name="Zed"
@@ -229,7 +266,7 @@ def test_fenced_write_in_flight_holds_off_the_sweep(database_url: str, store: In
             assert row == (0,), "the sweep skipped the job being written"
             row = other.execute("SELECT release_stale_locks(NULL, '0')").fetchone()
             assert row == (0,), "the global sweep skipped it too"
-    assert store.maintenance.release_stale_locks(invoice, stale_after=timedelta(0)) == 1
+    assert sweep_now(database_url, invoice) == 1
 
 
 def test_a_write_refreshes_a_heartbeat_over_a_second_old_and_leaves_a_fresh_one(
@@ -295,7 +332,6 @@ def test_finished_jobs_are_immutable_and_never_deleted(database_url: str, store:
             "attempt must be a positive integer",
         ),
         (lambda s: s.claims.finish("00000000-0000-0000-0000-000000000001", "done"), "status must be one of"),
-        (lambda s: s.maintenance.release_stale_locks(stale_after=timedelta(seconds=-1)), "non-negative"),
     ],
 )
 def test_bad_arguments_fail_before_any_sql(store: InvoiceStore, call, message) -> None:  # type: ignore[no-untyped-def]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -29,7 +28,6 @@ from invoice_pipeline.orchestration.resources import InvoiceDatabase
 from invoice_pipeline_tests.support import process_now
 from pipeline_support.factories import json_invoice
 
-TTL = timedelta(minutes=5)
 # Tables whose size follows history; metric_counts and its deltas are the counters themselves.
 GROWING = {"invoices", "processing_jobs", "ledger_postings", "step_events", "extracted_texts", "documents"}
 
@@ -65,14 +63,14 @@ def test_the_counters_equal_a_recount_after_a_real_workload(database_url: str, s
     dead = store.documents.store_document(
         json_invoice("INV-7000", total="10.00"), "acme", "dead.json"
     ).invoice_id
-    claim_chunk(store, [(dead, None)], "test-metrics-dead", TTL)
+    claim_chunk(store, [(dead, None)], "test-metrics-dead")
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute(
             "UPDATE processing_jobs SET heartbeat_at = heartbeat_at - interval '1 hour' "
             "WHERE invoice_id = %s AND status = 'running'",
             (dead,),
         )
-    assert store.maintenance.release_stale_locks(None, TTL) == 1
+    assert store.maintenance.release_stale_locks() == 1
 
     got = scrape(store)
 
@@ -229,7 +227,7 @@ def test_ocr_pages_and_seconds_are_counted_and_a_bad_layout_is_no_refused_write(
         store.documents.store_document(json_invoice(f"OC-{n}"), "acme", f"{n}.png").invoice_id
         for n in range(3)
     ]
-    (job,) = claim_chunk(store, [(ids[0], None)], "test-ocr", TTL)
+    (job,) = claim_chunk(store, [(ids[0], None)], "test-ocr")
     layout = {
         "ocr": {"engine": "rapidocr", "pages": [{"page": 1, "seconds": 2.25}, {"page": 2, "seconds": 1.5}]}
     }

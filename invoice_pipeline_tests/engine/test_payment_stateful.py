@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import threading
 from dataclasses import replace
-from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 from uuid import UUID, uuid4
@@ -41,7 +40,6 @@ from invoice_pipeline_tests.engine.review.helpers import sample
 from invoice_pipeline_tests.engine.test_liveness import stage_env
 from pipeline_support.factories import json_invoice
 
-TTL = timedelta(minutes=5)
 ALICE = Actor("os-user:alice", "review:alice@test:1")
 NAMES = ("Hafenkran Technik GmbH", "Nordwind Logistik GmbH")
 SPELLINGS = (
@@ -111,9 +109,7 @@ def two_workers_run_what_is_due(database_url: str, store: InvoiceStore, org: str
             )
         ]
     chunks = [due[:cut], due[cut:]]
-    claimed = [
-        claim_chunk(store, [(i, None) for i in part], f"worker-{n}", TTL) for n, part in enumerate(chunks)
-    ]
+    claimed = [claim_chunk(store, [(i, None) for i in part], f"worker-{n}") for n, part in enumerate(chunks)]
     errors: list[BaseException] = []
     start = threading.Barrier(2)
 

@@ -66,7 +66,7 @@ def post_approved(store: InvoiceStore, invoice_id: UUID) -> None:
     env = StageEnv(
         store, DocumentReader(isolate=False), DEFAULT_MAX_DOCUMENT_BYTES, 120, 3, timedelta(minutes=1)
     )
-    process_chunk(env, claim_chunk(store, [(invoice_id, None)], "registry-test", timedelta(minutes=5)))
+    process_chunk(env, claim_chunk(store, [(invoice_id, None)], "registry-test"))
 
 
 def test_a_dollar_page_is_held_until_a_person_approved_the_vendors_invoice_in_a_dollar(

@@ -44,7 +44,6 @@ from invoice_pipeline_tests.engine.review.helpers import sql
 from invoice_pipeline_tests.factories import pipeline_resources
 from pipeline_support.factories import json_invoice
 
-TTL = timedelta(minutes=5)
 OWNER = "test-stages"
 EXTRACT_TEXT, EXTRACT_FIELDS = STAGES[0], STAGES[1]
 
@@ -89,7 +88,7 @@ def new_invoices(store: InvoiceStore, names: list[str]) -> dict[str, UUID]:
 
 
 def claim(store: InvoiceStore, ids: list[UUID]) -> list[Claimed]:
-    chunk = claim_chunk(store, [(i, None) for i in ids], OWNER, TTL)
+    chunk = claim_chunk(store, [(i, None) for i in ids], OWNER)
     assert [c.invoice_id for c in chunk] == ids, "the whole chunk is claimed"
     return chunk
 
@@ -134,7 +133,7 @@ def test_a_lease_lost_mid_chunk_loses_that_invoice_alone(database_url: str, stor
             "UPDATE processing_jobs SET heartbeat_at = heartbeat_at - interval '1 hour' WHERE id = %s",
             (b_job,),
         )
-        assert store.maintenance.release_stale_locks(b, stale_after=TTL) == 1, "the sweep finished b's job"
+        assert store.maintenance.release_stale_locks(b) == 1, "the sweep finished b's job"
         thief = store.claims.acquire(b, 2, "another-worker")
         assert thief is not None
         taken_over.append(thief.job_id)

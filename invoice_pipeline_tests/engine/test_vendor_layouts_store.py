@@ -61,7 +61,7 @@ def run_documents(store: InvoiceStore, org: str, documents: list[tuple[bytes, st
     env = StageEnv(
         store, DocumentReader(isolate=False), DEFAULT_MAX_DOCUMENT_BYTES, 120, 3, timedelta(minutes=1)
     )
-    chunk = claim_chunk(store, [(i, None) for i in ids], "layout-test", timedelta(minutes=5))
+    chunk = claim_chunk(store, [(i, None) for i in ids], "layout-test")
     process_chunk(env, chunk)
     return ids
 

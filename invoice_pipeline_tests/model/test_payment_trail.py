@@ -13,7 +13,6 @@ not happen.
 
 from __future__ import annotations
 
-from datetime import timedelta
 from uuid import UUID
 
 import psycopg
@@ -29,7 +28,6 @@ from pipeline_support.factories import json_invoice
 ORG = "model-payment"
 VAT = "DE136695976"
 IBANS = ("DE89370400440532013000", "GB82WEST12345698765432")  # worker 0 asks for A, worker 1 for B
-TTL = timedelta(minutes=5)
 
 
 def test_approval_only_trail_is_refused_by_the_posting_decision(
@@ -50,7 +48,7 @@ def test_approval_only_trail_is_refused_by_the_posting_decision(
     for step in schedule.steps:
         w = step.args["w"]
         if step.name == "approve_reads":
-            chunks[w] = claim_chunk(store, [(invoices[w], None)], f"model-worker-{w}", TTL)
+            chunks[w] = claim_chunk(store, [(invoices[w], None)], f"model-worker-{w}")
             for stage in STAGES[:-1]:  # up to and including approve: both approved, no vendor yet
                 run_stage(stage, env, chunks[w])
         elif step.name == "post":

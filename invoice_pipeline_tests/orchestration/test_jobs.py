@@ -171,9 +171,10 @@ class SweptWhileReading(DocumentReader):
     database_url: str
 
     def read_text(self, content: bytes, filename: str | None, max_bytes: int) -> ExtractedText:
-        sweeper = InvoiceStore(self.database_url, max_size=1)
+        # A sweeper whose lease TTL is 0: every running lease is stale to it.
+        sweeper = InvoiceStore(self.database_url, max_size=1, lock_ttl=timedelta(0))
         try:
-            assert sweeper.maintenance.release_stale_locks(stale_after=timedelta(0)) == 1
+            assert sweeper.maintenance.release_stale_locks() == 1
         finally:
             sweeper.close()
         return super().read_text(content, filename, max_bytes)
@@ -361,9 +362,9 @@ def test_waiting_batch_branches_keep_their_leases_under_a_running_sweep(
                     return int(row[0]) if row and row[0] == seen["back_dated"] else 0
 
                 seen["beaten"] = wait_for(fresh, what="the keeper to beat every lease of the run again")
-            sweeping = InvoiceStore(database_url, max_size=1)
+            sweeping = InvoiceStore(database_url, max_size=1, lock_ttl=timedelta(seconds=60))
             try:
-                seen["swept"] = sweeping.maintenance.release_stale_locks(stale_after=timedelta(seconds=60))
+                seen["swept"] = sweeping.maintenance.release_stale_locks()
             finally:
                 sweeping.close()
         finally:

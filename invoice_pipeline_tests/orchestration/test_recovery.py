@@ -177,7 +177,11 @@ def test_frozen_zombie_resumes_after_takeover_and_writes_nothing(
     os.kill(zombie.pid, signal.SIGSTOP)  # frozen: no heartbeats, no progress
 
     wait_stale(database_url, inv)
-    assert store.maintenance.release_stale_locks(inv, stale_after=timedelta(seconds=1)) == 1
+    sweeper = InvoiceStore(database_url, max_size=1, lock_ttl=timedelta(seconds=1))
+    try:
+        assert sweeper.maintenance.release_stale_locks(inv) == 1
+    finally:
+        sweeper.close()
     assert run_in_process(database_url, inv), "another run takes over and finishes"
     before = step_events(database_url, inv)
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import timedelta
 from pathlib import Path
 
 import psycopg
@@ -78,7 +77,7 @@ def test_a_reexecuted_run_never_adopts_a_job_another_owner_runs(
         assert not parent.success
         assert store.claims.current_holder(inv) is None, "the failed parent released its lease"
 
-        (other,) = claim_chunk(store, [(inv, None)], ANOTHER_OWNER, timedelta(minutes=5))
+        (other,) = claim_chunk(store, [(inv, None)], ANOTHER_OWNER)
         child = execute_job(
             job,
             instance=instance,

@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
 
 from invoice_pipeline.engine.export_records import Batch, Delivery, ExportTarget, Recorded
 from invoice_pipeline.engine.exports import datev
@@ -88,7 +87,6 @@ def send_batch(batch: Batch, keeper: LeaseKeeper, crash: CrashPoints = CrashPoin
 def deliver(
     store: InvoiceStore,
     owner: str,
-    lock_ttl: timedelta,
     *,
     max_batches: int | None = None,
     crash: CrashPoints = CrashPoints(),
@@ -96,8 +94,8 @@ def deliver(
     """Deliver what is due now, target by target, a batch at a time, until nothing is due (or
     `max_batches`). Rows a failure makes due again later are left for the next call."""
     report = DeliveryReport()
-    report.swept = store.exports.release_stale(lock_ttl)
-    keeper = LeaseKeeper(store.exports.heartbeat_many, lock_ttl / 3, lock_ttl)
+    report.swept = store.exports.release_stale()
+    keeper = LeaseKeeper(store.exports.heartbeat_many, store.lock_ttl / 3, store.lock_ttl)
     exhausted: set[int] = set()
     try:
         while max_batches is None or report.batches < max_batches:

@@ -39,8 +39,11 @@ another part only through its public methods:
 """
 
 from collections import Counter
+from datetime import timedelta
 from typing import Unpack
 
+from invoice_pipeline.config import StoreSettings
+from invoice_pipeline.db.connection import prepare_database
 from invoice_pipeline.engine.store.claims import Claims, RequestedBy, default_owner
 from invoice_pipeline.engine.store.corrections import Correction, Corrections
 from invoice_pipeline.engine.store.database import (
@@ -95,12 +98,26 @@ class InvoiceStore:
         return self.database.database_url
 
     @property
+    def lock_ttl(self) -> timedelta:
+        """The lease TTL the store was opened with: its sweep's, its timeouts' and its keeper's."""
+        return self.database.lock_ttl
+
+    @property
     def contention(self) -> Counter[str]:
         """What contention cost: each lost attempt by error class, and "gave_up" after the retries."""
         return self.database.contention
 
     def close(self) -> None:
         self.database.close()
+
+
+def open_store(settings: StoreSettings, pool_size: int) -> InvoiceStore:
+    """The one way the product opens its store from settings (config.Settings, or the Dagster
+    resource's configuration): the configured database (the embedded server started or attached
+    to), migrated, and the settings' lease TTL, which the store then owns (its sweep, its
+    timeouts, its keeper's self-fencing). `pool_size` is the most connections the caller uses
+    at once; each caller names why its size."""
+    return InvoiceStore(prepare_database(settings), max_size=pool_size, lock_ttl=settings.lock_ttl)
 
 
 __all__ = [
@@ -135,4 +152,5 @@ __all__ = [
     "is_contention",
     "is_systemic",
     "json_default",
+    "open_store",
 ]

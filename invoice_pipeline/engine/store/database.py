@@ -27,7 +27,7 @@ import psycopg
 from psycopg.rows import class_row
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
-from invoice_pipeline.config import validate_database_url
+from invoice_pipeline.config import DEFAULT_LOCK_TTL_SECONDS, validate_database_url
 from invoice_pipeline.db.sqlfiles import QueryFile
 from invoice_pipeline.engine.leases import LeaseLost
 from invoice_pipeline.engine.records import ChunkWrite, Lease
@@ -38,10 +38,12 @@ FENCE = QueryFile("fence")
 T = TypeVar("T")
 P = TypeVar("P")
 R = TypeVar("R")
+# The lease TTL of a store opened without one (tests, benchmarks): the project's default.
+DEFAULT_LOCK_TTL = timedelta(seconds=DEFAULT_LOCK_TTL_SECONDS)
 # A session idle inside a transaction this long is ended by the server, with its row and
 # advisory locks. It must be shorter than the lease TTL (a third of the default 30 s; half of a
-# shorter TTL given to the store): the sweep skips a job row locked by a write in flight as
-# alive, so a holder frozen mid-write must lose its locks before its lease would be stale.
+# shorter TTL): the sweep skips a job row locked by a write in flight as alive, so a holder
+# frozen mid-write must lose its locks before its lease would be stale.
 IDLE_IN_TRANSACTION_MS = 10_000
 IDLE_IN_TRANSACTION_FLOOR_MS = 500
 # The longest any statement waits for a lock (a row, a dedupe advisory lock). Every wait in the
@@ -114,17 +116,16 @@ def is_systemic(exc: BaseException) -> bool:
 
 
 # A cut link drops packets silently: without these a socket waits in TCP retransmission for
-# many minutes. Each is derived from the lease TTL (30 s when the store is given none), so a
+# many minutes. Each is derived from the store's lease TTL, so a
 # holder notices a cut well within it: a connect gives up after a third of the TTL (libpq's
 # floor: 2 s), unacknowledged data or unanswered keepalive probes close the socket after a
 # third of the TTL (tcp_user_timeout), an idle connection is probed after a sixth of it. A
 # parameter the URL sets itself wins.
-DEFAULT_TIMEOUT_TTL_S = 30.0
 
 
-def network_timeouts(database_url: str, lock_ttl: timedelta | None) -> dict[str, Any]:
+def network_timeouts(database_url: str, lock_ttl: timedelta) -> dict[str, Any]:
     """libpq connection parameters (connect_timeout, keepalives, tcp_user_timeout) for a TTL."""
-    ttl = DEFAULT_TIMEOUT_TTL_S if lock_ttl is None else lock_ttl.total_seconds()
+    ttl = lock_ttl.total_seconds()
     params: dict[str, Any] = {
         "connect_timeout": max(2, min(10, int(ttl / 3))),
         "keepalives": 1,
@@ -137,10 +138,8 @@ def network_timeouts(database_url: str, lock_ttl: timedelta | None) -> dict[str,
     return {k: v for k, v in params.items() if k not in given}
 
 
-def idle_in_transaction_ms(lock_ttl: timedelta | None) -> int:
+def idle_in_transaction_ms(lock_ttl: timedelta) -> int:
     """The idle-in-transaction timeout for a store whose leases live `lock_ttl`: below it."""
-    if lock_ttl is None:
-        return IDLE_IN_TRANSACTION_MS
     half = int(lock_ttl.total_seconds() * 1000) // 2
     return max(IDLE_IN_TRANSACTION_FLOOR_MS, min(IDLE_IN_TRANSACTION_MS, half))
 
@@ -175,7 +174,7 @@ class DatabaseOptions(TypedDict, total=False):
 
     min_size: int
     max_size: int
-    lock_ttl: timedelta | None
+    lock_ttl: timedelta
     lock_timeout: timedelta
 
 
@@ -194,10 +193,13 @@ class Database:
         *,
         min_size: int = 1,
         max_size: int = 10,
-        lock_ttl: timedelta | None = None,
+        lock_ttl: timedelta = DEFAULT_LOCK_TTL,
         lock_timeout: timedelta = timedelta(milliseconds=LOCK_TIMEOUT_MS),
     ) -> None:
         self.database_url = validate_database_url(database_url)
+        # The lease TTL, set once, when the store is opened (config.Settings checked it): the
+        # sweep frees a lease whose heartbeat is older, and the timeouts below stay under it.
+        self.lock_ttl = lock_ttl
         self.idle_in_transaction_ms = idle_in_transaction_ms(lock_ttl)
         # A worker frozen inside a fenced write holds its rows; the server ends that session
         # before its lease would go stale. No wait for a lock is unbounded.

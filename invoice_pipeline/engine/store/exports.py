@@ -114,7 +114,9 @@ class Exports:
         with self.db.pool.connection() as conn:
             return self.db.fetch_all(conn, ExportJobRecord, EXPORTS["export_jobs_of_owner"], {"owner": owner})
 
-    def release_stale(self, stale_after: timedelta) -> int:
+    def release_stale(self) -> int:
+        """Free the export leases not renewed within the store's lease TTL."""
+        stale_after = self.db.lock_ttl
         return int(
             self.db.retrying(
                 lambda: self.db.scalar(EXPORTS["release_stale_export_locks"], {"stale_after": stale_after}),

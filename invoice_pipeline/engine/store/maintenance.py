@@ -29,24 +29,21 @@ class Maintenance:
         self.db = db
         self.claims = claims
 
-    def release_stale_locks(
-        self, invoice_id: UUID | str | None = None, stale_after: timedelta = timedelta(minutes=15)
-    ) -> int:
-        if not isinstance(stale_after, timedelta) or stale_after < timedelta(0):
-            raise ValueError(f"stale_after must be a non-negative timedelta, got {stale_after!r}")
+    def release_stale_locks(self, invoice_id: UUID | str | None = None) -> int:
+        """Free the leases (all, or the invoice's) whose heartbeat is older than the store's TTL."""
         params = {
             "invoice_id": None if invoice_id is None else as_uuid(invoice_id),
-            "stale_after": stale_after,
+            "stale_after": self.db.lock_ttl,
         }
         return int(
             self.db.retrying(lambda: self.db.scalar(MAINTENANCE["release_stale_locks"], params), "the sweep")
         )
 
-    def release_stale_locks_of(self, invoice_ids: Sequence[UUID], stale_after: timedelta) -> int:
+    def release_stale_locks_of(self, invoice_ids: Sequence[UUID]) -> int:
         """The sweep, for the invoices a chunk is about to claim."""
         if not invoice_ids:
             return 0
-        params = {"invoice_ids": list(invoice_ids), "stale_after": stale_after}
+        params = {"invoice_ids": list(invoice_ids), "stale_after": self.db.lock_ttl}
         return int(
             self.db.retrying(
                 lambda: self.db.scalar(MAINTENANCE["release_stale_locks_of"], params), "the chunk's sweep"

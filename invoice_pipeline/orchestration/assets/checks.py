@@ -44,7 +44,9 @@ def no_copy_posted(invoice_db: InvoiceDatabase) -> AssetCheckResult:
     description="No running lock is older than the lease TTL (the sweep is keeping up).",
 )
 def no_stale_running_locks(invoice_db: InvoiceDatabase) -> AssetCheckResult:
-    ids = invoice_db.store.reporting.offending_ids("check_stale_running_locks", {"ttl": invoice_db.lock_ttl})
+    ids = invoice_db.store.reporting.offending_ids(
+        "check_stale_running_locks", {"ttl": invoice_db.store.lock_ttl}
+    )
     return _result(ids, "no running job past its TTL", "running jobs past their TTL (job ids)")
 
 

@@ -2,6 +2,7 @@
 
 import os
 import threading
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
@@ -10,9 +11,12 @@ from pydantic import Field, model_validator
 
 from invoice_pipeline.config import (
     DEFAULT_BATCH_SIZE,
+    DEFAULT_DATABASE_NAME,
     DEFAULT_LOCK_TTL_SECONDS,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_DOCUMENT_BYTES,
+    DEFAULT_PG_LISTEN,
+    DEFAULT_PG_PORT,
     DEFAULT_REQUEST_TIMEOUT_SECONDS,
     DEFAULT_RETRY_BASE_SECONDS,
     DEFAULT_SAVE_AFTER_MS,
@@ -20,48 +24,59 @@ from invoice_pipeline.config import (
     Settings,
     check_lease_timing,
     default_heartbeat_seconds,
+    pgdata_of,
 )
-from invoice_pipeline.db.connection import prepare_database
 from invoice_pipeline.engine.leases import LeaseKeeper
 from invoice_pipeline.engine.stages import DocumentParser, StageEnv
-from invoice_pipeline.engine.store import InvoiceStore
+from invoice_pipeline.engine.store import InvoiceStore, open_store
 
-_stores: dict[tuple[int, str | None, float | None], InvoiceStore] = {}
-_keepers: dict[tuple[int, str | None, float, float | None], LeaseKeeper] = {}
+# Every op, sensor and schedule of one process shares one store (ops of a run's in-process
+# executor run side by side): psycopg_pool's usual most.
+SHARED_POOL = 10
+
+
+@dataclass(frozen=True)
+class ResourceStoreSettings:
+    """The resource's configuration as the store is opened from it (config.StoreSettings): the
+    code location read the environment once, configured the resource from it, and a run worker
+    gets the same values from the resource's configuration, never from its own environment."""
+
+    database_url: str | None
+    pgdata: Path | None
+    pg_port: int
+    pg_listen: str
+    database_name: str
+    lock_ttl: timedelta
+
+
+_stores: dict[tuple[int, ResourceStoreSettings], InvoiceStore] = {}
+_keepers: dict[tuple[int, ResourceStoreSettings, float], LeaseKeeper] = {}
 _stores_lock = threading.Lock()
 
 
-def shared_store(database_url: str | None, lock_ttl: timedelta | None = None) -> InvoiceStore:
+def shared_store(settings: ResourceStoreSettings) -> InvoiceStore:
     """One pool per process and database: ops, sensors and schedules of a process share it.
 
     Keyed by pid too, so a forked child never reuses its parent's sockets; and by the lease TTL,
-    which bounds the store's idle-in-transaction timeout (InvoiceStore).
+    which the store owns (its sweep, its idle-in-transaction timeout).
     """
-    key = (os.getpid(), database_url, None if lock_ttl is None else lock_ttl.total_seconds())
+    key = (os.getpid(), settings)
     with _stores_lock:
         store = _stores.get(key)
         if store is None:
-            url = database_url or prepare_database(Settings.from_env())
-            store = _stores[key] = InvoiceStore(url, lock_ttl=lock_ttl)
+            store = _stores[key] = open_store(settings, SHARED_POOL)
         return store
 
 
-def shared_lease_keeper(
-    database_url: str | None, interval: timedelta, lock_ttl: timedelta | None = None
-) -> LeaseKeeper:
+def shared_lease_keeper(settings: ResourceStoreSettings, interval: timedelta) -> LeaseKeeper:
     """One heartbeat thread per process and database for every lease its runs hold."""
-    store = shared_store(database_url, lock_ttl)
-    key = (
-        os.getpid(),
-        database_url,
-        interval.total_seconds(),
-        None if lock_ttl is None else lock_ttl.total_seconds(),
-    )
+    store = shared_store(settings)
+    key = (os.getpid(), settings, interval.total_seconds())
     with _stores_lock:
         keeper = _keepers.get(key)
         if keeper is None:
-            # With the TTL, the keeper can tell the stages to stop on a lease it may have lost.
-            keeper = _keepers[key] = LeaseKeeper(store.claims.heartbeat_many, interval, lock_ttl)
+            # With the store's TTL, the keeper can tell the stages to stop on a lease it may have lost.
+            keeper = _keepers[key] = LeaseKeeper(store.claims.heartbeat_many, interval, store.lock_ttl)
         return keeper
 
 
@@ -84,7 +99,8 @@ def _resolved(value: str | None) -> str | None:
 class InvoiceDatabase(ConfigurableResource):
     """Durable locks, leases, fencing and advisory-locked dedupe on PostgreSQL.
 
-    Leave `database_url` unset to use the embedded PostgreSQL (started on first use, migrated).
+    Leave `database_url` unset to use the embedded PostgreSQL of `home` (started on first use,
+    migrated).
     The code location passes `EnvVar("INVOICE_PIPELINE_DATABASE_URL")` when that variable is
     set: Dagster then keeps the variable's name in its storage and shows it in its UI, never the
     URL and its password.
@@ -92,6 +108,17 @@ class InvoiceDatabase(ConfigurableResource):
 
     database_url: str | None = Field(
         default=None, description="PostgreSQL URL (give an EnvVar); unset: the embedded server"
+    )
+    home: str | None = Field(
+        default=None,
+        description="With no database_url: the project's home, whose embedded PostgreSQL holds the database",
+    )
+    pg_port: int = Field(
+        default=DEFAULT_PG_PORT, ge=1, le=65535, description="The embedded server's TCP port"
+    )
+    pg_listen: str = Field(default=DEFAULT_PG_LISTEN, description="The embedded server's listen address")
+    database_name: str = Field(
+        default=DEFAULT_DATABASE_NAME, description="The database on the embedded server"
     )
     lock_ttl_seconds: int = Field(
         default=DEFAULT_LOCK_TTL_SECONDS,
@@ -145,6 +172,10 @@ class InvoiceDatabase(ConfigurableResource):
     def from_settings(cls, settings: Settings) -> "InvoiceDatabase":
         return cls(
             database_url=EnvVar(ENV_DATABASE_URL) if settings.database_url else None,
+            home=str(settings.home),
+            pg_port=settings.pg_port,
+            pg_listen=settings.pg_listen,
+            database_name=settings.database_name,
             lock_ttl_seconds=int(settings.lock_ttl.total_seconds()),
             heartbeat_seconds=settings.heartbeat_interval.total_seconds(),
             max_attempts=settings.max_attempts,
@@ -167,8 +198,20 @@ class InvoiceDatabase(ConfigurableResource):
         return Path(inbox) if inbox else None
 
     @property
+    def store_settings(self) -> ResourceStoreSettings:
+        """What the store is opened from: this resource's configuration, its lease TTL included."""
+        return ResourceStoreSettings(
+            database_url=self.url,
+            pgdata=pgdata_of(Path(self.home)) if self.home else None,
+            pg_port=self.pg_port,
+            pg_listen=self.pg_listen,
+            database_name=self.database_name,
+            lock_ttl=self.lock_ttl,
+        )
+
+    @property
     def store(self) -> InvoiceStore:
-        return shared_store(self.url, self.lock_ttl)
+        return shared_store(self.store_settings)
 
     def stage_env(self, parser: DocumentParser) -> StageEnv:
         """What the stages need from this resource, with `parser` reading the documents."""
@@ -185,10 +228,11 @@ class InvoiceDatabase(ConfigurableResource):
 
     @property
     def lease_keeper(self) -> LeaseKeeper:
-        return shared_lease_keeper(self.url, self.heartbeat_interval, self.lock_ttl)
+        return shared_lease_keeper(self.store_settings, self.heartbeat_interval)
 
     @property
     def lock_ttl(self) -> timedelta:
+        """The TTL the store is opened with (Dagster's configuration holds whole seconds)."""
         return timedelta(seconds=self.lock_ttl_seconds)
 
     @property

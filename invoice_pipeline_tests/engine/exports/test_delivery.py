@@ -25,8 +25,6 @@ from invoice_pipeline_tests.engine.exports.helpers import (
     webhook_target,
 )
 
-TTL = timedelta(seconds=30)
-
 
 def test_the_webhook_sends_each_posting_once_signed_with_its_key(
     database_url: str, store: InvoiceStore, tmp_path: Path
@@ -34,7 +32,7 @@ def test_the_webhook_sends_each_posting_once_signed_with_its_key(
     with WebhookReceiver(SECRET) as receiver:
         target = webhook_target(store, "acme", receiver.url, tmp_path / "secret")
         invoice_ids = post_invoices(store, "acme", 3)
-        report = deliver(store, "w1", TTL)
+        report = deliver(store, "w1")
     assert (report.delivered, report.dead) == (3, 0)
     assert statuses(database_url, target) == {"delivered": 3}
     assert len(receiver.requests) == 3
@@ -60,9 +58,9 @@ def test_the_idempotency_key_is_the_same_on_every_redelivery(
         target = webhook_target(store, "acme", receiver.url, tmp_path / "s", retry_base=timedelta(0))
         post_invoices(store, "acme", 2)
         receiver.then("500", "500", "close", "close")
-        deliver(store, "w1", TTL, max_batches=1)
-        deliver(store, "w2", TTL, max_batches=1)
-        deliver(store, "w3", TTL, max_batches=1)
+        deliver(store, "w1", max_batches=1)
+        deliver(store, "w2", max_batches=1)
+        deliver(store, "w3", max_batches=1)
     assert statuses(database_url, target) == {"delivered": 2}
     assert [r.answered for r in receiver.requests] == ["500", "500", "close", "close", "200", "200"]
     keys = [r.key for r in receiver.requests]
@@ -79,7 +77,7 @@ def test_retried_until_the_attempt_limit_then_dead_lettered_with_the_answer_and_
             store, "acme", receiver.url, tmp_path / "s", max_attempts=3, retry_base=timedelta(0)
         )
         post_invoices(store, "acme", 1)
-        report = deliver(store, "w1", TTL)
+        report = deliver(store, "w1")
         assert (report.retried, report.dead, report.delivered) == (2, 1, 0)
         assert len(receiver.requests) == 3
         assert statuses(database_url, target) == {"dead": 1}
@@ -89,7 +87,7 @@ def test_retried_until_the_attempt_limit_then_dead_lettered_with_the_answer_and_
         # The receiver is back: a person redrives the dead letter.
         receiver.default = "200"
         assert store.exports.requeue("acme", "erp") == 1
-        assert deliver(store, "w2", TTL).delivered == 1
+        assert deliver(store, "w2").delivered == 1
     assert statuses(database_url, target) == {"delivered": 1}
     assert len({r.key for r in receiver.requests}) == 1
 
@@ -103,7 +101,7 @@ def test_a_client_error_is_dead_lettered_at_once_with_the_body_and_a_timeout_is_
         )
         post_invoices(store, "acme", 3)
         receiver.then("422", "hang", "429")
-        report = deliver(store, "w1", TTL)
+        report = deliver(store, "w1")
     assert (report.dead, report.retried, report.delivered) == (1, 2, 0)
     answers = dict(sql(database_url, "SELECT status, answer FROM exports WHERE status = 'dead'"))
     assert answers["dead"].startswith("HTTP 422") and '"status": "422"' in answers["dead"]
@@ -120,7 +118,7 @@ def test_a_wrong_signature_is_refused_by_the_receiver_and_dead_lettered(
     with WebhookReceiver(b"the receiver's other secret") as receiver:
         target = webhook_target(store, "acme", receiver.url, tmp_path / "s")
         post_invoices(store, "acme", 1)
-        deliver(store, "w1", TTL)
+        deliver(store, "w1")
     assert statuses(database_url, target) == {"dead": 1}
     assert receiver.booked() == {}
 
@@ -139,7 +137,7 @@ def test_a_datev_batch_delivered_again_writes_the_same_file_with_the_same_bytes(
     before = first.read_bytes()
     first.write_bytes(b"torn")  # whatever the first left there is replaced
     assert age_export_leases(database_url) == 3
-    report = deliver(store, "w2", TTL)
+    report = deliver(store, "w2")
     assert (report.swept, report.delivered) == (3, 3)
     assert sorted(p.name for p in folder.iterdir()) == [first.name]
     assert first.read_bytes() == before
@@ -162,7 +160,7 @@ def test_a_swept_deliverer_cannot_mark_rows_delivered(
     zombie = store.exports.claim_batch(target, "zombie")
     assert zombie is not None
     age_export_leases(database_url)
-    assert store.exports.release_stale(TTL) == 2
+    assert store.exports.release_stale() == 2
     late = [Delivery(lease.export_id, "delivered", "zombie") for lease in zombie.leases]
     assert store.exports.record(zombie.leases, late).lost == 2
     assert statuses(database_url, target) == {"due": 2}

@@ -98,7 +98,7 @@ def world(database_url: str, store: InvoiceStore, tmp_path: Path) -> dict[str, A
 def _reset(url: str, store: InvoiceStore) -> None:
     """Each example starts from every row due and no lease running (jobs are history: kept)."""
     age_export_leases(url)
-    store.exports.release_stale(TTL)
+    store.exports.release_stale()
     sql(
         url,
         "UPDATE exports SET status = 'due', attempts = 0, next_attempt_at = now(), batch_id = NULL, "
@@ -137,7 +137,7 @@ def _step(
     if isinstance(step, Deliver):
         receiver.then(*step.answers)
         try:
-            deliver(store, "worker", TTL, max_batches=2, crash=_crash_after(step.crash_after))
+            deliver(store, "worker", max_batches=2, crash=_crash_after(step.crash_after))
         except Crash:
             pass
         receiver.then()  # answers not used stay queued for the next requests
@@ -152,7 +152,7 @@ def _step(
             receiver.then()
     elif isinstance(step, Expire):
         age_export_leases(world["url"])
-        store.exports.release_stale(TTL)
+        store.exports.release_stale()
     elif isinstance(step, ZombieRecords) and zombie:
         batch, deliveries = zombie.pop()
         store.exports.record(batch.leases, deliveries)
@@ -189,7 +189,7 @@ def test_whatever_happens_each_posting_is_booked_once_and_delivered_in_the_end(
         receiver.default = "200"
         age_export_leases(url)
         world["store"].exports.requeue("acme")  # a person redrives the dead letters (a 4xx answer)
-        deliver(world["store"], "last", TTL)
+        deliver(world["store"], "last")
         _check(url, receiver, ever_delivered)
         remaining = sql(url, "SELECT status, count(*) FROM exports WHERE status <> 'delivered' GROUP BY 1")
         assert remaining == []

@@ -41,6 +41,6 @@ def test_a_posting_is_delivered_over_https_to_a_loopback_receiver(
         assert receiver.url.startswith("https://127.0.0.1:")
         target = webhook_target(store, "acme", receiver.url, tmp_path / "secret")
         post_invoices(store, "acme", 2)
-        report = deliver(store, "w", target.retry_base)
+        report = deliver(store, "w")
     assert report.delivered == 2 and statuses(database_url, target) == {"delivered": 2}
     assert all(r.signature_ok for r in receiver.requests) and len(receiver.booked()) == 2

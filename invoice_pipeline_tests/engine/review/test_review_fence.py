@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
@@ -50,9 +49,7 @@ class SweptAfterTaking(Review):
             "UPDATE processing_jobs SET heartbeat_at = heartbeat_at - interval '1 hour' WHERE id = %s",
             (lease.job_id,),
         )
-        self.swept += self.store.maintenance.release_stale_locks(
-            invoice_id, stale_after=timedelta(minutes=15)
-        )
+        self.swept += self.store.maintenance.release_stale_locks(invoice_id)
         return lease
 
 
