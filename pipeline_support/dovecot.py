@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import imaplib
 import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -145,8 +146,10 @@ def _listening(port: int) -> bool:
 
 
 @contextmanager
-def running_dovecot(password: str = "dovecot-test-secret", *, tls: bool = False) -> Iterator[Dovecot]:
-    """Start a private Dovecot and yield it; stopped and its folder removed afterwards."""
+def running_dovecot(password: str | None = None, *, tls: bool = False) -> Iterator[Dovecot]:
+    """Start a private Dovecot and yield it; stopped and its folder removed afterwards. Its
+    user's password is random unless given: no password is written into the repository."""
+    password = password if password is not None else secrets.token_urlsafe(16)
     root = Path(tempfile.mkdtemp(prefix="ip-dovecot-"))
     os.chmod(root, 0o755)  # our own folder: the mail user and dovecot's login users reach into it
     server = Dovecot(root, free_port(), "mailuser", password, tls)

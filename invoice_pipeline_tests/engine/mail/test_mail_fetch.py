@@ -203,7 +203,7 @@ def test_imaps_verifies_the_servers_certificate(
 ) -> None:
     """A self-signed server is refused; the same server, its certificate trusted (SSL_CERT_FILE),
     is read: verification is on, and it is what refused the first."""
-    with running_dovecot(password="tls-test-secret", tls=True) as server:
+    with running_dovecot(tls=True) as server:
         server.deliver(message("one", attachment(1)))
         url = MailboxUrl.parse(server.url())
         assert url.tls and server.url().startswith("imaps://")
