@@ -98,6 +98,12 @@ class WebhookReceiver:
         with self._lock:
             self._script.extend(actions)
 
+    def answer_every_request(self, action: str) -> None:
+        """From now on every request gets `action`: the scripted answers not used yet are dropped."""
+        with self._lock:
+            self._script.clear()
+            self.default = action
+
     def wait_for(self, count: int, timeout: float = 30) -> None:
         """Until `count` requests have arrived (an event, not a sleep)."""
         with self.arrived:

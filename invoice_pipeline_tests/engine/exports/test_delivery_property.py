@@ -186,7 +186,9 @@ def test_whatever_happens_each_posting_is_booked_once_and_delivered_in_the_end(
         if zombie:
             _step(ZombieRecords(), world, receiver, zombie)
             _check(url, receiver, ever_delivered)
-        receiver.default = "200"
+        # The receiver answers from now on: an answer scripted for a request that never came
+        # (a 422 queued while a zombie held the row) is not the receiver's answer at the end.
+        receiver.answer_every_request("200")
         age_export_leases(url)
         world["store"].exports.requeue("acme")  # a person redrives the dead letters (a 4xx answer)
         deliver(world["store"], "last")
