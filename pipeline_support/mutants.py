@@ -1528,7 +1528,7 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "even when the XML's value is printed elsewhere on it (issue 55)",
         "invoice_pipeline/documents/page_witness.py",
         "            continue\n        source = page_fields.sources.get(comparison.field)\n",
-        "            continue\n        if comparison.printed(xml_value, _Page.of(page_text)):\n"
+        "            continue\n        if comparison.printed(xml_value, PrintedPage.of(page_text)):\n"
         "            continue\n        source = page_fields.sources.get(comparison.field)\n",
         "invoice_pipeline_tests/documents/test_page_evidence.py::"
         "test_every_key_field_the_page_reads_otherwise_is_named",
