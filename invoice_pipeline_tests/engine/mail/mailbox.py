@@ -4,7 +4,6 @@ and the database's view of what was taken."""
 from __future__ import annotations
 
 import hashlib
-import secrets
 from collections.abc import Iterator
 from email.message import EmailMessage
 
@@ -18,7 +17,7 @@ NEEDS_DOVECOT = needs_tool("dovecot-imapd", dovecot.unavailable_reason())
 
 def private_dovecot() -> Iterator[dovecot.Dovecot]:
     """The `imap` fixture's server. Its password is random, so a search for it finds only real leaks."""
-    with dovecot.running_dovecot(password=f"pw-{secrets.token_hex(12)}") as server:
+    with dovecot.running_dovecot() as server:
         yield server
 
 
