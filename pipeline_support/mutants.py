@@ -26,6 +26,7 @@ that every entry still applies to the code and names a test that exists.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -35,10 +36,13 @@ import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, date, datetime
 from pathlib import Path
+
+from ruff import find_ruff_bin
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "mutants.json"
@@ -1737,16 +1741,66 @@ def todays(sabotages: Sequence[Sabotage], day: date) -> list[Sabotage]:
     return [s for i, s in enumerate(sabotages) if i % DAYS_PER_ROTATION == day.weekday()]
 
 
+# pyflakes' checks (through ruff) of what a replacement may name: an undefined name (F821), one in
+# __all__ (F822), a local read before it is bound (F823), a definition that shadows an unused one
+# (F811). A sabotage that brings one in breaks its test at import or in a way unrelated to the
+# mechanism: what looks like a kill is a broken entry.
+NAME_CHECKS = ("F821", "F822", "F823", "F811")
+
+
+@functools.cache
+def name_findings(path: str, text: str) -> Counter[str]:
+    """The NAME_CHECKS findings in `text` (the source of `path`), as their messages ("Undefined
+    name `_Page`") counted: without line numbers, which a replacement shifts."""
+    proc = subprocess.run(
+        [find_ruff_bin(), "check", "--isolated", "--no-cache", "--target-version", "py311"]
+        + ["--select", ",".join(NAME_CHECKS), "--output-format", "json", "--stdin-filename", path, "-"],
+        input=text,
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode not in (0, 1):
+        raise RuntimeError(f"ruff failed on {path}: {proc.stderr.strip()}")
+    return Counter(f"{f['code']} {f['message']}" for f in json.loads(proc.stdout))
+
+
+def sabotaged_problems(path: str, original: str, sabotaged: str) -> list[str]:
+    """Why the sabotaged text of `path` is broken in itself, whatever its test says: Python that
+    does not compile, or that names what its original does not define. A `.sql` or `.yaml`
+    sabotage gets no such check: nothing as cheap parses PL/pgSQL and resolves its names without
+    a database; a broken one shows as an error when its entry runs (`make mutants`)."""
+    if not path.endswith(".py"):
+        return []
+    try:
+        compile(sabotaged, path, "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        return [f"{path}: the sabotaged text does not compile: {exc.msg} (line {exc.lineno})"]
+    new = name_findings(path, sabotaged) - name_findings(path, original)
+    return [f"{path}: the sabotaged text brings in {finding}" for finding in sorted(new)]
+
+
 def check_applies(root: Path, sabotage: Sabotage) -> list[str]:
-    """Why `sabotage` no longer applies to the code under `root` (empty: it applies)."""
+    """Why `sabotage` no longer applies to the code under `root` (empty: it applies): an edit's
+    text is not in its file as often as the edit says, the sabotaged Python does not compile or
+    names something undefined (`sabotaged_problems`), or the named test does not exist."""
     problems = []
+    texts: dict[str, tuple[str, str]] = {}  # path: (original, sabotaged so far)
     for edit in sabotage.edits:
-        path = root / edit.path
-        found = path.read_text().count(edit.old) if path.exists() else 0
+        if edit.path not in texts:
+            path = root / edit.path
+            text = path.read_text() if path.exists() else ""
+            texts[edit.path] = (text, text)
+        original, current = texts[edit.path]
+        # Counted in the text the edits before it left, as `apply` replaces them one by one.
+        found = current.count(edit.old)
         if found != edit.count:
             problems.append(
                 f"{edit.path}: the text occurs {found} times, expected {edit.count}: {edit.old[:80]!r}"
             )
+        texts[edit.path] = (original, current.replace(edit.old, edit.new))
+    if not problems:
+        for rel, (original, sabotaged) in texts.items():
+            problems.extend(sabotaged_problems(rel, original, sabotaged))
     test_file, _, test_name = sabotage.test.partition("::")
     function = test_name.split("[", 1)[0]
     test_path = root / test_file
