@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import settings
+from hypothesis import Phase, settings
 
 from invoice_pipeline.config import ENV_DATABASE_URL
 from invoice_pipeline.db.embedded import COMBINED_PREFIX, ENV_SERVER_ROOT, EmbeddedPostgres
@@ -49,6 +49,10 @@ ENV_HYPOTHESIS_PROFILE = "HYPOTHESIS_PROFILE"
 # (timing goals live in benchmarks).
 settings.register_profile("fixed", derandomize=True, database=None, deadline=None)
 settings.register_profile("chaos", derandomize=False, max_examples=1000, deadline=None, print_blob=True)
+# Only the explicit @example cases: HYPOTHESIS_PROFILE=explicit with `python -m
+# pipeline_support.mutants --only NAME` proves a property's sabotage entry is killed by its
+# explicit case alone, not by what the derandomized draw happens to make of the test's source.
+settings.register_profile("explicit", parent=settings.get_profile("fixed"), phases=[Phase.explicit])
 settings.load_profile(os.environ.get(ENV_HYPOTHESIS_PROFILE) or "fixed")
 
 # `make test` runs the suite in parallel workers (pytest-xdist); each worker has its own embedded

@@ -85,6 +85,8 @@ ATTACKS_TESTS = "invoice_pipeline_tests/review_ui/test_review_ui_attacks.py"
 OCR_TESTS = "invoice_pipeline_tests/documents/test_ocr.py"
 GLYPH_TESTS = "invoice_pipeline_tests/documents/test_ocr_glyphs.py"
 ACCOUNTANT_STATEFUL = "invoice_pipeline_tests/engine/test_accountant_stateful.py"
+# The accountant property's known sequences: a state machine has no @example (see unexampled_draws).
+ACCOUNTANT_KNOWN = f"{ACCOUNTANT_STATEFUL}::test_known_sequences_are_booked_as_an_accountant_books_them"
 PAYMENT_TESTS = "invoice_pipeline_tests/engine/test_payment_decision.py"
 LAUNCHPAD_TESTS = "invoice_pipeline_tests/orchestration/test_launchpad_reviewers.py"
 ON_CONFLICT = "ON CONFLICT (invoice_id) WHERE status = 'running' DO NOTHING"
@@ -1306,7 +1308,7 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "invoice_pipeline/domain/doctypes.py",
         '    if row is not None and row.document_class in ("not_a_claim", "correction"):\n',
         "    if False:\n",
-        f"{ACCOUNTANT_STATEFUL}::test_random_sequences_are_booked_as_an_accountant_books_them",
+        f"{ACCOUNTANT_KNOWN}[invoice-after-its-proforma]",
     ),
     Sabotage(
         "accountant-oracle-year",
@@ -1318,7 +1320,7 @@ SABOTAGES: tuple[Sabotage, ...] = (
                 "    if seller_exact and same_number and amounts_agree:\n",
             ),
         ),
-        f"{ACCOUNTANT_STATEFUL}::test_random_sequences_are_booked_as_an_accountant_books_them",
+        f"{ACCOUNTANT_KNOWN}[same-number-next-year]",
     ),
     Sabotage(
         "accountant-oracle-prepaid",
@@ -1331,7 +1333,7 @@ SABOTAGES: tuple[Sabotage, ...] = (
                 "        amount = fields.grand_total or fields.payable_total\n",
             ),
         ),
-        f"{ACCOUNTANT_STATEFUL}::test_random_sequences_are_booked_as_an_accountant_books_them",
+        f"{ACCOUNTANT_KNOWN}[prepaid-invoice]",
     ),
     _one(
         "correction-difference",

@@ -8,7 +8,7 @@ from dataclasses import replace
 from datetime import date, timedelta
 from decimal import Decimal
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from invoice_pipeline.documents.page_witness import compare_evidence
@@ -41,6 +41,10 @@ def _page(changed: frozenset[str]) -> InvoiceFields:
 
 
 @settings(max_examples=200, deadline=None)
+# Every field read otherwise and the XML's values all printed on the page: the case that kills the
+# sabotage entry german-lineless-evidence-excused-when-printed (pipeline_support/mutants.py),
+# whatever the derandomized draw makes of this test's source.
+@example(changed=frozenset(OTHER), missing=frozenset(), printed=True)
 @given(
     changed=st.frozensets(st.sampled_from(sorted(OTHER))),
     missing=st.frozensets(st.sampled_from(sorted(OTHER))),

@@ -20,7 +20,7 @@ from __future__ import annotations
 import unicodedata
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from stdnum import iban as stdnum_iban
 
@@ -103,18 +103,27 @@ def test_the_strategies_draw_valid_identifiers() -> None:
     assert iban_valid("DE89370400440532013000")
 
 
-@given(valid_vat_ids(), st.data())
-def test_a_look_alike_letter_or_digit_makes_a_vat_id_invalid(vat_id: str, data: st.DataObject) -> None:
-    assert vat_valid(vat_id), vat_id
+@st.composite
+def look_alike_spellings(draw: st.DrawFn) -> tuple[str, str]:
+    """A valid VAT id, and it with one letter or digit replaced by a look-alike of another script."""
+    vat_id = draw(valid_vat_ids())
     positions = [i for i, ch in enumerate(vat_id) if ch in LOOK_ALIKES or ch.isdigit()]
-    i = data.draw(st.sampled_from(positions))
+    i = draw(st.sampled_from(positions))
     ch = vat_id[i]
-    fake = data.draw(
-        st.sampled_from(LOOK_ALIKES[ch]) if ch in LOOK_ALIKES else st.sampled_from(FOREIGN_DIGITS)
-    )
+    fake = draw(st.sampled_from(LOOK_ALIKES[ch]) if ch in LOOK_ALIKES else st.sampled_from(FOREIGN_DIGITS))
     if ch.isdigit():
         fake = chr(ord(fake) + int(ch))  # the same digit value in the other script
-    faked = vat_id[:i] + fake + vat_id[i + 1 :]
+    return vat_id, vat_id[:i] + fake + vat_id[i + 1 :]
+
+
+# The explicit examples are the cases that kill the sabotage entries naming these properties
+# (pipeline_support/mutants.py), whatever examples the derandomized draw makes of the test's
+# source: a Cyrillic Е, which compaction would drop into another id.
+@example(("DE136695976", "D\u0415136695976"))
+@given(look_alike_spellings())
+def test_a_look_alike_letter_or_digit_makes_a_vat_id_invalid(spelling: tuple[str, str]) -> None:
+    vat_id, faked = spelling
+    assert vat_valid(vat_id), vat_id
     assert not vat_valid(faked), faked
     with pytest.raises(ValueError, match="non-ASCII"):
         normalise("vat", faked)
@@ -129,11 +138,19 @@ def test_a_valid_vat_id_survives_its_formatting(vat_id: str, data: st.DataObject
     assert normalise("vat", written) == normalise("vat", vat_id), written
 
 
-@given(valid_vat_ids(SINGLE_DIGIT_SAFE), st.data())
-def test_one_digit_changed_makes_a_vat_id_invalid(vat_id: str, data: st.DataObject) -> None:
-    i = data.draw(st.sampled_from([i for i, ch in enumerate(vat_id) if ch.isdigit()]))
-    other = data.draw(st.sampled_from([d for d in "0123456789" if d != vat_id[i]]))
-    changed = vat_id[:i] + other + vat_id[i + 1 :]
+@st.composite
+def one_digit_changes(draw: st.DrawFn) -> tuple[str, str]:
+    """A valid VAT id whose check digits catch every one-digit change, and it with one changed."""
+    vat_id = draw(valid_vat_ids(SINGLE_DIGIT_SAFE))
+    i = draw(st.sampled_from([i for i, ch in enumerate(vat_id) if ch.isdigit()]))
+    other = draw(st.sampled_from([d for d in "0123456789" if d != vat_id[i]]))
+    return vat_id, vat_id[:i] + other + vat_id[i + 1 :]
+
+
+@example(("DE136695976", "DE136695977"))  # the check digit itself changed
+@given(one_digit_changes())
+def test_one_digit_changed_makes_a_vat_id_invalid(change: tuple[str, str]) -> None:
+    vat_id, changed = change
     assert not vat_valid(changed), f"{vat_id} -> {changed}"
     with pytest.raises(ValueError):
         normalise("vat", changed)
@@ -183,12 +200,20 @@ def _respell(draw: st.DrawFn, word: str) -> str:
     return out
 
 
-@given(st.lists(WORDS, min_size=1, max_size=3), st.data())
-def test_names_that_differ_only_in_spelling_share_a_skeleton(words: list[str], data: st.DataObject) -> None:
-    plain = " ".join(words)
-    respelt = data.draw(st.sampled_from(SEPARATORS)).join(_respell(data.draw, w) for w in words)
-    form = data.draw(st.sampled_from(LEGAL_FORMS))
-    written = f"{respelt} {form}" if form else respelt
+@st.composite
+def respellings(draw: st.DrawFn) -> tuple[str, str]:
+    """A name of plain words, and it written otherwise: case, accents, look-alike letters, other
+    separators, a legal form."""
+    words = draw(st.lists(WORDS, min_size=1, max_size=3))
+    respelt = draw(st.sampled_from(SEPARATORS)).join(_respell(draw, w) for w in words)
+    form = draw(st.sampled_from(LEGAL_FORMS))
+    return " ".join(words), f"{respelt} {form}" if form else respelt
+
+
+@example(("acme", "\u0391cme GmbH"))  # a Greek Alpha for the Latin A
+@given(respellings())
+def test_names_that_differ_only_in_spelling_share_a_skeleton(respelling: tuple[str, str]) -> None:
+    plain, written = respelling
     assert name_skeleton(written) == name_skeleton(plain), (written, plain)
     assert normalise("name", written) == normalise("name", plain)
 

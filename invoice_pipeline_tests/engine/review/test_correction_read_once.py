@@ -16,7 +16,7 @@ from decimal import Decimal
 from uuid import UUID
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from invoice_pipeline.domain.corrections import parse_changes
@@ -101,6 +101,10 @@ examples = itertools.count()
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
+# A reviewer who read the fields before another's correction was saved: the case that kills the
+# sabotage entry correction-on-fields-read-property (pipeline_support/mutants.py), whatever the
+# derandomized draw makes of this test's source.
+@example(steps=[("payable_total", "10.00", 0), ("po_number", "PO-1", 1)])
 @given(steps=st.lists(step, min_size=2, max_size=5))
 def test_the_saved_fields_are_the_done_corrections_applied_in_order(
     store: InvoiceStore, steps: list[Step]
