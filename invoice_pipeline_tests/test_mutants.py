@@ -6,6 +6,7 @@ kills a sabotage; an error before its assertions, a skip or a hang is a broken e
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from datetime import date, timedelta
@@ -13,7 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from pipeline_support.mutants import ROOT, SABOTAGES, RunVerdict, check_applies, run_test, todays
+from pipeline_support.mutants import (
+    ROOT,
+    SABOTAGES,
+    Edit,
+    RunVerdict,
+    Sabotage,
+    check_applies,
+    run_test,
+    todays,
+    unexampled_draws,
+)
 
 
 def test_every_sabotage_applies_and_names_an_existing_test() -> None:
@@ -21,6 +32,118 @@ def test_every_sabotage_applies_and_names_an_existing_test() -> None:
     assert {name: why for name, why in problems.items() if why} == {}
     assert len({s.name for s in SABOTAGES}) == len(SABOTAGES), "sabotage names are unique"
     assert len(SABOTAGES) >= 25
+
+
+def test_every_sabotage_of_a_property_is_killed_by_an_explicit_case() -> None:
+    """A property's kill must not hang on what the derandomized draw makes of the test's source."""
+    problems = {s.name: unexampled_draws(ROOT, s) for s in SABOTAGES}
+    assert {name: why for name, why in problems.items() if why} == {}
+
+
+MODULE = """
+from dataclasses import dataclass
+
+
+@dataclass
+class PrintedPage:
+    text: str
+
+
+def witness(text: str) -> bool:
+    page = PrintedPage(text)
+    return bool(page.text)
+
+
+def unknown() -> object:
+    return NotDefinedHereEither
+"""
+WITNESS = "    page = PrintedPage(text)\n"
+
+
+@pytest.mark.parametrize(
+    ("path", "old", "new", "problem"),
+    [
+        ("pkg/mod.py", WITNESS, "    page = PrintedPage(text.upper())\n", ""),
+        ("pkg/mod.py", WITNESS, "    page = _Page(text)\n", "brings in F821 Undefined name `_Page`"),
+        ("pkg/mod.py", WITNESS, "    page = PrintedPage(text\n", "does not compile: '(' was never closed"),
+        # Renamed away: every use of the old name is undefined.
+        ("pkg/mod.py", "class PrintedPage", "class Page", "brings in F821 Undefined name `PrintedPage`"),
+        # What the original already lacks (NotDefinedHereEither) is not the sabotage's doing, but
+        # one more use of it is.
+        ("pkg/mod.py", "return NotDefinedHereEither", "return None", ""),
+        ("pkg/mod.py", "return bool(page.text)", "return NotDefinedHereEither", "brings in F821"),
+        ("pkg/mod.py", "class Gone", "class Here", "no longer applies"),
+        # SQL is not parsed: nothing as cheap resolves PL/pgSQL's names without a database.
+        ("sql/0001.sql", "SELECT 1;", "SELECT no_such_column FROM nowhere;", ""),
+    ],
+)
+def test_a_sabotage_that_does_not_compile_or_names_what_is_not_defined_does_not_apply(
+    tmp_path: Path, path: str, old: str, new: str, problem: str
+) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "mod.py").write_text(MODULE)
+    (tmp_path / "sql").mkdir()
+    (tmp_path / "sql" / "0001.sql").write_text("SELECT 1;\n")
+    (tmp_path / "test_mod.py").write_text("def test_witness():\n    pass\n")
+    sabotage = Sabotage("fake", "a fake", (Edit(path, old, new),), "test_mod.py::test_witness")
+    found = check_applies(tmp_path, sabotage)
+    if problem == "no longer applies":
+        assert found and "the text occurs 0 times" in found[0], found
+    elif problem:
+        assert len(found) == 1 and problem in found[0], found
+    else:
+        assert found == []
+
+
+PROPERTY_TESTS = """
+from hypothesis import example, given, strategies as st
+from hypothesis.stateful import run_state_machine_as_test
+
+
+@given(st.integers())
+def test_drawn(n):
+    pass
+
+
+@example(0)
+@given(st.integers())
+def test_with_an_example(n):
+    pass
+
+
+def test_draws_inside():
+    @given(st.integers())
+    def draw(n):
+        pass
+
+    draw()
+
+
+def test_runs_a_machine():
+    run_state_machine_as_test(Machine)
+
+
+def test_plain():
+    pass
+"""
+
+
+@pytest.mark.parametrize(
+    ("test", "problem"),
+    [
+        ("test_drawn", "test_drawn draws with @given and has no @example"),
+        ("test_with_an_example", ""),
+        ("test_draws_inside", "draw draws with @given and has no @example"),
+        ("test_runs_a_machine", "runs a state machine"),
+        ("test_plain", ""),
+    ],
+)
+def test_a_sabotage_of_a_property_needs_an_explicit_case(tmp_path: Path, test: str, problem: str) -> None:
+    (tmp_path / "test_props.py").write_text(PROPERTY_TESTS)
+    sabotage = Sabotage("fake", "a fake", (), f"test_props.py::{test}")
+    found = unexampled_draws(tmp_path, sabotage)
+    assert problem in (found[0] if found else "") and len(found) == bool(problem), found
+    assert not unexampled_draws(tmp_path, dataclasses.replace(sabotage, any_draw_kills=True))
 
 
 def test_a_week_of_rotating_subsets_runs_every_sabotage_once() -> None:

@@ -26,6 +26,7 @@ that every entry still applies to the code and names a test that exists.
 from __future__ import annotations
 
 import argparse
+import ast
 import functools
 import json
 import os
@@ -70,6 +71,9 @@ class Sabotage:
     # Exceptions (class names) that are the mechanism's natural failure, besides an assertion:
     # a database's refusal, say, where the mechanism exists to avoid it.
     raises: tuple[str, ...] = ()
+    # The sabotage breaks every example a property of the test draws (the test measures the
+    # generator itself, say), so no explicit case is needed: see unexampled_draws.
+    any_draw_kills: bool = False
 
 
 def _one(
@@ -310,13 +314,19 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "    return tuple(sorted({*lock_ids(block)}))",
         "invoice_pipeline_tests/engine/test_money_fails_closed.py::test_number_twins_decided_at_the_same_moment_never_make_two_originals",
     ),
-    _one(
+    Sabotage(
         "generator-guard",
         "the copy generator of the key property tests makes pairs the matcher accepts",
-        "invoice_pipeline_tests/domain/test_keys.py",
-        "        invoice_number=copy_number,",
-        '        invoice_number=copy_number + "1",',
+        (
+            Edit(
+                "invoice_pipeline_tests/domain/test_keys.py",
+                "        invoice_number=copy_number,",
+                '        invoice_number=copy_number + "1",',
+            ),
+        ),
         "invoice_pipeline_tests/domain/test_keys.py::test_generated_copies_are_mostly_accepted",
+        # Every copy's number gets a digit: the share accepted falls whatever pairs are drawn.
+        any_draw_kills=True,
     ),
     _one(
         "save-once-per-chunk",
@@ -1808,6 +1818,46 @@ def check_applies(root: Path, sabotage: Sabotage) -> list[str]:
     test_path = root / test_file
     if not test_path.exists() or f"def {function}(" not in test_path.read_text():
         problems.append(f"no test {sabotage.test}")
+    return problems
+
+
+def _callee(node: ast.expr) -> str:
+    """The name a decorator or a call goes by: `given` for @given(...), @hypothesis.given(...)."""
+    target = node.func if isinstance(node, ast.Call) else node
+    return (
+        target.id
+        if isinstance(target, ast.Name)
+        else target.attr
+        if isinstance(target, ast.Attribute)
+        else ""
+    )
+
+
+def unexampled_draws(root: Path, sabotage: Sabotage) -> list[str]:
+    """Why the test `sabotage` names may kill it only by the luck of a draw (empty: it cannot):
+    a Hypothesis @given in it (on it, or on a function it defines and runs) without an @example,
+    or a state machine it runs (they take no examples: the entry names a test that runs the
+    killing sequence by hand). Under the derandomized profile, which examples run depends on the
+    test's source, so an edit to the test can lose the one that killed the sabotage; an explicit
+    example always runs (HYPOTHESIS_PROFILE=explicit runs only those). An entry whose sabotage
+    breaks every example (`any_draw_kills`) needs none. Read from the test's source (ast), so a
+    property the test reaches through a helper elsewhere goes unseen."""
+    if sabotage.any_draw_kills:
+        return []
+    test_file, _, test_name = sabotage.test.partition("::")
+    function = test_name.split("[", 1)[0].rsplit("::", 1)[-1]
+    tree = ast.parse((root / test_file).read_text())
+    problems = []
+    for test in ast.walk(tree):
+        if not isinstance(test, ast.FunctionDef | ast.AsyncFunctionDef) or test.name != function:
+            continue
+        for node in ast.walk(test):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                decorators = {_callee(d) for d in node.decorator_list}
+                if "given" in decorators and "example" not in decorators:
+                    problems.append(f"{node.name} draws with @given and has no @example")
+            elif isinstance(node, ast.Call) and _callee(node) == "run_state_machine_as_test":
+                problems.append(f"{function} runs a state machine, which takes no explicit example")
     return problems
 
 
