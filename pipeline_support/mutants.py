@@ -1833,6 +1833,12 @@ def _callee(node: ast.expr) -> str:
     )
 
 
+@functools.cache
+def _syntax_tree(source: str) -> ast.Module:
+    """A test file's tree, parsed once for all the entries that name its tests."""
+    return ast.parse(source)
+
+
 def unexampled_draws(root: Path, sabotage: Sabotage) -> list[str]:
     """Why the test `sabotage` names may kill it only by the luck of a draw (empty: it cannot):
     a Hypothesis @given in it (on it, or on a function it defines and runs) without an @example,
@@ -1846,7 +1852,7 @@ def unexampled_draws(root: Path, sabotage: Sabotage) -> list[str]:
         return []
     test_file, _, test_name = sabotage.test.partition("::")
     function = test_name.split("[", 1)[0].rsplit("::", 1)[-1]
-    tree = ast.parse((root / test_file).read_text())
+    tree = _syntax_tree((root / test_file).read_text())
     problems = []
     for test in ast.walk(tree):
         if not isinstance(test, ast.FunctionDef | ast.AsyncFunctionDef) or test.name != function:
