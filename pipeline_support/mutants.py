@@ -20,7 +20,9 @@ Selection: `--all` (every entry), `--today` (the rotating subset CI runs: the en
 falls on today's weekday, so every entry runs once a week), `--only NAME ...`. `--out` writes the
 result as JSON (benchmarks/results/mutants.json holds the last full run). A new safety mechanism
 joins the list with its test; `invoice_pipeline_tests/test_mutants.py` checks in the normal suite
-that every entry still applies to the code and names a test that exists.
+that every entry still applies to the code (a sabotaged .py file compiles and names nothing
+undefined), names a test that exists, and, where that test is a property, one whose killing case
+is explicit (`unexampled_draws`).
 """
 
 from __future__ import annotations
