@@ -50,8 +50,8 @@ test-external: install
 # Last, the code location loads as Dagster's project CLI sees it ([tool.dg] in pyproject.toml); the
 # project has no component YAML for it to check.
 lint: install
-	$(BIN)/ruff check invoice_pipeline invoice_pipeline_tests benchmarks chaos pipeline_support
-	$(BIN)/ruff format --check invoice_pipeline invoice_pipeline_tests benchmarks chaos pipeline_support
+	$(BIN)/ruff check invoice_pipeline invoice_pipeline_tests benchmarks chaos pipeline_support model
+	$(BIN)/ruff format --check invoice_pipeline invoice_pipeline_tests benchmarks chaos pipeline_support model
 	$(BIN)/mypy
 	VIRTUAL_ENV=$(abspath $(VENV)) $(BIN)/dg check defs --no-check-yaml
 

@@ -63,7 +63,13 @@ RUNS = (
         ("-DNFAIR=3",),  # weak fairness over the 6 processes (init, 2 workers, sweeper, clock, faults)
         ("-a", "-f", "-m2000000", "-w24"),
     ),
-    Run("payment decision: safety, exhaustive (2 workers, one new vendor)", (), SAFETY, ("-m100000",), model=PAYMENT),
+    Run(
+        "payment decision: safety, exhaustive (2 workers, one new vendor)",
+        (),
+        SAFETY,
+        ("-m100000",),
+        model=PAYMENT,
+    ),
 )
 MUTANTS = ("NO_FENCE", "NO_ADVISORY", "SWEEP_NO_RECHECK", "HB_QUEUED", "NO_INDEX")
 # Breadth-first, so that each counterexample is a shortest one (what the replay drives).
