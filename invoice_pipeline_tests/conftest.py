@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -117,6 +119,31 @@ def _server_root() -> Iterator[None]:
         else:
             os.environ[ENV_SERVER_ROOT] = previous
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _children_stop_on_sigterm() -> Iterator[None]:
+    """No child a test starts may inherit an ignored SIGTERM. A run started in the background
+    (`make test &`, a CI script) inherits SIGINT ignored; Dagster, run inside a test, copies
+    SIGINT's disposition onto SIGTERM (dagster._utils.interrupts), and an ignored signal stays
+    ignored across exec. Every process a later test started then ignored SIGTERM, and each
+    stop_process_group waited its 60 s before SIGKILL (Prometheus's metrics endpoint, issue 53).
+    Python's own SIGINT handler instead: a handler, which exec resets (as `invoice-pipeline
+    dev` does for its children, issue 26)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal.signal works only there
+        return
+    inherited = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    if inherited[signal.SIGINT] is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if inherited[signal.SIGTERM] is signal.SIG_IGN:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        for sig, handler in inherited.items():
+            if handler is not None:
+                signal.signal(sig, handler)
 
 
 @pytest.fixture(scope="session")

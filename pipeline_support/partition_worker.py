@@ -8,7 +8,7 @@ the chunk's leases, like an op.
 
 CONFIG is a JSON file: url, owner, events (a JSONL file this worker appends to), ttl_s,
 heartbeat_s, chunk, deadline_s, self_fence (bool), stop_file (exit once it exists and nothing
-is due), gate_dir (the first document read waits there: writes `reached`, waits for `open`),
+is due, or it exists and no connection came within a TTL), gate_dir (the first document read waits there: writes `reached`, waits for `open`),
 doc_delay_s (each document read takes at least this long: the expensive step).
 
 Every fenced chunk write is recorded (the job ids it carried, which were written, which the
@@ -28,6 +28,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from uuid import UUID
+
+from psycopg_pool import PoolTimeout
 
 from invoice_pipeline.documents import extract_fields, extract_text
 from invoice_pipeline.engine.chunk_loop import ChunkLoop
@@ -143,6 +145,10 @@ def main(config_path: str) -> int:
     events("started", pid=os.getpid(), self_fence=cfg["self_fence"])
     try:
         while time.monotonic() < deadline:
+            if stop.exists():
+                # Asked to stop: no connection within a TTL means the database is out of reach
+                # (a cut or lossy link); the PoolTimeout below then ends this worker.
+                store.database.pool.timeout = min(store.database.pool.timeout, ttl.total_seconds())
             try:
                 store.maintenance.release_stale_locks()
                 store.maintenance.reschedule_orphans(max_attempts=1000, retry_base=timedelta(0))
@@ -171,6 +177,13 @@ def main(config_path: str) -> int:
                     loop.drop(chunk)
             except Exception as exc:  # the database unreachable: the chunk is abandoned, tick again
                 events("error", error=f"{type(exc).__name__}: {exc}"[:300])
+                if isinstance(exc, PoolTimeout) and stop.exists():
+                    # Asked to stop and no connection for a whole TTL: it can finish nothing, and
+                    # a lease it still holds goes stale and the others' sweep frees it. Without
+                    # this, a host still on a lossy link stopped only when the parent's wait ran
+                    # out and killed it (a minute per lossy trial).
+                    events("unreachable_at_stop")
+                    break
                 time.sleep(0.2)
     except BaseException:
         events("crashed", error=traceback.format_exc()[-1500:])
