@@ -59,28 +59,41 @@ XDIST_GROUPS = {
 PODMAN = "podman"
 
 # Seconds per unit, the order units are handed out in: a group by its name, a test by a node id
-# prefix under this folder (the longest that matches). From the quiet fresh-machine run of
-# 2026-12-05 (q1, 2 workers; setup, call and teardown together; the podman group with its
-# images found, since they are built in the background); units under about 8 s are left out and
-# keep collection order after these.
+# prefix under this folder (the longest that matches). Between the quiet fresh-machine run of
+# 2026-12-05 (q1, 972 s) and a loaded one (fc1, 1161 s, load 4-12), setup, call and teardown
+# together; the podman group with its images found (its stack of pods still takes minutes to
+# start). Units under about 10 s are left out and keep collection order after these; the
+# top-level files come last in that order, so their longer tests are listed even when shorter.
 UNIT_SECONDS: dict[str, float] = {
-    "hosts": 290,
-    "chaos-a": 107,
-    "chaos-b": 101,
+    "hosts": 280,
+    "podman": 150,
     "dagster-dev": 130,
-    PODMAN: 60,
+    "chaos-b": 120,
+    "chaos-a": 110,
+    "test_deploy_prometheus.py::test_prometheus_scrapes_the_product": 70,
     "engine/test_payment_stateful.py": 46,
-    "test_deploy_prometheus.py": 70,
-    "test_kill_process.py::test_kill_9_of_process_at_random_moments": 29,
-    "engine/test_accountant_stateful.py": 29,
-    "engine/exports/test_export_cli.py::test_the_demo_delivers": 21,
-    "engine/review/test_review_races.py::test_reviewers_and_the_pipeline_at_once": 21,
+    "engine/test_accountant_stateful.py": 40,
+    "test_kill_process.py::test_kill_9_of_process_at_random_moments": 30,
+    "engine/test_money_fails_closed.py::test_number_twins": 20,
+    "db/test_private_folder.py::test_demo_from_a_private_folder": 20,
+    "engine/test_dedupe.py::test_concurrent_copies": 20,
     "test_secrets.py::test_a_random_password_appears_nowhere": 19,
-    "engine/test_dedupe.py::test_concurrent_copies": 18,
     "engine/exports/test_delivery_property.py": 18,
-    "engine/test_money_fails_closed.py::test_number_twins": 15,
-    "db/test_private_folder.py::test_demo_from_a_private_folder": 15,
-    "engine/test_vendor_layouts_ocr.py": 14,
+    "engine/exports/test_export_cli.py::test_the_demo_delivers": 15,
+    "engine/review/test_review_races.py::test_reviewers_and_the_pipeline_at_once": 15,
+    "engine/test_vendor_layouts_ocr.py": 15,
+    "test_cli.py::test_ingest_process_status_show_on_generated_samples": 15,
+    "orchestration/test_recovery.py::test_redelivery_storm_through_dagster": 14,
+    "db/test_migrate.py::test_concurrent_migrators": 12,
+    "engine/mail/test_mail_property.py": 12,
+    "documents/test_ocr_glyphs.py::test_a_euro_sign_is_told_from_everything_else": 11,
+    "orchestration/test_jobs.py::test_failure_hook_releases_at_once": 11,
+    "db/test_upgrade.py::test_upgrade_from_the_oldest_release": 11,
+    "test_dev_signals.py::test_dev_started_by_a_script_stops_everything": 10,
+    "test_crash_cost.py::test_a_kill_mid_chunk": 10,
+    "test_cli_newcomer.py::test_a_second_home_on_a_taken_port": 10,
+    "test_any_folder.py::test_process_from_an_old_checkout_folder": 9,
+    "test_cli.py::test_process_exit_code_says_whether_invoices_failed": 9,
 }
 
 TESTS = Path(__file__).resolve().parent
@@ -178,7 +191,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
     tests = _relative_to_tests(config)
 
-    class UnitScheduling(LoadScopeScheduling):  # type: ignore[misc]
+    class UnitScheduling(LoadScopeScheduling):
+        workqueue: OrderedDict[str, dict[str, bool]]
         ordered = False
 
         def _split_scope(self, nodeid: str) -> str:
