@@ -22,7 +22,8 @@ demo: install
 	$(BIN)/invoice-pipeline demo
 
 # In parallel workers (pytest-xdist), each with its own embedded PostgreSQL; tests that share a
-# server or take the machine run on one worker (XDIST_GROUPS in invoice_pipeline_tests/conftest.py).
+# server or take the machine run on one worker, longest first, and podman's images are built in the
+# background (invoice_pipeline_tests/scheduling.py).
 # TEST_WORKERS=0 runs in this process. docs/tests.md: the layout and the measured durations.
 TEST_WORKERS ?= 2
 XDIST = -n $(TEST_WORKERS) --dist loadgroup

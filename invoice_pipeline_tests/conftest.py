@@ -30,7 +30,6 @@ import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import Phase, settings
@@ -40,6 +39,11 @@ from invoice_pipeline.db.embedded import COMBINED_PREFIX, ENV_SERVER_ROOT, Embed
 from invoice_pipeline.db.migrate import migrate
 from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.orchestration.resources.invoice_database import close_shared_stores
+from invoice_pipeline_tests.scheduling import (
+    pytest_terminal_summary,
+    pytest_xdist_make_scheduler,
+    pytest_xdist_node_collection_finished,
+)
 from invoice_pipeline_tests.tools import pytest_runtest_makereport, pytest_runtest_setup
 from pipeline_support.helpers import create_database, drop_database, free_port, with_database
 
@@ -58,41 +62,9 @@ settings.register_profile("explicit", parent=settings.get_profile("fixed"), phas
 settings.load_profile(os.environ.get(ENV_HYPOTHESIS_PROFILE) or "fixed")
 
 # `make test` runs the suite in parallel workers (pytest-xdist); each worker has its own embedded
-# PostgreSQL (server_url below), its own server root and password file. Tests of one group below
-# run on one worker, one after another: they share something a worker starts once (the package's
-# dagster dev, podman's images) or each takes the machine (a cluster of hosts in network
-# namespaces, each a PostgreSQL and several Dagster workers; a chaos scenario's gang of worker
-# processes: four at once overran their 600 s on a loaded machine). Keys: paths under this folder.
-XDIST_GROUPS = {
-    "chaos/": "chaos",
-    "cluster/": "hosts",
-    "orchestration/test_celery_deadline.py": "hosts",
-    "containers/": "podman",
-    "test_container_image.py": "podman",
-    "orchestration/ui/": "dagster-dev",
-}
-TESTS = Path(__file__).resolve().parent
-
-
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """Each test is scheduled on its own, but a group's tests as one unit (xdist's loadscope with
-    XDIST_GROUPS as the scopes). Not xdist's own loadgroup: it renames the test's node id to mark
-    the group, which pytest 9 no longer lets a plugin do."""
-    if config.getvalue("dist") not in ("load", "loadgroup"):
-        return None
-    from xdist.scheduler import LoadScopeScheduling
-
-    tests = TESTS.relative_to(config.rootpath).as_posix() + "/"
-
-    class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
-        def _split_scope(self, nodeid: str) -> str:
-            where = nodeid.removeprefix(tests)
-            for prefix, group in XDIST_GROUPS.items():
-                if where.startswith(prefix):
-                    return group
-            return nodeid
-
-    return GroupScheduling(config, log)
+# PostgreSQL (server_url below), its own server root and password file. Which tests run together
+# on one worker, in what order they are handed out, and the podman images built in the background:
+# invoice_pipeline_tests/scheduling.py (its hooks are registered here).
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -198,5 +170,15 @@ def store(database_url: str) -> Iterator[InvoiceStore]:
     s.close()
 
 
-# The needs_tool marker's hooks (invoice_pipeline_tests/tools.py) are exported to be registered.
-__all__ = ["CORPUS", "ROOT", "pytest_runtest_makereport", "pytest_runtest_setup", "with_database"]
+# The needs_tool marker's hooks (invoice_pipeline_tests/tools.py) and the scheduling's
+# (invoice_pipeline_tests/scheduling.py) are exported to be registered.
+__all__ = [
+    "CORPUS",
+    "ROOT",
+    "pytest_runtest_makereport",
+    "pytest_runtest_setup",
+    "pytest_terminal_summary",
+    "pytest_xdist_make_scheduler",
+    "pytest_xdist_node_collection_finished",
+    "with_database",
+]

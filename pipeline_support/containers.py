@@ -104,7 +104,7 @@ def ensure_base_image(env: dict[str, str]) -> bool:
         return False
     with tempfile.TemporaryDirectory(prefix="ip-rootfs-", dir="/var/tmp") as tmp:
         rootfs = Path(tmp) / "rootfs"
-        subprocess.run(
+        made = subprocess.run(
             [
                 "debootstrap",
                 "--variant=minbase",
@@ -113,10 +113,15 @@ def ensure_base_image(env: dict[str, str]) -> bool:
                 str(rootfs),
                 DEBIAN_MIRROR,
             ],
-            check=True,
             capture_output=True,
+            text=True,
             timeout=1800,
         )
+        if made.returncode != 0:
+            # debootstrap says what went wrong on stdout (its log) as often as on stderr.
+            raise AssertionError(
+                f"debootstrap failed ({made.returncode}):\n{made.stdout[-4000:]}\n{made.stderr[-4000:]}"
+            )
         tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
         imported = subprocess.run(
             ["podman", "import", "-", BASE_IMAGE], stdin=tar.stdout, env=env, capture_output=True, text=True
@@ -154,20 +159,24 @@ def build_image(env: dict[str, str], image: str = IMAGE) -> None:
 def ensure_containerfile_image(env: dict[str, str], containerfile: Path, image: str) -> None:
     """A test-only image from its Containerfile on the Debian base, unless podman has it."""
     with _one_build_at_a_time():
-        if image_exists(env, image):
-            return
-        podman(
-            env,
-            "build",
-            "--network=host",
-            "--build-arg",
-            f"BASE_IMAGE={BASE_IMAGE}",
-            "-f",
-            str(containerfile),
-            "-t",
-            image,
-            str(containerfile.parent),
-        )
+        _ensure_containerfile_image(env, containerfile, image)
+
+
+def _ensure_containerfile_image(env: dict[str, str], containerfile: Path, image: str) -> None:
+    if image_exists(env, image):
+        return
+    podman(
+        env,
+        "build",
+        "--network=host",
+        "--build-arg",
+        f"BASE_IMAGE={BASE_IMAGE}",
+        "-f",
+        str(containerfile),
+        "-t",
+        image,
+        str(containerfile.parent),
+    )
 
 
 def ensure_postgres_image(env: dict[str, str]) -> None:
@@ -197,12 +206,30 @@ class ReadyImage:
 def ready_image(env: dict[str, str], image: str = IMAGE) -> ReadyImage:
     """The base (debootstrap only when podman lacks it), then deploy/Dockerfile on it."""
     with _one_build_at_a_time():
-        t = time.monotonic()
-        built = ensure_base_image(env)
-        base_s = time.monotonic() - t
-        t = time.monotonic()
-        build_image(env, image)
-        return ReadyImage(image, built, base_s, time.monotonic() - t)
+        return _ready_image(env, image)
+
+
+def _ready_image(env: dict[str, str], image: str) -> ReadyImage:
+    t = time.monotonic()
+    built = ensure_base_image(env)
+    base_s = time.monotonic() - t
+    t = time.monotonic()
+    build_image(env, image)
+    return ReadyImage(image, built, base_s, time.monotonic() - t)
+
+
+def build_every_image(env: dict[str, str]) -> ReadyImage:
+    """Every image the container tests use, under one hold of the build lock: the base, the
+    product's image from the checkout, the test PostgreSQL and redis. `make test` runs this in the
+    background from its first minute (`python -m pipeline_support.containers`, started by
+    invoice_pipeline_tests/scheduling.py); the tests' own ready_image and ensure_* calls wait on the
+    lock, then find the images (the product's is rebuilt from the checkout each time, quick from
+    podman's layer cache, so it is never stale) or build what is still missing themselves."""
+    with _one_build_at_a_time():
+        ready = _ready_image(env, IMAGE)
+        _ensure_containerfile_image(env, POSTGRES_CONTAINERFILE, POSTGRES_IMAGE)
+        _ensure_containerfile_image(env, REDIS_CONTAINERFILE, REDIS_IMAGE)
+        return ready
 
 
 # -- podman kube play ----------------------------------------------------------------------------
@@ -258,3 +285,17 @@ def container_state(env: dict[str, str], name: str) -> dict[str, object]:
 def container_logs(env: dict[str, str], name: str, tail: int = 60) -> str:
     done = podman(env, "logs", "--tail", str(tail), name, check=False, timeout=60)
     return done.stdout + done.stderr
+
+
+def main() -> int:
+    """`python -m pipeline_support.containers`: build_every_image, saying what it did. Its output
+    is the background build's log; a failure exits 1 with podman's or debootstrap's output."""
+    with tempfile.TemporaryDirectory(prefix="ip-podman-build-") as home:
+        started = time.monotonic()
+        ready = build_every_image(environment(Path(home)))
+        print(f"{ready.describe()}; every image ready after {time.monotonic() - started:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
