@@ -139,21 +139,28 @@ def pip_ca_secret() -> list[str]:
     return ["--secret", f"id=pip-ca,src={bundle}"] if bundle.exists() else []
 
 
-def build_image(env: dict[str, str], image: str = IMAGE) -> None:
-    """deploy/Dockerfile on the Debian base, from the checkout (pip needs the network: host's)."""
+def _build_on_base(
+    env: dict[str, str], containerfile: Path, image: str, context: Path, *secrets: str
+) -> None:
+    """`podman build` of a Containerfile on the Debian base, with the host's network."""
     podman(
         env,
         "build",
         "--network=host",
-        *pip_ca_secret(),
+        *secrets,
         "--build-arg",
         f"BASE_IMAGE={BASE_IMAGE}",
         "-f",
-        str(ROOT / "deploy" / "Dockerfile"),
+        str(containerfile),
         "-t",
         image,
-        str(ROOT),
+        str(context),
     )
+
+
+def build_image(env: dict[str, str], image: str = IMAGE) -> None:
+    """deploy/Dockerfile on the Debian base, from the checkout (pip needs the network: host's)."""
+    _build_on_base(env, ROOT / "deploy" / "Dockerfile", image, ROOT, *pip_ca_secret())
 
 
 def ensure_containerfile_image(env: dict[str, str], containerfile: Path, image: str) -> None:
@@ -165,18 +172,7 @@ def ensure_containerfile_image(env: dict[str, str], containerfile: Path, image: 
 def _ensure_containerfile_image(env: dict[str, str], containerfile: Path, image: str) -> None:
     if image_exists(env, image):
         return
-    podman(
-        env,
-        "build",
-        "--network=host",
-        "--build-arg",
-        f"BASE_IMAGE={BASE_IMAGE}",
-        "-f",
-        str(containerfile),
-        "-t",
-        image,
-        str(containerfile.parent),
-    )
+    _build_on_base(env, containerfile, image, containerfile.parent)
 
 
 def ensure_postgres_image(env: dict[str, str]) -> None:
