@@ -23,7 +23,28 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-BASE_IMAGE = "localhost/invoice-pipeline-base:bookworm"
+DEBIAN_SUITE = "bookworm"
+DEBIAN_MIRROR = "http://deb.debian.org/debian"
+# The base: Debian's python3 (3.11 on bookworm) with venv, the libraries opencv needs for OCR,
+# and CA certificates for pip. The Dockerfile installs nothing with apt, so it builds offline
+# from apt's point of view (pip still reaches PyPI).
+BASE_PACKAGES = ("python3", "python3-venv", "ca-certificates", "libgl1", "libglib2.0-0")
+
+
+def _digest(*parts: str | bytes) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode() if isinstance(part, str) else part)
+        h.update(b"\0")
+    return h.hexdigest()[:12]
+
+
+# Every image is tagged by its recipe, so an edited recipe is a new image, built once, and an
+# image left on the machine by an older recipe is never taken for the new one: the base by its
+# suite, mirror and packages; a test image by its Containerfile and the base it is built on.
+BASE_IMAGE = (
+    f"localhost/invoice-pipeline-base:{DEBIAN_SUITE}-{_digest(DEBIAN_SUITE, DEBIAN_MIRROR, *BASE_PACKAGES)}"
+)
 IMAGE = "localhost/invoice-pipeline:test"
 TEST_CONTAINERS = ROOT / "invoice_pipeline_tests" / "containers"
 POSTGRES_CONTAINERFILE = TEST_CONTAINERS / "postgres.Containerfile"
@@ -31,17 +52,11 @@ REDIS_CONTAINERFILE = TEST_CONTAINERS / "redis.Containerfile"
 
 
 def _tagged(repository: str, containerfile: Path) -> str:
-    """Tagged by the Containerfile's content: an edited recipe is a new image, built once."""
-    return f"{repository}:{hashlib.sha256(containerfile.read_bytes()).hexdigest()[:12]}"
+    return f"{repository}:{_digest(containerfile.read_bytes(), BASE_IMAGE)}"
 
 
 POSTGRES_IMAGE = _tagged("localhost/invoice-pipeline-test-postgres", POSTGRES_CONTAINERFILE)
 REDIS_IMAGE = _tagged("localhost/invoice-pipeline-test-redis", REDIS_CONTAINERFILE)
-DEBIAN_MIRROR = "http://deb.debian.org/debian"
-# The base: Debian's python3 (3.11 on bookworm) with venv, the libraries opencv needs for OCR,
-# and CA certificates for pip. The Dockerfile installs nothing with apt, so it builds offline
-# from apt's point of view (pip still reaches PyPI).
-BASE_PACKAGES = ("python3", "python3-venv", "ca-certificates", "libgl1", "libglib2.0-0")
 CONTAINERS_CONF = """\
 [containers]
 default_ulimits = []
@@ -109,7 +124,7 @@ def ensure_base_image(env: dict[str, str]) -> bool:
                 "debootstrap",
                 "--variant=minbase",
                 f"--include={','.join(BASE_PACKAGES)}",
-                "bookworm",
+                DEBIAN_SUITE,
                 str(rootfs),
                 DEBIAN_MIRROR,
             ],

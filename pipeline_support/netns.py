@@ -88,7 +88,8 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _ns_pids(ns: str) -> list[int]:
+def ns_pids(ns: str) -> list[int]:
+    """The pids of every process in the network namespace ns (none when it is gone)."""
     out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True, timeout=30).stdout
     return [int(p) for p in out.split() if p.isdigit()]
 
@@ -96,7 +97,7 @@ def _ns_pids(ns: str) -> list[int]:
 def _kill_namespace(ns: str) -> None:
     """SIGCONT then SIGKILL every process in ns (bounded), then delete it."""
     for _ in range(20):
-        pids = _ns_pids(ns)
+        pids = ns_pids(ns)
         if not pids:
             break
         for pid in pids:
@@ -261,13 +262,13 @@ class Cluster:
             self._pg.wait(timeout)
         if mode == "kill":  # backends outlive a SIGKILLed postmaster: end them too
             assert self.pgdata is not None
-            for pid in _ns_pids(self.db_ns):
+            for pid in ns_pids(self.db_ns):
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
             deadline = time.monotonic() + timeout
-            while _ns_pids(self.db_ns) and time.monotonic() < deadline:
+            while ns_pids(self.db_ns) and time.monotonic() < deadline:
                 time.sleep(0.05)
         self._pg = None
 
@@ -358,7 +359,7 @@ class Cluster:
                 proc.wait(30)
             except subprocess.TimeoutExpired:
                 pass
-        for pid in _ns_pids(self.ns(host)):
+        for pid in ns_pids(self.ns(host)):
             for sig in (signal.SIGCONT, signal.SIGKILL):
                 try:
                     os.kill(pid, sig)
@@ -449,7 +450,7 @@ class Cluster:
 
     def freeze(self, host: int) -> list[int]:
         """SIGSTOP every process in host's namespace (children included); returns their pids."""
-        pids = _ns_pids(self.ns(host))
+        pids = ns_pids(self.ns(host))
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGSTOP)
@@ -459,7 +460,7 @@ class Cluster:
         return pids
 
     def thaw(self, host: int) -> None:
-        for pid in _ns_pids(self.ns(host)):
+        for pid in ns_pids(self.ns(host)):
             try:
                 os.kill(pid, signal.SIGCONT)
             except ProcessLookupError:

@@ -30,7 +30,7 @@ from invoice_pipeline_tests.cluster.celery_checks import chunk_hosts
 from invoice_pipeline_tests.support import outcome
 from invoice_pipeline_tests.tools import needs_tool
 from pipeline_support.celery_cluster import BrokerCluster, CeleryRig, rabbitmq_unavailable_reason
-from pipeline_support.netns import _ns_pids, unavailable_reason
+from pipeline_support.netns import ns_pids, unavailable_reason
 
 pytestmark = [
     needs_tool("network namespaces", unavailable_reason()),
@@ -57,7 +57,7 @@ def rabbit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerClu
     work = tmp_path_factory.mktemp("rabbitmq")
     node_pids: list[int] = []
     with BrokerCluster(3, broker="rabbitmq") as cluster:
-        node_pids = _ns_pids(cluster.mq_ns)  # the node's beam, its epmd, their helpers
+        node_pids = ns_pids(cluster.mq_ns)  # the node's beam, its epmd, their helpers
         assert node_pids, "nothing runs in the broker namespace"
         rig = CeleryRig(cluster, work / "rig", ttl_s=ASYM_TTL_S, heartbeat_s=ASYM_HEARTBEAT_S, invoices_db=DB)
         try:
