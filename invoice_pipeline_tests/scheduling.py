@@ -23,7 +23,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import tempfile
-import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -109,8 +108,6 @@ def unit_of(where: str) -> str:
 
 def unit_seconds(unit: str) -> float:
     """How long a unit is expected to take (0 when unknown: it keeps its collection order)."""
-    if unit in UNIT_SECONDS:
-        return UNIT_SECONDS[unit]
     matches = [prefix for prefix in UNIT_SECONDS if unit.startswith(prefix)]
     return UNIT_SECONDS[max(matches, key=len)] if matches else 0.0
 
@@ -121,7 +118,6 @@ class BackgroundBuild:
 
     process: subprocess.Popen[bytes]
     log: Path
-    started: float
 
     def running(self) -> bool:
         return self.process.poll() is None
@@ -153,7 +149,7 @@ def pytest_xdist_node_collection_finished(node: Any, ids: Sequence[str]) -> None
             stdout=out,
             stderr=subprocess.STDOUT,
         )
-    config.stash[IMAGE_BUILD] = BackgroundBuild(process, log, time.monotonic())
+    config.stash[IMAGE_BUILD] = BackgroundBuild(process, log)
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:

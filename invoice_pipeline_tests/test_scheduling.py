@@ -32,7 +32,7 @@ def test_every_unit_given_a_length_exists() -> None:
             assert re.search(rf"^def {re.escape(test)}", source.read_text(), re.M), f"{unit}: no such test"
 
 
-def test_a_test_in_no_group_is_a_unit_of_its_own_and_a_group_takes_the_longest_prefix() -> None:
+def test_a_test_in_no_group_is_a_unit_of_its_own_and_a_length_comes_from_the_longest_prefix() -> None:
     assert (
         scheduling.unit_of("domain/test_matching.py::test_org_isolation")
         == "domain/test_matching.py::test_org_isolation"

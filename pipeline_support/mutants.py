@@ -1793,6 +1793,12 @@ def sabotaged_problems(path: str, original: str, sabotaged: str) -> list[str]:
     return [f"{path}: the sabotaged text brings in {finding}" for finding in sorted(new)]
 
 
+def named_test(sabotage: Sabotage) -> tuple[str, str]:
+    """The file and the function of the test `sabotage` names (its node id without parameters)."""
+    test_file, _, test_name = sabotage.test.partition("::")
+    return test_file, test_name.split("[", 1)[0].rsplit("::", 1)[-1]
+
+
 def check_applies(root: Path, sabotage: Sabotage) -> list[str]:
     """Why `sabotage` no longer applies to the code under `root` (empty: it applies): an edit's
     text is not in its file as often as the edit says, the sabotaged Python does not compile or
@@ -1815,8 +1821,7 @@ def check_applies(root: Path, sabotage: Sabotage) -> list[str]:
     if not problems:
         for rel, (original, sabotaged) in texts.items():
             problems.extend(sabotaged_problems(rel, original, sabotaged))
-    test_file, _, test_name = sabotage.test.partition("::")
-    function = test_name.split("[", 1)[0]
+    test_file, function = named_test(sabotage)
     test_path = root / test_file
     if not test_path.exists() or f"def {function}(" not in test_path.read_text():
         problems.append(f"no test {sabotage.test}")
@@ -1852,8 +1857,7 @@ def unexampled_draws(root: Path, sabotage: Sabotage) -> list[str]:
     property the test reaches through a helper elsewhere goes unseen."""
     if sabotage.any_draw_kills:
         return []
-    test_file, _, test_name = sabotage.test.partition("::")
-    function = test_name.split("[", 1)[0].rsplit("::", 1)[-1]
+    test_file, function = named_test(sabotage)
     tree = _syntax_tree((root / test_file).read_text())
     problems = []
     for test in ast.walk(tree):
