@@ -12,15 +12,14 @@ from pathlib import Path
 from uuid import UUID
 
 import pytest
-from dagster import DagsterInstance, DagsterRunStatus, EventLogEntry, build_schedule_context
+from dagster import DagsterInstance, DagsterRunStatus, EventLogEntry
 
 from invoice_pipeline.engine.export_records import Delivery, ExportLease, ExportTarget
 from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.orchestration.export_jobs import deliver_exports
 from invoice_pipeline.orchestration.run_requests import run_owner
-from invoice_pipeline.orchestration.schedules import sweep_stale_locks_schedule
 from invoice_pipeline_tests.engine.exports.helpers import datev_target, post_invoices, sql
-from invoice_pipeline_tests.factories import pipeline_resources
+from invoice_pipeline_tests.orchestration.test_schedules import evaluate
 from pipeline_support.helpers import cli_environment, run_cli
 
 
@@ -60,16 +59,11 @@ def test_the_sweep_schedule_frees_a_stale_export_lease_and_fails_its_dead_delive
         for _ in range(2)
     )
     dead, live = two_leases(store, books, (run_owner(dead_run), run_owner(live_run)))
-    resources = pipeline_resources(database_url, lock_ttl_seconds=60)
-    context = build_schedule_context(instance=instance, resources={"invoice_db": resources["invoice_db"]})
-
-    fresh = str(sweep_stale_locks_schedule.evaluate_tick(context).skip_message)
+    fresh = evaluate(database_url, instance, lock_ttl_seconds=60)
     assert fresh.startswith("swept 0 stale lock(s) and 0 stale export lease(s); marked 0 dead run(s)"), fresh
 
     back_date(database_url, dead.job_id)
-    data = sweep_stale_locks_schedule.evaluate_tick(context)
-    assert not data.run_requests
-    message = str(data.skip_message)
+    message = evaluate(database_url, instance, lock_ttl_seconds=60)
     assert message.startswith("swept 0 stale lock(s) and 1 stale export lease(s); marked 1 dead run(s)"), (
         message
     )
@@ -129,9 +123,7 @@ def test_a_silent_delivery_run_is_dead_only_when_it_finished_no_lease_within_the
         assert batch is not None
         (lease,) = batch.leases
         store.exports.record(batch.leases, [Delivery(lease.export_id, "delivered", "written")])
-    resources = pipeline_resources(database_url, lock_ttl_seconds=60)
-    context = build_schedule_context(instance=instance, resources={"invoice_db": resources["invoice_db"]})
-    message = str(sweep_stale_locks_schedule.evaluate_tick(context).skip_message)
+    message = evaluate(database_url, instance, lock_ttl_seconds=60)
     run = instance.get_run_by_id(run_id)
     assert run is not None
     if between_batches:

@@ -25,8 +25,12 @@ def started_run(instance: DagsterInstance) -> str:
 
 def evaluate(database_url: str, instance: DagsterInstance, **db: object) -> str:
     resources = pipeline_resources(database_url, **db)
-    context = build_schedule_context(instance=instance, resources={"invoice_db": resources["invoice_db"]})
-    data = sweep_stale_locks_schedule.evaluate_tick(context)
+    # As a context manager: the context enters an instance of its own (from the ref), and only
+    # its exit sets Dagster's current defs-state storage back (conftest checks this).
+    with build_schedule_context(
+        instance=instance, resources={"invoice_db": resources["invoice_db"]}
+    ) as context:
+        data = sweep_stale_locks_schedule.evaluate_tick(context)
     assert not data.run_requests
     return str(data.skip_message)
 
