@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import multiprocessing
+import queue
 import re
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from typing import TypeVar
 from uuid import UUID
@@ -35,53 +37,107 @@ NUMBER_SPELLINGS = ["INV-00123", "inv 123", "INV123", "Inv.#0123", "INV-123", "i
 VAT_IDS = ["DE123456789", None, "DE123456789"]
 
 
-def _decide_all(  # type: ignore[no-untyped-def]
-    url: str, jobs: list[tuple[str, str, InvoiceFields]], barrier, queue, *, lockstep: bool = False
+def _decider(  # type: ignore[no-untyped-def]
+    url: str, inbox, barrier, results, *, lockstep: bool
 ) -> None:
-    """Each process decides its share of invoices, all starting at the same moment.
+    """One deciding process: round after round, it takes its share of invoices from `inbox` (None
+    ends it) and decides them, all processes starting at the same moment.
 
     With `lockstep`, the processes meet at the barrier before every decision, so the i-th
     invoices of all processes are decided at the same moment (a race per round).
     """
     store = InvoiceStore(url, max_size=2)
     try:
-        leases = []
-        for invoice_id, org, fields in jobs:
-            lease = store.claims.acquire(invoice_id, 1)
-            assert lease is not None
-            store.documents.save_fields(lease, fields)
-            leases.append((lease, org, fields))
-        barrier.wait()
-        for lease, org, fields in leases:
-            if lockstep:
+        while (jobs := inbox.get()) is not None:
+            try:
+                leases = []
+                for invoice_id, org, fields in jobs:
+                    lease = store.claims.acquire(invoice_id, 1)
+                    assert lease is not None
+                    store.documents.save_fields(lease, fields)
+                    leases.append((lease, org, fields))
                 barrier.wait()
-            decision = decide_duplicate(store, lease, org, fields)
-            queue.put((str(lease.invoice_id), org, decision.status, str(decision.original_id)))
-    except Exception as exc:  # reported to the test instead of leaving it waiting on the queue
-        queue.put(("error", repr(exc), "", ""))
-        raise
+                for lease, org, fields in leases:
+                    if lockstep:
+                        barrier.wait()
+                    decision = decide_duplicate(store, lease, org, fields)
+                    results.put((str(lease.invoice_id), org, decision.status, str(decision.original_id)))
+            except Exception as exc:  # reported to the test instead of leaving it waiting on the queue
+                barrier.abort()  # the others stop waiting for this one
+                results.put(("error", repr(exc), "", ""))
+                raise
     finally:
         store.close()
+
+
+class Deciders:
+    """Spawned processes that decide duplicates together, one race per `round`.
+
+    The processes are started once and serve every round: a round costs the race, not a Python
+    start-up per process (which, ten rounds of four, was most of a test's time)."""
+
+    def __init__(self, url: str, processes: int, *, lockstep: bool = False) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        # Kept by the parent for the children's whole life: a collected barrier's semaphore is
+        # unlinked before a spawned child has unpickled it.
+        self.barrier, self.results = ctx.Barrier(processes), ctx.Queue()
+        self.inboxes = [ctx.Queue() for _ in range(processes)]
+        self.procs = [
+            ctx.Process(
+                target=_decider, args=(url, inbox, self.barrier, self.results), kwargs={"lockstep": lockstep}
+            )
+            for inbox in self.inboxes
+        ]
+        for p in self.procs:
+            p.start()
+
+    def round(
+        self, per_process: list[list[tuple[str, str, InvoiceFields]]]
+    ) -> list[tuple[str, str, str, str]]:
+        """Decide every job, one list per process; returns (invoice, org, status, original)."""
+        assert len(per_process) == len(self.inboxes)
+        for inbox, jobs in zip(self.inboxes, per_process, strict=True):
+            inbox.put(jobs)
+        results = [self._next_result() for _ in range(sum(len(jobs) for jobs in per_process))]
+        assert not [r for r in results if r[0] == "error"], results
+        return results
+
+    def _next_result(self) -> tuple[str, str, str, str]:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            try:
+                return self.results.get(timeout=0.5)  # type: ignore[no-any-return]
+            except queue.Empty:
+                ended = [p.exitcode for p in self.procs if p.exitcode is not None]
+                assert not ended, f"a deciding process ended mid-round (exit codes {ended})"
+        raise AssertionError("no decision within 300 s")
+
+    def close(self) -> list[int | None]:
+        """Ends every process; returns their exit codes."""
+        for inbox in self.inboxes:
+            inbox.put(None)
+        for p in self.procs:
+            p.join(60)
+            if p.exitcode is None:
+                p.kill()
+                p.join()
+        return [p.exitcode for p in self.procs]
+
+    def __enter__(self) -> Deciders:
+        return self
+
+    def __exit__(self, failed: type[BaseException] | None, *_: object) -> None:
+        exit_codes = self.close()
+        # After a failed round, a process's error is already in the failure.
+        assert failed is not None or exit_codes == [0] * len(exit_codes), exit_codes
 
 
 def run_deciders(
     url: str, per_process: list[list[tuple[str, str, InvoiceFields]]], *, lockstep: bool = False
 ) -> list[tuple[str, str, str, str]]:
-    """Decide every job, one spawned process per list; returns (invoice, org, status, original)."""
-    ctx = multiprocessing.get_context("spawn")
-    barrier, queue = ctx.Barrier(len(per_process)), ctx.Queue()
-    procs = [
-        ctx.Process(target=_decide_all, args=(url, jobs, barrier, queue), kwargs={"lockstep": lockstep})
-        for jobs in per_process
-    ]
-    for p in procs:
-        p.start()
-    results = [queue.get(timeout=300) for _ in range(sum(len(jobs) for jobs in per_process))]
-    assert not [r for r in results if r[0] == "error"], results
-    for p in procs:
-        p.join(60)
-        assert p.exitcode == 0
-    return results
+    """One round of Deciders: every job decided, one spawned process per list."""
+    with Deciders(url, len(per_process), lockstep=lockstep) as deciders:
+        return deciders.round(per_process)
 
 
 def new_invoice(url: str, org: str) -> str:
@@ -91,29 +147,35 @@ def new_invoice(url: str, org: str) -> str:
         return str(row[0])
 
 
+def _race_copies_of_one_invoice(url: str, deciders: Deciders) -> None:
+    """One round: copies of one invoice in two orgs, decided by every process at once."""
+    with psycopg.connect(url) as conn:
+        conn.execute(
+            "UPDATE invoices SET duplicate_status = NULL, duplicate_of = NULL, duplicate_group_id = NULL"
+        )
+        conn.execute("DELETE FROM duplicate_groups")
+    per_process: list[list[tuple[str, str, InvoiceFields]]] = [[] for _ in range(PROCESSES)]
+    for i in range(PROCESSES * 3):
+        org = "acme" if i % 4 else "globex"  # a second org with the very same invoice
+        fields = fields_for(NUMBER_SPELLINGS[i % len(NUMBER_SPELLINGS)], vat=VAT_IDS[i % len(VAT_IDS)])
+        per_process[i % PROCESSES].append((new_invoice(url, org), org, fields))
+    results = deciders.round(per_process)
+    for org in ("acme", "globex"):
+        mine = [r for r in results if r[1] == org]
+        originals = [r for r in mine if r[2] == "original"]
+        assert len(originals) == 1, f"{org}: {len(originals)} originals among {len(mine)} copies"
+        copies = [r for r in mine if r[2] in ("duplicate", "suspected")]
+        assert len(copies) == len(mine) - 1
+        assert {r[3] for r in copies} == {originals[0][0]}, "every copy points at the one original"
+        # Named by VAT id on both sides: exact. By name on one side only: suspected.
+        assert {r[2] for r in copies} == {"duplicate", "suspected"}
+
+
 @pytest.mark.slow
 def test_concurrent_copies_yield_exactly_one_original_per_org(database_url: str) -> None:
-    for _ in range(ROUNDS):
-        with psycopg.connect(database_url) as conn:
-            conn.execute(
-                "UPDATE invoices SET duplicate_status = NULL, duplicate_of = NULL, duplicate_group_id = NULL"
-            )
-            conn.execute("DELETE FROM duplicate_groups")
-        per_process: list[list[tuple[str, str, InvoiceFields]]] = [[] for _ in range(PROCESSES)]
-        for i in range(PROCESSES * 3):
-            org = "acme" if i % 4 else "globex"  # a second org with the very same invoice
-            fields = fields_for(NUMBER_SPELLINGS[i % len(NUMBER_SPELLINGS)], vat=VAT_IDS[i % len(VAT_IDS)])
-            per_process[i % PROCESSES].append((new_invoice(database_url, org), org, fields))
-        results = run_deciders(database_url, per_process)
-        for org in ("acme", "globex"):
-            mine = [r for r in results if r[1] == org]
-            originals = [r for r in mine if r[2] == "original"]
-            assert len(originals) == 1, f"{org}: {len(originals)} originals among {len(mine)} copies"
-            copies = [r for r in mine if r[2] in ("duplicate", "suspected")]
-            assert len(copies) == len(mine) - 1
-            assert {r[3] for r in copies} == {originals[0][0]}, "every copy points at the one original"
-            # Named by VAT id on both sides: exact. By name on one side only: suspected.
-            assert {r[2] for r in copies} == {"duplicate", "suspected"}
+    with Deciders(database_url, PROCESSES) as deciders:
+        for _ in range(ROUNDS):
+            _race_copies_of_one_invoice(database_url, deciders)
     with psycopg.connect(database_url) as conn:
         cross = conn.execute(
             "SELECT count(*) FROM invoices d JOIN invoices o ON o.id = d.duplicate_of WHERE d.org_id <> o.org_id"

@@ -25,7 +25,7 @@ from invoice_pipeline.engine.review import Actor, act
 from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.samples.render import render_invoice
 from invoice_pipeline_tests.engine.review.helpers import postings, process_documents, sample, sql
-from invoice_pipeline_tests.engine.test_dedupe import new_invoice, run_deciders
+from invoice_pipeline_tests.engine.test_dedupe import Deciders, new_invoice
 from pipeline_support.factories import json_invoice
 
 ALICE = Actor("os-user:alice", "review:alice@test:1")
@@ -117,23 +117,24 @@ def test_number_twins_decided_at_the_same_moment_never_make_two_originals(
     """Four processes decide copies of one invoice at the same instant, round after round: some
     without digits in the number, some without currency. Without the number key's lock (and
     search) this makes up to four originals a round."""
-    for _ in range(ROUNDS):
-        sql(
-            database_url,
-            "UPDATE invoices SET duplicate_status = NULL, duplicate_of = NULL, duplicate_group_id = NULL",
-        )
-        sql(database_url, "DELETE FROM duplicate_groups")
-        per_process: list[list[tuple[str, str, InvoiceFields]]] = []
-        for currency in ("EUR", None, "EUR", None):
-            fields = InvoiceFields(
-                invoice_number=number,
-                currency=currency,
-                payable_total=Decimal("99.00"),
-                seller_name="Acme Supplies GmbH",
-                seller_vat_id="DE123456789",
+    with Deciders(database_url, 4, lockstep=True) as deciders:
+        for _ in range(ROUNDS):
+            sql(
+                database_url,
+                "UPDATE invoices SET duplicate_status = NULL, duplicate_of = NULL, duplicate_group_id = NULL",
             )
-            per_process.append([(new_invoice(database_url, "acme"), "acme", fields)])
-        results = run_deciders(database_url, per_process, lockstep=True)
-        originals = [r for r in results if r[2] == "original"]
-        assert len(originals) == 1, results
-        assert {r[3] for r in results if r[2] != "original"} == {originals[0][0]}
+            sql(database_url, "DELETE FROM duplicate_groups")
+            per_process: list[list[tuple[str, str, InvoiceFields]]] = []
+            for currency in ("EUR", None, "EUR", None):
+                fields = InvoiceFields(
+                    invoice_number=number,
+                    currency=currency,
+                    payable_total=Decimal("99.00"),
+                    seller_name="Acme Supplies GmbH",
+                    seller_vat_id="DE123456789",
+                )
+                per_process.append([(new_invoice(database_url, "acme"), "acme", fields)])
+            results = deciders.round(per_process)
+            originals = [r for r in results if r[2] == "original"]
+            assert len(originals) == 1, results
+            assert {r[3] for r in results if r[2] != "original"} == {originals[0][0]}
