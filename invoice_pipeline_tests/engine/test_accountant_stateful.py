@@ -31,6 +31,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Any
 from uuid import UUID, uuid4
 
 import psycopg
@@ -155,8 +156,10 @@ def _event(what: str) -> None:
 
 
 def make_machine(
-    database_url: str, store: InvoiceStore, exercised: Counter[str]
+    conn: psycopg.Connection[Any], store: InvoiceStore, exercised: Counter[str]
 ) -> type[RuleBasedStateMachine]:
+    """`conn`: the oracle's own autocommit connection, one for every example and step."""
+
     class AccountantMachine(RuleBasedStateMachine):
         def __init__(self) -> None:
             super().__init__()
@@ -172,7 +175,7 @@ def make_machine(
                 content, sent = document(kind, n, form, year, total, as_cii)
                 stored = store.documents.store_document(content, self.org, f"{len(self.sent)}.xml")
                 self.sent.setdefault(stored.invoice_id, sent)  # the same bytes again: the same invoice
-            due = two_workers_run_what_is_due(database_url, store, self.org, cut)
+            due = two_workers_run_what_is_due(conn, store, self.org, cut)
             _event(f"a run of {min(due, 6)}{'+' if due > 6 else ''} documents")
 
         @rule(original=ARRIVALS, corrected_total=st.sampled_from(AMOUNTS), as_cii=st.booleans())
@@ -196,13 +199,12 @@ def make_machine(
         def a_person_approves_held_corrections_and_two_workers_run_what_is_due(
             self, choices: list[CorrectionChoice], cut: int
         ) -> None:
-            with psycopg.connect(database_url, autocommit=True) as conn:
-                held = {
-                    r[0]
-                    for r in conn.execute(
-                        "SELECT id FROM invoices WHERE org_id = %s AND status = 'needs_review'", (self.org,)
-                    )
-                }
+            held = {
+                r[0]
+                for r in conn.execute(
+                    "SELECT id FROM invoices WHERE org_id = %s AND status = 'needs_review'", (self.org,)
+                )
+            }
             corrections = [i for i, s in self.sent.items() if s.kind == "correction" and i in held]
             for k, invoice_id in enumerate(corrections):
                 choice = choices[k % len(choices)]
@@ -211,20 +213,19 @@ def make_machine(
                 if act(store, "approve", invoice_id, PERSON, correction=choice).done:
                     self.chosen[invoice_id] = choice
                     _event(f"a correction approved to {choice}")
-            two_workers_run_what_is_due(database_url, store, self.org, cut)
+            two_workers_run_what_is_due(conn, store, self.org, cut)
 
         @invariant()
         def corrections_replace_or_reverse_never_add(self) -> None:
-            with psycopg.connect(database_url, autocommit=True) as conn:
-                rows = conn.execute(CORRECTIONS_SQL, (self.org,)).fetchall()
-                booked = {
-                    r[0]: r[1]
-                    for r in conn.execute(
-                        "SELECT invoice_id, amount FROM ledger_postings WHERE org_id = %s "
-                        "AND corrects_invoice_id IS NULL",
-                        (self.org,),
-                    )
-                }
+            rows = conn.execute(CORRECTIONS_SQL, (self.org,)).fetchall()
+            booked = {
+                r[0]: r[1]
+                for r in conn.execute(
+                    "SELECT invoice_id, amount FROM ledger_postings WHERE org_id = %s "
+                    "AND corrects_invoice_id IS NULL",
+                    (self.org,),
+                )
+            }
             for correction, original, choice, amount in rows:
                 sent, corrected = self.sent[correction], self.sent[original]
                 assert choice == self.chosen.get(correction), (sent, choice)
@@ -237,8 +238,7 @@ def make_machine(
 
         @invariant()
         def the_ledger_is_what_an_accountant_books(self) -> None:
-            with psycopg.connect(database_url, autocommit=True) as conn:
-                rows = conn.execute(LEDGER_SQL, (self.org,)).fetchall()
+            rows = conn.execute(LEDGER_SQL, (self.org,)).fetchall()
             posted: dict[tuple[str, str], list[UUID]] = {}
             for invoice_id, status, approval, amount, means, _ in rows:
                 sent = self.sent[invoice_id]
@@ -278,15 +278,16 @@ def test_random_sequences_are_booked_as_an_accountant_books_them(
     database_url: str, store: InvoiceStore
 ) -> None:
     exercised: Counter[str] = Counter()
-    run_state_machine_as_test(
-        make_machine(database_url, store, exercised),
-        settings=settings(
-            max_examples=60,
-            stateful_step_count=6,
-            deadline=None,
-            suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-        ),
-    )
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        run_state_machine_as_test(
+            make_machine(conn, store, exercised),
+            settings=settings(
+                max_examples=60,
+                stateful_step_count=6,
+                deadline=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+            ),
+        )
     # Not vacuous: the examples booked corrections of both kinds.
     assert exercised["replace"] and exercised["reverse"], exercised
 
@@ -316,9 +317,10 @@ KNOWN_SEQUENCES: dict[str, list[list[tuple[str, int, str, int, str, bool]]]] = {
 def test_known_sequences_are_booked_as_an_accountant_books_them(
     database_url: str, store: InvoiceStore, sequence: str
 ) -> None:
-    machine = make_machine(database_url, store, Counter())()
-    for arrivals in KNOWN_SEQUENCES[sequence]:
-        machine.documents_arrive_and_two_workers_run_what_is_due(arrivals, 0)
-        machine.corrections_replace_or_reverse_never_add()
-        machine.the_ledger_is_what_an_accountant_books()
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        machine = make_machine(conn, store, Counter())()
+        for arrivals in KNOWN_SEQUENCES[sequence]:
+            machine.documents_arrive_and_two_workers_run_what_is_due(arrivals, 0)
+            machine.corrections_replace_or_reverse_never_add()
+            machine.the_ledger_is_what_an_accountant_books()
     assert len(machine.sent) == sum(map(len, KNOWN_SEQUENCES[sequence])), "every document was stored"

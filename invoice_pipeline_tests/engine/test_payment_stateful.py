@@ -98,16 +98,18 @@ POSTED_TWICE = (
 )
 
 
-def two_workers_run_what_is_due(database_url: str, store: InvoiceStore, org: str, cut: int) -> int:
-    """What is due in `org`, cut in two chunks at `cut`, processed by two workers AT ONCE (threads
-    released together by a barrier), each with its own leases; returns how many were due."""
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        due = [
-            r[0]
-            for r in conn.execute(
-                "SELECT id FROM invoices WHERE org_id = %s AND status = 'pending' ORDER BY seq", (org,)
-            )
-        ]
+def two_workers_run_what_is_due(
+    conn: psycopg.Connection[Any], store: InvoiceStore, org: str, cut: int
+) -> int:
+    """What is due in `org` (read on the oracle's autocommit connection `conn`), cut in two chunks
+    at `cut`, processed by two workers AT ONCE (threads released together by a barrier), each with
+    its own leases; returns how many were due."""
+    due = [
+        r[0]
+        for r in conn.execute(
+            "SELECT id FROM invoices WHERE org_id = %s AND status = 'pending' ORDER BY seq", (org,)
+        )
+    ]
     chunks = [due[:cut], due[cut:]]
     claimed = [claim_chunk(store, [(i, None) for i in part], f"worker-{n}") for n, part in enumerate(chunks)]
     errors: list[BaseException] = []
@@ -129,7 +131,10 @@ def two_workers_run_what_is_due(database_url: str, store: InvoiceStore, org: str
     return len(due)
 
 
-def make_machine(database_url: str, store: InvoiceStore) -> type[RuleBasedStateMachine]:
+def make_machine(conn: psycopg.Connection[Any], store: InvoiceStore) -> type[RuleBasedStateMachine]:
+    """`conn`: the oracle's own autocommit connection, one for every example and step (a new
+    connection per look cost as much as the step it looked at)."""
+
     class PaymentMachine(RuleBasedStateMachine):
         def __init__(self) -> None:
             super().__init__()
@@ -138,11 +143,10 @@ def make_machine(database_url: str, store: InvoiceStore) -> type[RuleBasedStateM
             self.number = 0
 
         def _held(self) -> list[UUID]:
-            with psycopg.connect(database_url, autocommit=True) as conn:
-                rows = conn.execute(
-                    "SELECT id FROM invoices WHERE org_id = %s AND status = 'needs_review' ORDER BY seq",
-                    (self.org,),
-                ).fetchall()
+            rows = conn.execute(
+                "SELECT id FROM invoices WHERE org_id = %s AND status = 'needs_review' ORDER BY seq",
+                (self.org,),
+            ).fetchall()
             return [r[0] for r in rows]
 
         @initialize(vendors=st.lists(VENDOR_ROWS, min_size=0, max_size=2), own=st.booleans())
@@ -189,7 +193,7 @@ def make_machine(database_url: str, store: InvoiceStore) -> type[RuleBasedStateM
 
         @rule(cut=st.integers(0, 4))
         def two_workers_run_what_is_due(self, cut: int) -> None:
-            due = two_workers_run_what_is_due(database_url, store, self.org, cut)
+            due = two_workers_run_what_is_due(conn, store, self.org, cut)
             event(f"a run of {min(due, 6)}{'+' if due > 6 else ''} invoices")
 
         @rule(pick=st.integers(0, 50))
@@ -213,10 +217,9 @@ def make_machine(database_url: str, store: InvoiceStore) -> type[RuleBasedStateM
 
         @invariant()
         def the_ledger_pays_only_whom_an_accountant_would(self) -> None:
-            with psycopg.connect(database_url, autocommit=True) as conn:
-                unjustified = conn.execute(UNJUSTIFIED_ACCOUNTS, {"org": self.org}).fetchall()
-                itself = conn.execute(PAID_TO_ITSELF, {"org": self.org}).fetchall()
-                twice = conn.execute(POSTED_TWICE, {"org": self.org}).fetchall()
+            unjustified = conn.execute(UNJUSTIFIED_ACCOUNTS, {"org": self.org}).fetchall()
+            itself = conn.execute(PAID_TO_ITSELF, {"org": self.org}).fetchall()
+            twice = conn.execute(POSTED_TWICE, {"org": self.org}).fetchall()
             assert not unjustified, f"accounts paid that no rule allows: {unjustified}"
             assert not itself, f"the org paid itself: {itself}"
             assert not twice, f"posted twice: {twice}"
@@ -229,16 +232,16 @@ def make_machine(database_url: str, store: InvoiceStore) -> type[RuleBasedStateM
 def test_random_registries_and_invoices_pay_only_whom_an_accountant_would(
     database_url: str, store: InvoiceStore
 ) -> None:
-    machine = make_machine(database_url, store)
-    run_state_machine_as_test(
-        machine,
-        settings=settings(
-            max_examples=80,
-            stateful_step_count=14,
-            deadline=None,
-            suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-        ),
-    )
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        run_state_machine_as_test(
+            make_machine(conn, store),
+            settings=settings(
+                max_examples=80,
+                stateful_step_count=14,
+                deadline=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+            ),
+        )
 
 
 def test_the_oracle_sees_a_payment_into_an_unregistered_account(
