@@ -159,6 +159,7 @@ def _step(
 
 
 @pytest.mark.hypothesis
+@pytest.mark.slow
 @settings(
     max_examples=25,
     # One failure, shrunk: a weakened fence shows as a wrong mark or as the database refusing it.

@@ -165,6 +165,7 @@ def kill_at(env: dict[str, str], database_url: str, box: Mailbox, point: KillPoi
     assert after == [uid for uid in before if uid >= point.uid], "a message before the held one was not taken"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", SEEDS)
 def test_kill_9_of_mail_fetch_at_random_points_loses_and_doubles_nothing(
     seed: int,

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import psycopg
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -102,6 +103,7 @@ def _first_new(messages: list[list[int]], at: int) -> int | None:
     return next((j for j in messages[at] if all(j not in m for m in messages[:at])), None)
 
 
+@pytest.mark.slow
 def test_a_pass_cut_anywhere_leaves_each_message_whole_or_untaken(
     store: InvoiceStore, imap: Dovecot, database_url: str
 ) -> None:
