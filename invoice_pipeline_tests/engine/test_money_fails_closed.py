@@ -25,7 +25,7 @@ from invoice_pipeline.engine.review import Actor, act
 from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.samples.render import render_invoice
 from invoice_pipeline_tests.engine.review.helpers import postings, process_documents, sample, sql
-from invoice_pipeline_tests.engine.test_dedupe import Deciders, new_invoice
+from invoice_pipeline_tests.engine.test_dedupe import Deciders, forget_duplicate_decisions, new_invoice
 from pipeline_support.factories import json_invoice
 
 ALICE = Actor("os-user:alice", "review:alice@test:1")
@@ -119,11 +119,7 @@ def test_number_twins_decided_at_the_same_moment_never_make_two_originals(
     search) this makes up to four originals a round."""
     with Deciders(database_url, 4, lockstep=True) as deciders:
         for _ in range(ROUNDS):
-            sql(
-                database_url,
-                "UPDATE invoices SET duplicate_status = NULL, duplicate_of = NULL, duplicate_group_id = NULL",
-            )
-            sql(database_url, "DELETE FROM duplicate_groups")
+            forget_duplicate_decisions(database_url)
             per_process: list[list[tuple[str, str, InvoiceFields]]] = []
             for currency in ("EUR", None, "EUR", None):
                 fields = InvoiceFields(
