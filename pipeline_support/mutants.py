@@ -1621,6 +1621,15 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "invoice_pipeline_tests/orchestration/test_export_sweep.py::"
         "test_a_silent_delivery_run_is_dead_only_when_it_finished_no_lease_within_the_ttl",
     ),
+    _one(
+        "system-user-lock",
+        "processes starting their first embedded server at once create its system user one at a time",
+        "invoice_pipeline/db/embedded.py",
+        "        fcntl.flock(fd, fcntl.LOCK_EX)\n",
+        "",
+        "invoice_pipeline_tests/db/test_system_user.py::"
+        "test_processes_making_the_user_at_once_all_get_the_one_it_ends_as",
+    ),
 )
 
 

@@ -120,6 +120,33 @@ def _merge_into(path: Path, lines: str) -> None:
             handle.write(merged)
 
 
+def ensure_system_user(name: str) -> str:
+    """The system user `name`, created once (as root) when missing.
+
+    Several processes may start their first server at once (the test suite's workers on a fresh
+    machine). useradd does not serialise them: two of them each rewrote /etc/passwd from what they
+    had read, so the user one process had chowned its files to got a new uid a moment later and
+    its initdb could not read its own password file. A lock on /etc itself (a directory, so no
+    file is made where someone else could plant a link) makes the look and the creation one step
+    among this project's processes.
+    """
+    try:
+        pwd.getpwnam(name)
+        return name
+    except KeyError:
+        pass
+    fd = os.open("/etc", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            pwd.getpwnam(name)
+        except KeyError:
+            subprocess.run(["useradd", "--system", "--no-create-home", name], check=True)
+    finally:
+        os.close(fd)  # releases the lock
+    return name
+
+
 def _bin(name: str) -> Path:
     return _reachable_install() / "bin" / name
 
@@ -316,11 +343,7 @@ class EmbeddedPostgres:
     def _system_user(self) -> str | None:
         if os.geteuid() != 0:
             return None
-        try:
-            pwd.getpwnam(SYSTEM_USER)
-        except KeyError:
-            subprocess.run(["useradd", "--system", "--no-create-home", SYSTEM_USER], check=True)
-        return SYSTEM_USER
+        return ensure_system_user(SYSTEM_USER)
 
     def _as_server_user(self) -> dict[str, Any]:
         """subprocess arguments that drop root for the server's user, its group included.
