@@ -8,6 +8,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from chaos.common import worker_context
 from invoice_pipeline.db.migrate import MigrationError, migrate
 from invoice_pipeline.db.sqlfiles import migration_files, sql_dir
 from invoice_pipeline.domain.fields import InvoiceFields
@@ -52,7 +53,7 @@ def _migrate_in_child(url: str, queue: multiprocessing.Queue) -> None:  # type: 
 
 @pytest.mark.slow
 def test_concurrent_migrators_apply_each_file_once(empty_database_url: str) -> None:
-    ctx = multiprocessing.get_context("spawn")
+    ctx = worker_context()
     queue = ctx.Queue()
     procs = [ctx.Process(target=_migrate_in_child, args=(empty_database_url, queue)) for _ in range(6)]
     for p in procs:

@@ -28,7 +28,9 @@ PROCESSES = 4
 ROUNDS = 8
 
 
-def _make_and_look(name: str, start: multiprocessing.synchronize.Barrier, seen: multiprocessing.Queue) -> None:
+def _make_and_look(
+    name: str, start: multiprocessing.synchronize.Barrier, seen: multiprocessing.Queue
+) -> None:
     start.wait(timeout=60)
     ensure_system_user(name)
     seen.put(pwd.getpwnam(name).pw_uid)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import queue
 import re
 import tempfile
@@ -17,6 +16,7 @@ from psycopg import pq
 
 from benchmarks.datasets import insert_decided_originals
 from benchmarks.datasets import invoice_fields as fields_for
+from chaos.common import worker_context
 from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.keys import lock_ids
 from invoice_pipeline.domain.matching import MatchCandidate
@@ -76,7 +76,7 @@ class Deciders:
     start-up per process (which, ten rounds of four, was most of a test's time)."""
 
     def __init__(self, url: str, processes: int, *, lockstep: bool = False) -> None:
-        ctx = multiprocessing.get_context("spawn")
+        ctx = worker_context()
         # Kept by the parent for the children's whole life: a collected barrier's semaphore is
         # unlinked before a spawned child has unpickled it.
         self.barrier, self.results = ctx.Barrier(processes), ctx.Queue()

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import hashlib
-import multiprocessing
 from pathlib import Path
 
 import psycopg
 import pytest
 
+from chaos.common import worker_context
 from invoice_pipeline.engine.ingest import FileState, InboxScan, ingest_paths, scan_inbox, take_scanned
 from invoice_pipeline.engine.store import InvoiceStore
 from pipeline_support.factories import json_invoice
@@ -29,7 +29,7 @@ def test_same_file_from_racing_processes_is_one_document_one_invoice(
 ) -> None:
     path = tmp_path / "invoice.json"
     path.write_bytes(json_invoice())
-    ctx = multiprocessing.get_context("spawn")
+    ctx = worker_context()
     n = 6
     barrier, queue = ctx.Barrier(n), ctx.Queue()
     procs = [

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import random
 import signal
@@ -13,6 +12,7 @@ from uuid import UUID
 import psycopg
 import pytest
 
+from chaos.common import worker_context
 from invoice_pipeline.documents import ExtractedText
 from invoice_pipeline.domain.fields import InvoiceFields
 from invoice_pipeline.domain.matching import MatchCandidate
@@ -61,7 +61,7 @@ def _hammer(url: str, invoices: list[str], rounds: int, barrier, queue) -> None:
 @pytest.mark.slow
 def test_redelivery_race_one_winner_per_invoice_per_round(database_url: str) -> None:
     invoices = [str(i) for i in _new_invoices(database_url, INVOICES)]
-    ctx = multiprocessing.get_context("spawn")
+    ctx = worker_context()
     barrier, queue = ctx.Barrier(PROCESSES), ctx.Queue()
     procs = [
         ctx.Process(target=_hammer, args=(database_url, invoices, ROUNDS, barrier, queue))
@@ -101,7 +101,7 @@ def _acquire_and_hang(url: str, invoice_id: str, ready) -> None:  # type: ignore
 
 def test_holder_killed_with_sigkill_is_swept_and_retried(database_url: str, store: InvoiceStore) -> None:
     (invoice,) = _new_invoices(database_url, 1)
-    ctx = multiprocessing.get_context("spawn")
+    ctx = worker_context()
     ready = ctx.Event()
     child = ctx.Process(target=_acquire_and_hang, args=(database_url, str(invoice), ready))
     child.start()

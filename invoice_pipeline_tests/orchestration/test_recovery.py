@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import signal
 import subprocess
@@ -15,6 +14,7 @@ import psycopg
 import pytest
 from dagster import DagsterInstance, DagsterRunStatus
 
+from chaos.common import worker_context
 from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.orchestration.jobs import make_jobs
 from invoice_pipeline.orchestration.maintenance import run_maintenance
@@ -211,7 +211,7 @@ def _launch_same_invoice(database_url: str, invoice_id: str, barrier, queue) -> 
 
 def test_redelivery_storm_through_dagster_does_the_work_once(database_url: str, store: InvoiceStore) -> None:
     inv = store.documents.store_document(json_invoice(), "acme", "a.json").invoice_id
-    ctx = multiprocessing.get_context("spawn")
+    ctx = worker_context()
     n = 6
     barrier, queue = ctx.Barrier(n), ctx.Queue()
     procs = [

@@ -4,9 +4,9 @@ two outcomes. Each worker has its own store (pool); they meet at a barrier and a
 
 from __future__ import annotations
 
-import multiprocessing as mp
 from typing import Any
 
+from chaos.common import worker_context
 from invoice_pipeline.engine.corrections import correct_invoice
 from invoice_pipeline.engine.review import Actor, act
 from invoice_pipeline.engine.store import InvoiceStore
@@ -40,7 +40,7 @@ def _worker(database_url: str, name: str, kind: str, jobs: Any, results: Any, me
 def test_reviewers_in_separate_processes_never_make_two_outcomes(
     database_url: str, store: InvoiceStore
 ) -> None:
-    ctx = mp.get_context("spawn")
+    ctx = worker_context()
     meet = ctx.Barrier(3)
     results = ctx.Queue()
     kinds = ("approve", "reject", "correct")

@@ -20,7 +20,6 @@ approval row), which would refuse a second decision too.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 from collections import Counter
 from collections.abc import Callable
@@ -31,6 +30,7 @@ from uuid import UUID
 
 import pytest
 
+from chaos.common import worker_context
 from invoice_pipeline.domain.review import ReviewPolicy
 from invoice_pipeline.engine.records import Lease
 from invoice_pipeline.engine.store import InvoiceStore, Review
@@ -132,7 +132,7 @@ def _pipeline_worker(database_url: str, rounds: list[str], barrier: Any, results
 
 def race(workers: list[tuple[Callable[..., None], tuple[Any, ...]]], rounds: int) -> list[Result]:
     """Start every worker (each gets the barrier and the result queue last), collect every result."""
-    ctx = mp.get_context("spawn")
+    ctx = worker_context()
     barrier = ctx.Barrier(len(workers))
     results = ctx.Queue()
     procs = [ctx.Process(target=fn, args=(*args, barrier, results)) for fn, args in workers]
@@ -175,7 +175,7 @@ def test_two_reviewers_approve_and_reject_at_once(database_url: str, store: Invo
     acquire_processing_lock a plain INSERT, so both reviewers take a lease), each round still
     ends with exactly one decision, refused by the status re-read or the unique approval row,
     but the loser is no longer refused by the lock and this test fails."""
-    meet = mp.get_context("spawn").Barrier(2)
+    meet = worker_context().Barrier(2)
     ids = [
         held_invoice(store, "race", f"RR-{i}", ["negative_total: payable -50.00 EUR"]) for i in range(ROUNDS)
     ]
@@ -208,7 +208,7 @@ def test_two_reviewers_release_two_copies_of_one_invoice(database_url: str, stor
     """B and C are exact copies of each other, both suspected copies of A. Released at once,
     one becomes the original and the other is then found to copy it. Each round both reviewers
     hold their invoice's lock, undecided, at the same time: the decisions overlap."""
-    meet = mp.get_context("spawn").Barrier(2)
+    meet = worker_context().Barrier(2)
     pairs = []
     for i in range(ROUNDS):
         number = 7000 + i
@@ -243,7 +243,7 @@ def test_two_reviewers_release_two_copies_of_one_invoice(database_url: str, stor
 def test_reviewers_and_the_pipeline_at_once_post_at_most_once(database_url: str, store: InvoiceStore) -> None:
     """The two reviewers meet at the lock as above; the pipeline's run is launched at the same
     moment and runs freely (a held invoice is not claimed; an approved one is posted once)."""
-    meet = mp.get_context("spawn").Barrier(2)
+    meet = worker_context().Barrier(2)
     # Held by the real pipeline: the org's approval limit is below every amount.
     store.review.set_review_policy("race", ReviewPolicy(auto_approve_limit=Decimal("1")), "os-user:test")
     ids = [
