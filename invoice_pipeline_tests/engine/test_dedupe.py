@@ -70,7 +70,8 @@ def _decider(  # type: ignore[no-untyped-def]
 
 
 class Deciders:
-    """Spawned processes that decide duplicates together, one race per `round`.
+    """Processes that decide duplicates together, one race per `round` (forked from the
+    preloaded fork server, chaos.common.worker_context).
 
     The processes are started once and serve every round: a round costs the race, not a Python
     start-up per process (which, ten rounds of four, was most of a test's time)."""
@@ -78,7 +79,7 @@ class Deciders:
     def __init__(self, url: str, processes: int, *, lockstep: bool = False) -> None:
         ctx = worker_context()
         # Kept by the parent for the children's whole life: a collected barrier's semaphore is
-        # unlinked before a spawned child has unpickled it.
+        # unlinked before a child has unpickled it.
         self.barrier, self.results = ctx.Barrier(processes), ctx.Queue()
         self.inboxes = [ctx.Queue() for _ in range(processes)]
         self.procs = [
@@ -135,7 +136,7 @@ class Deciders:
 def run_deciders(
     url: str, per_process: list[list[tuple[str, str, InvoiceFields]]], *, lockstep: bool = False
 ) -> list[tuple[str, str, str, str]]:
-    """One round of Deciders: every job decided, one spawned process per list."""
+    """One round of Deciders: every job decided, one process per list."""
     with Deciders(url, len(per_process), lockstep=lockstep) as deciders:
         return deciders.round(per_process)
 

@@ -84,7 +84,7 @@ class MeetAtTheLock(InvoiceStore):
         self.review = self.meeting
 
 
-# -- workers (module level: the spawn start method imports them by name) -------------------------
+# -- workers (module level: a fork-server child imports them by name) -------------------------
 
 
 def _review_worker(
