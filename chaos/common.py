@@ -30,11 +30,10 @@ from pipeline_support.helpers import create_database, drop_database, free_port, 
 
 # Modules the fork server imports once, so that a worker starts in ~15 ms instead of the ~2 s a
 # fresh interpreter needs to import Dagster: a kill at "a random moment" is then a moment of the
-# pipeline, not of the import system.
-# The tests' racing processes fork from the same server (one per process, whoever starts it
-# first): the rest is what their modules import at the top (an ephemeral Dagster instance's
-# storage, the sample renderer, the test tools), ~0.8 s a child otherwise. A module that is not
-# installed is skipped by the fork server.
+# pipeline, not of the import system. The tests' racing processes fork from the same server (one
+# per process, whoever starts it first), so it also imports what their modules import at the top
+# (an ephemeral Dagster instance's storage, the sample renderer, the test tools: 0.8-1.1 s a child
+# otherwise). A module that is not installed is skipped by the fork server.
 PRELOAD = [
     "dagster",
     "invoice_pipeline.orchestration.jobs",

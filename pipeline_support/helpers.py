@@ -75,9 +75,9 @@ def create_database(server_url: str, template: str | None = None, prefix: str = 
     # FILE_COPY, not PostgreSQL 15's default WAL_LOG, which writes every block of the template
     # (9 MB of catalogs and schema) through the WAL and leaves a database whose first connection
     # costs more. Measured on the test server (2026-12-05, the server's and the client's CPU per
-    # database): create 41-68 -> 12-13 ms, first connection 26-46 -> 8-9 ms; once per test, about
-    # 90 CPU-seconds of `make test`. FILE_COPY's two checkpoints are cheap on a test server
-    # without fsync and with little else dirty.
+    # database): create 41-68 -> 12-13 ms, first connection 26-46 -> 8-9 ms; once per test, so
+    # about 90 CPU-seconds of `make test` by estimate. FILE_COPY's two checkpoints are cheap on a
+    # test server without fsync and with little else dirty.
     stmt = sql.SQL("CREATE DATABASE {} TEMPLATE {} STRATEGY FILE_COPY").format(
         sql.Identifier(name), sql.Identifier(template or "template1")
     )
