@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from chaos.common import worker_context
 from invoice_pipeline.db.embedded import ensure_system_user
 from invoice_pipeline_tests.tools import needs_tool
 
@@ -50,7 +51,7 @@ def _entries(name: str) -> int:
 
 
 def test_processes_making_the_user_at_once_all_get_the_one_it_ends_as(names: list[str]) -> None:
-    context = multiprocessing.get_context("fork")
+    context = worker_context()
     for _ in range(ROUNDS):
         name = f"ip_test_{secrets.token_hex(4)}"
         names.append(name)
