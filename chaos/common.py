@@ -39,6 +39,7 @@ PRELOAD = [
     "invoice_pipeline.orchestration.jobs",
     "invoice_pipeline.orchestration.resources",
     "chaos.worker",
+    "chaos.warm_dagster",
     "sqlalchemy",
     "alembic.command",
     "invoice_pipeline.samples.render",

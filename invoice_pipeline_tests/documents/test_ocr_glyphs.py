@@ -31,23 +31,36 @@ FACES = [(family, style) for family in ("helvetica", "times", "courier") for sty
 SCANS = [(size, dpi) for size in (9, 12) for dpi in (150, 200)]
 
 
-def _page(lines: list[str], size: float = 11, family: str = "helvetica", style: str = "") -> bytes:
-    pdf = FPDF(format="A4")
+def _page(
+    lines: list[str],
+    size: float = 11,
+    family: str = "helvetica",
+    style: str = "",
+    page: str | tuple[float, float] = "A4",
+) -> bytes:
+    pdf = FPDF(format=page)
     pdf.core_fonts_encoding = "windows-1252"  # the standard fonts' "€"
     pdf.add_page()
     pdf.set_font(family, style, size)
     for i, text in enumerate(lines):
         pdf.set_xy(20, 20 + size * 0.6 * i)
-        pdf.cell(170, size * 0.5, text)
+        pdf.cell(pdf.w - 40, size * 0.5, text)
     out = io.BytesIO()
     pdf.output(out)
     return out.getvalue()
 
 
-def _crop(text: str, family: str, style: str, size: float, dpi: int) -> np.ndarray:
+# A page a tenth of A4's area, for the sweep below: 192 renders of a whole A4 page took 30 s.
+LABEL = (5 * 25.4, 2 * 25.4)
+
+
+def _crop(
+    text: str, family: str, style: str, size: float, dpi: int, page: str | tuple[float, float] = "A4"
+) -> np.ndarray:
     """`text` as a line's crop from a greyscale scan: the ink's box with a margin, as the
-    recogniser's crops are cut."""
-    grey = np.asarray(render_pages(_page([text], size, family, style), dpi)[0].convert("L"))
+    recogniser's crops are cut. The page's size moves the glyphs by a fraction of a pixel (the
+    renderer rounds the page to whole pixels), which is all that tells the sizes apart."""
+    grey = np.asarray(render_pages(_page([text], size, family, style, page), dpi)[0].convert("L"))
     ys, xs = np.nonzero(grey < 128)
     pad = 4
     return grey[max(0, ys.min() - pad) : ys.max() + pad, max(0, xs.min() - pad) : xs.max() + pad]
@@ -61,7 +74,7 @@ def test_a_euro_sign_is_told_from_everything_else_that_ends_an_amount(size: int,
         for ch in EURO + RIVALS:
             # No verdict (two glyphs run together, say) is no euro sign.
             for last, printed in ((True, f"1.234,56 {ch}"), (False, f"{ch}1,234.56")):
-                verdict = judge(_crop(printed, family, style, size, dpi), last=last)
+                verdict = judge(_crop(printed, family, style, size, dpi, LABEL), last=last)
                 if (verdict is not None and verdict.is_euro) != (ch == EURO):
                     misjudged.append(f"{family}{style} {printed!r}: {verdict}")
     assert not misjudged, misjudged
