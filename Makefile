@@ -10,8 +10,8 @@ STAMP  := $(VENV)/.installed-stamp
 # Python caches compiled modules in __pycache__ (ignored by git) unless PYTHONDONTWRITEBYTECODE is
 # set, as some machines' environments do. Then every Python process a target starts compiled the
 # package from source again: the CLI, each document sandbox, Dagster's and celery's workers,
-# hundreds in a test run; `invoice-pipeline --help` 0.60 -> 0.43 CPU-s. The sabotage runner sets it again
-# for its altered copies of the tree (pipeline_support/mutants.py).
+# hundreds in a test run; `invoice-pipeline --help` 0.60 -> 0.43 CPU-s. The sabotage runner sets
+# it again for its altered copies of the tree (pipeline_support/mutants.py).
 unexport PYTHONDONTWRITEBYTECODE
 
 $(STAMP): pyproject.toml
