@@ -40,6 +40,7 @@ from invoice_pipeline.db.embedded import COMBINED_PREFIX, ENV_SERVER_ROOT, Embed
 from invoice_pipeline.db.migrate import migrate
 from invoice_pipeline.engine.store import InvoiceStore
 from invoice_pipeline.orchestration.resources.invoice_database import close_shared_stores
+from invoice_pipeline_tests.dagster_guard import _no_dagster_instance_left_current
 from invoice_pipeline_tests.scheduling import (
     pytest_terminal_summary,
     pytest_xdist_make_scheduler,
@@ -174,23 +175,6 @@ def _close_pools_after_each_test() -> Iterator[None]:
     close_shared_stores()
 
 
-@pytest.fixture(autouse=True)
-def _no_dagster_instance_left_current() -> Iterator[None]:
-    """A test must leave no Dagster instance entered. Entering one (a schedule context built
-    without `with` enters an instance of its own) makes its defs-state storage Dagster's current
-    one; once that instance is collected, every later Definitions in this worker fails with
-    "Attempted to resolve undefined DagsterInstance weakref", far from the cause. Failed here, at
-    the test that left it, and reset so that the tests after it are not failed too."""
-    # Private to Dagster: the context variable that its DefsStateStorage.get() reads.
-    from dagster._core.storage.defs_state.base import _current_storage
-
-    yield
-    left = _current_storage.get()
-    if left is not None:
-        _current_storage.set(None)
-        pytest.fail(f"this test left a Dagster instance entered ({type(left).__name__} is current): exit it")
-
-
 @pytest.fixture
 def store(database_url: str) -> Iterator[InvoiceStore]:
     s = InvoiceStore(database_url, max_size=8)
@@ -198,11 +182,13 @@ def store(database_url: str) -> Iterator[InvoiceStore]:
     s.close()
 
 
-# The needs_tool marker's hooks (invoice_pipeline_tests/tools.py) and the scheduling's
-# (invoice_pipeline_tests/scheduling.py) are exported to be registered.
+# The needs_tool marker's hooks (invoice_pipeline_tests/tools.py), the scheduling's
+# (invoice_pipeline_tests/scheduling.py) and the Dagster guard's fixture
+# (invoice_pipeline_tests/dagster_guard.py) are exported to be registered.
 __all__ = [
     "CORPUS",
     "ROOT",
+    "_no_dagster_instance_left_current",
     "pytest_runtest_makereport",
     "pytest_runtest_setup",
     "pytest_terminal_summary",

@@ -2,17 +2,46 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from uuid import UUID
+from xml.etree import ElementTree
 
 import psycopg
 
 from invoice_pipeline.engine.store import InvoiceStore
 from pipeline_support.exports import process_invoices
 
-# Temporary: invoice_pipeline_tests/review/ (another change in progress) still imports run_cli from
-# here. Switch it to pipeline_support.helpers and delete this line.
+ROOT = Path(__file__).resolve().parents[1]
+
+# What a test of a small suite reads from its report, by test name: (outcome, message).
+SUITE_VERDICTS = ("failure", "error", "skipped")
+
+
+def run_plugin_suite(
+    tmp_path: Path, plugin: str, suite: str, env: Mapping[str, str]
+) -> dict[str, tuple[str, str]]:
+    """`suite` (a test file's text) run by a pytest of its own with only this project's `plugin`
+    loaded, in `env`: each test's outcome (passed, failure, error or skipped) and its message."""
+    (tmp_path / "test_suite.py").write_text(suite)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    # Only this plugin: the installed ones (hypothesis, xdist, Dagster's ...) cost seconds to load.
+    env = dict(env) | {"PYTHONPATH": str(ROOT), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", plugin, "-p", "no:cacheprovider",
+         "-W", "ignore::pytest.PytestUnknownMarkWarning", "--junitxml", "report.xml", "test_suite.py"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert (tmp_path / "report.xml").exists(), done.stdout + done.stderr
+    outcomes: dict[str, tuple[str, str]] = {}
+    for case in ElementTree.parse(tmp_path / "report.xml").iter("testcase"):
+        verdicts = [(child.tag, child.get("message", "")) for child in case if child.tag in SUITE_VERDICTS]
+        outcomes[case.get("name", "")] = verdicts[0] if verdicts else ("passed", "")
+    return outcomes
 
 
 def sweep_now(database_url: str, invoice_id: UUID | None = None, ttl: timedelta = timedelta(0)) -> int:

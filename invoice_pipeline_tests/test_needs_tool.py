@@ -5,12 +5,9 @@ suite in a pytest of its own, with and without CI=true."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
-from xml.etree import ElementTree
 
-from invoice_pipeline_tests.conftest import ROOT
+from invoice_pipeline_tests.support import run_plugin_suite
 
 SUITE = """
 import pytest
@@ -36,27 +33,11 @@ def test_tool_present() -> None:
 def test_unmarked_skip() -> None:
     pytest.skip("not a tool: the corpus is absent")
 """
-VERDICTS = ("failure", "error", "skipped")
 
 
 def run_suite(tmp_path: Path, ci: str | None) -> dict[str, tuple[str, str]]:
-    """Each test's outcome (passed, failed, error or skipped) and its message, by test name."""
-    (tmp_path / "test_suite.py").write_text(SUITE)
-    (tmp_path / "pytest.ini").write_text("[pytest]\n")
     env = {k: v for k, v in os.environ.items() if k != "CI"} | ({"CI": ci} if ci is not None else {})
-    # Only this plugin: the installed ones (hypothesis, xdist, Dagster's ...) cost seconds to load.
-    env |= {"PYTHONPATH": str(ROOT), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "invoice_pipeline_tests.tools", "-p", "no:cacheprovider",
-         "-W", "ignore::pytest.PytestUnknownMarkWarning", "--junitxml", "report.xml", "test_suite.py"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert (tmp_path / "report.xml").exists(), done.stdout + done.stderr
-    outcomes: dict[str, tuple[str, str]] = {}
-    for case in ElementTree.parse(tmp_path / "report.xml").iter("testcase"):
-        verdicts = [(child.tag, child.get("message", "")) for child in case if child.tag in VERDICTS]
-        outcomes[case.get("name", "")] = verdicts[0] if verdicts else ("passed", "")
-    return outcomes
+    return run_plugin_suite(tmp_path, "invoice_pipeline_tests.tools", SUITE, env)
 
 
 def test_under_ci_a_missing_tool_fails_the_test_and_names_the_tool(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -45,7 +46,8 @@ def _digest(*parts: str | bytes) -> str:
 BASE_IMAGE = (
     f"localhost/invoice-pipeline-base:{DEBIAN_SUITE}-{_digest(DEBIAN_SUITE, DEBIAN_MIRROR, *BASE_PACKAGES)}"
 )
-IMAGE = "localhost/invoice-pipeline:test"
+# What deploy/Dockerfile is built from: what it copies from the checkout, and the rest of deploy/.
+PRODUCT_CONTEXT = ("pyproject.toml", "README.md", "sql", "invoice_pipeline", "deploy")
 TEST_CONTAINERS = ROOT / "invoice_pipeline_tests" / "containers"
 POSTGRES_CONTAINERFILE = TEST_CONTAINERS / "postgres.Containerfile"
 REDIS_CONTAINERFILE = TEST_CONTAINERS / "redis.Containerfile"
@@ -53,6 +55,22 @@ REDIS_CONTAINERFILE = TEST_CONTAINERS / "redis.Containerfile"
 
 def _tagged(repository: str, containerfile: Path) -> str:
     return f"{repository}:{_digest(containerfile.read_bytes(), BASE_IMAGE)}"
+
+
+@functools.cache
+def product_image() -> str:
+    """The product's tag, by what goes into it: the files of its build context and the base. Two
+    checkouts of different code on one machine (a branch beside main, the sabotage runner's
+    copies) each build and run their own image, never one the other tagged a moment later; an
+    unchanged checkout finds its image instead of building it again."""
+    files = sorted(
+        path
+        for part in PRODUCT_CONTEXT
+        for path in ([ROOT / part] if (ROOT / part).is_file() else (ROOT / part).rglob("*"))
+        if path.is_file() and "__pycache__" not in path.parts
+    )
+    contents = [x for path in files for x in (path.relative_to(ROOT).as_posix(), path.read_bytes())]
+    return f"localhost/invoice-pipeline:{_digest(BASE_IMAGE, *contents)}"
 
 
 POSTGRES_IMAGE = _tagged("localhost/invoice-pipeline-test-postgres", POSTGRES_CONTAINERFILE)
@@ -100,8 +118,7 @@ def image_exists(env: dict[str, str], image: str) -> bool:
 
 
 # Parallel test workers (and other sessions on this machine) need the same images: the first builds,
-# the others wait on this lock and then find them (podman's layer cache makes a rebuild of an
-# unchanged checkout quick).
+# the others wait on this lock and then find them.
 BUILD_LOCK = Path(tempfile.gettempdir()) / "invoice-pipeline-podman-build.lock"
 
 
@@ -173,7 +190,7 @@ def _build_on_base(
     )
 
 
-def build_image(env: dict[str, str], image: str = IMAGE) -> None:
+def build_image(env: dict[str, str], image: str) -> None:
     """deploy/Dockerfile on the Debian base, from the checkout (pip needs the network: host's)."""
     _build_on_base(env, ROOT / "deploy" / "Dockerfile", image, ROOT, *pip_ca_secret())
 
@@ -202,31 +219,41 @@ def ensure_redis_image(env: dict[str, str]) -> None:
 
 @dataclass(frozen=True)
 class ReadyImage:
-    """The product's image, built (podman's layer cache makes an unchanged checkout quick)."""
+    """The product's image, ready: built now or found, and the base under it."""
 
     image: str
     base_built: bool
     base_seconds: float
-    build_seconds: float
+    image_built: bool
+    image_seconds: float
 
     def describe(self) -> str:
-        found = "built" if self.base_built else "found"
-        return f"base image {found} in {self.base_seconds:.0f} s; image built in {self.build_seconds:.0f} s"
+        def said(built: bool) -> str:
+            return "built" if built else "found"
+
+        return (
+            f"base image {said(self.base_built)} in {self.base_seconds:.0f} s; "
+            f"image {said(self.image_built)} in {self.image_seconds:.0f} s ({self.image})"
+        )
 
 
-def ready_image(env: dict[str, str], image: str = IMAGE) -> ReadyImage:
-    """The base (debootstrap only when podman lacks it), then deploy/Dockerfile on it."""
+def ready_image(env: dict[str, str]) -> ReadyImage:
+    """The base (debootstrap only when podman lacks it), then the product's image on it from
+    deploy/Dockerfile unless podman has it for this checkout's contents."""
     with _one_build_at_a_time():
-        return _ready_image(env, image)
+        return _ready_image(env)
 
 
-def _ready_image(env: dict[str, str], image: str) -> ReadyImage:
+def _ready_image(env: dict[str, str]) -> ReadyImage:
+    image = product_image()
     t = time.monotonic()
     built = ensure_base_image(env)
     base_s = time.monotonic() - t
     t = time.monotonic()
-    build_image(env, image)
-    return ReadyImage(image, built, base_s, time.monotonic() - t)
+    image_built = not image_exists(env, image)
+    if image_built:
+        build_image(env, image)
+    return ReadyImage(image, built, base_s, image_built, time.monotonic() - t)
 
 
 def build_every_image(env: dict[str, str]) -> ReadyImage:
@@ -234,10 +261,10 @@ def build_every_image(env: dict[str, str]) -> ReadyImage:
     product's image from the checkout, the test PostgreSQL and redis. `make test` runs this in the
     background from its first minute (`python -m pipeline_support.containers`, started by
     invoice_pipeline_tests/scheduling.py); the tests' own ready_image and ensure_* calls wait on the
-    lock, then find the images (the product's is rebuilt from the checkout each time, quick from
-    podman's layer cache, so it is never stale) or build what is still missing themselves."""
+    lock, then find the images (the product's tagged by the checkout's contents, so never stale)
+    or build what is still missing themselves."""
     with _one_build_at_a_time():
-        ready = _ready_image(env, IMAGE)
+        ready = _ready_image(env)
         _ensure_containerfile_image(env, POSTGRES_CONTAINERFILE, POSTGRES_IMAGE)
         _ensure_containerfile_image(env, REDIS_CONTAINERFILE, REDIS_IMAGE)
         return ready

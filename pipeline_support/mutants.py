@@ -95,6 +95,7 @@ ACCOUNTANT_STATEFUL = "invoice_pipeline_tests/engine/test_accountant_stateful.py
 ACCOUNTANT_KNOWN = f"{ACCOUNTANT_STATEFUL}::test_known_sequences_are_booked_as_an_accountant_books_them"
 PAYMENT_TESTS = "invoice_pipeline_tests/engine/test_payment_decision.py"
 LAUNCHPAD_TESTS = "invoice_pipeline_tests/orchestration/test_launchpad_reviewers.py"
+DAGSTER_GUARD_TEST = "invoice_pipeline_tests/test_dagster_guard.py::test_a_test_that_leaves_an_instance_entered_fails_and_the_next_finds_none"
 ON_CONFLICT = "ON CONFLICT (invoice_id) WHERE status = 'running' DO NOTHING"
 
 # The processing lock gone: the running-job index not unique, no ON CONFLICT on it, and no
@@ -1629,6 +1630,31 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "",
         "invoice_pipeline_tests/db/test_system_user.py::"
         "test_processes_making_the_user_at_once_all_get_the_one_it_ends_as",
+    ),
+    # The suite's own guards: a test that breaks one passes where it should not, silently.
+    _one(
+        "ci-skip-fails",
+        "under CI, a skipped test that needs a tool fails, naming the tool (issue 53)",
+        "invoice_pipeline_tests/tools.py",
+        '    report.outcome = "failed"\n',
+        "",
+        "invoice_pipeline_tests/test_needs_tool.py::test_under_ci_a_missing_tool_fails_the_test_and_names_the_tool",
+    ),
+    _one(
+        "dagster-guard-fails",
+        "a test that leaves a Dagster instance entered fails at its teardown",
+        "invoice_pipeline_tests/dagster_guard.py",
+        "        pytest.fail(",
+        "        print(",
+        DAGSTER_GUARD_TEST,
+    ),
+    _one(
+        "dagster-guard-resets",
+        "after a test that left a Dagster instance entered, the next finds none entered",
+        "invoice_pipeline_tests/dagster_guard.py",
+        "        _current_storage.set(None)\n",
+        "",
+        DAGSTER_GUARD_TEST,
     ),
 )
 
