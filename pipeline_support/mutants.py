@@ -1636,8 +1636,8 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "ci-skip-fails",
         "under CI, a skipped test that needs a tool fails, naming the tool (issue 53)",
         "invoice_pipeline_tests/tools.py",
-        '    report.outcome = "failed"\n',
-        "",
+        '    if not (report.skipped and in_ci()) or hasattr(report, "wasxfail"):\n',
+        '    if True:\n',
         "invoice_pipeline_tests/test_needs_tool.py::test_under_ci_a_missing_tool_fails_the_test_and_names_the_tool",
     ),
     _one(
