@@ -1637,7 +1637,7 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "under CI, a skipped test that needs a tool fails, naming the tool (issue 53)",
         "invoice_pipeline_tests/tools.py",
         '    if not (report.skipped and in_ci()) or hasattr(report, "wasxfail"):\n',
-        '    if True:\n',
+        "    if True:\n",
         "invoice_pipeline_tests/test_needs_tool.py::test_under_ci_a_missing_tool_fails_the_test_and_names_the_tool",
     ),
     _one(
