@@ -14,9 +14,8 @@ from xml.etree import ElementTree
 import psycopg
 
 from invoice_pipeline.engine.store import InvoiceStore
+from invoice_pipeline_tests.conftest import ROOT
 from pipeline_support.exports import process_invoices
-
-ROOT = Path(__file__).resolve().parents[1]
 
 # What a test of a small suite reads from its report, by test name: (outcome, message).
 SUITE_VERDICTS = ("failure", "error", "skipped")
